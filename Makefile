@@ -1,0 +1,49 @@
+# gpufleet — two commands do all set-up on a fresh machine: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip install -q --disable-pip-version-check
+DEMO_ARGS ?=
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint typecheck unit bench clean install install-dev
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) --upgrade pip setuptools wheel
+
+# Runtime install (what `make demo` needs): no torch, no dev tools.
+$(VENV)/.installed: $(VENV)/bin/python pyproject.toml
+	$(PIP) -e .
+	@touch $@
+
+# Dev install: torch CPU build pinned FIRST (an unpinned torch pulls GBs of CUDA wheels), then extras.
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(PIP) torch==2.13.0 numpy
+	$(PIP) -e '.[dev]'
+	@touch $@
+
+install: $(VENV)/.installed
+install-dev: $(VENV)/.installed-dev
+
+demo: $(VENV)/.installed
+	$(VENV)/bin/gpufleet demo $(DEMO_ARGS)
+
+lint: $(VENV)/.installed-dev
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/lint-imports --no-cache
+
+typecheck: $(VENV)/.installed-dev
+	$(VENV)/bin/mypy src/gpufleet
+
+test: lint typecheck
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+unit: $(VENV)/.installed-dev
+	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed-dev
+	$(PY) -m bench $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist src/*.egg-info

@@ -1,0 +1,50 @@
+"""Run benchmarks: ``python -m bench [NAME ...] [--quick]``; results go to bench/results/NAME.json."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import platform
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    ap.add_argument("names", nargs="*", help="benchmark names (bench_<name>.py); default: all")
+    ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    ap.add_argument("--out", type=Path, default=HERE / "results")
+    args = ap.parse_args(argv)
+    available = sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
+    names = args.names or available
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        print(f"unknown benchmark(s) {unknown}; available: {available}", file=sys.stderr)
+        return 2
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        mod = importlib.import_module(f"bench.bench_{name}")
+        print(f"== {name}", flush=True)
+        t0 = time.perf_counter()
+        result = mod.run(quick=args.quick)
+        doc = {
+            "benchmark": name,
+            "date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "machine": {"platform": platform.platform(), "python": platform.python_version(),
+                        "cpus": __import__("os").cpu_count()},
+            "quick": args.quick,
+            "wall_s": round(time.perf_counter() - t0, 2),
+            "results": result,
+        }
+        (args.out / f"{name}.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        print(json.dumps(result, indent=2, default=str), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

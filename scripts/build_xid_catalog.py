@@ -1,0 +1,99 @@
+"""Build src/gpufleet/domain/data/xid_catalog.csv from ../shared/reference/xid-catalog.csv.
+
+The reference table carries NVIDIA's facts (name, meaning, resolution buckets, source). This script
+adds gpufleet's judgement — a lifecycle severity and a recommended action — by a documented rule on
+NVIDIA's *immediate* resolution bucket, with a short list of per-code exceptions (each commented).
+Run it again when the reference table changes; the output is committed as package data.
+"""
+
+from __future__ import annotations
+
+import csv
+import sys
+from pathlib import Path
+
+# NVIDIA immediate bucket -> (severity, action)
+BUCKET_RULE = {
+    "RESTART_APP": ("info", "restart_app"),  # application-scoped: the job restarts, the node is fine
+    "IGNORE": ("info", "none"),
+    "XID_154": ("info", "none"),  # informational: recovery action changed
+    "CHECK_UVM": ("info", "restart_app"),
+    "WORKFLOW_XID_45": ("info", "none"),  # collateral of another XID: follow that one
+    "RESET_GPU": ("fatal", "reset_gpu"),  # the GPU is unusable until reset: running work is lost
+    "RESTART_BM": ("fatal", "reboot"),
+    "RESTART_VM": ("fatal", "reboot"),
+    "WORKFLOW_XID_48": ("fatal", "reset_gpu"),  # uncorrectable ECC
+    "WORKFLOW_NVLINK_ERR": ("fatal", "drain_and_inspect"),  # XID 74: the NVLink job fails
+    "WORKFLOW_NVLINK5_ERR": ("degraded", "drain_and_inspect"),  # per-subcode; conservative default
+    "CONTACT_SUPPORT": ("degraded", "contact_support"),
+    "CHECK_MECHANICALS": ("degraded", "check_cabling"),
+    "UPDATE_SWFW": ("degraded", "update_software"),
+}
+NO_BUCKET = ("degraded", "contact_support")  # codes NVIDIA has not yet classified: look at them
+
+# Per-code exceptions to the bucket rule, each with its reason.
+OVERRIDES = {
+    # Contained uncorrectable memory error: the job restarts, but a row remap is pending and only a
+    # GPU reset applies it -> drain at the next checkpoint; two in 24 h escalate (policy file).
+    94: ("degraded", "reset_gpu"),
+    # Row remap recorded: the remap applies at the next reset; schedule one, do not kill work.
+    63: ("degraded", "reset_gpu"),
+    # Row-remap recording failed: RMA candidate.
+    64: ("fatal", "replace"),
+    # High SBE rate: a leading indicator of HBM failure; watch, do not drain.
+    92: ("degraded", "none"),
+    # C2C link error on Grace-Hopper/Blackwell: the superchip link is unreliable.
+    121: ("degraded", "drain_and_inspect"),
+    # Power-smoothing circuitry exhausted / reduced memory capacity: hardware wear-out.
+    165: ("degraded", "replace"),
+    168: ("degraded", "replace"),
+    # PCIe fatal timeout and SEC2 halt: the GPU stops working.
+    167: ("fatal", "reboot"),
+    169: ("fatal", "reset_gpu"),
+    # Detail codes for XID 48 (DRAM vs SRAM uncorrectable).
+    171: ("fatal", "reset_gpu"),
+    172: ("fatal", "reset_gpu"),
+    # Power-smoothing engage/disengage and CC-mode notices are informational.
+    162: ("info", "none"),
+    163: ("info", "none"),
+    164: ("degraded", "none"),
+    166: ("info", "none"),
+    170: ("info", "none"),
+}
+
+
+def main(src: Path, dst: Path) -> None:
+    rows = list(csv.DictReader(src.open()))
+    out = []
+    for r in rows:
+        code = int(r["code"])
+        bucket = r["recommended_action"].split(";")[0].split("=", 1)[1].strip()
+        sev, action = OVERRIDES.get(code) or BUCKET_RULE.get(bucket, NO_BUCKET)
+        name, _, meaning = r["name"].partition(":")
+        out.append(
+            {
+                "kind": "xid",
+                "code": code,
+                "name": name.strip(),
+                "meaning": meaning.strip(),
+                "nvidia_resolution": r["recommended_action"],
+                "severity": sev,
+                "action": action,
+                "component": r["likely_component"],
+                "collateral": "yes" if code in (45,) else "",
+                "source": r["source"],
+            }
+        )
+    with dst.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(out[0]))
+        w.writeheader()
+        w.writerows(out)
+    print(f"wrote {len(out)} rows to {dst}")
+
+
+if __name__ == "__main__":
+    here = Path(__file__).resolve().parent.parent
+    main(
+        Path(sys.argv[1]) if len(sys.argv) > 1 else here.parent / "shared/reference/xid-catalog.csv",
+        here / "src/gpufleet/domain/data/xid_catalog.csv",
+    )

@@ -1,0 +1,245 @@
+"""The fault catalog: what each XID / SXID / event kind means, how bad it is, and what to do.
+
+The shipped table (``data/xid_catalog.csv``, built by ``scripts/build_xid_catalog.py`` from NVIDIA's
+XID catalog, source named per row) is the default. Operators override per code and add "N
+occurrences within T" escalations in TOML (``docs/policy.md``)::
+
+    [[override]]
+    kind = "xid"
+    code = 94
+    severity = "fatal"
+    action = "reset_gpu"
+
+    [[escalation]]
+    kind = "xid"
+    code = 94
+    count = 2
+    window = "24h"
+    severity = "fatal"
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import timedelta
+from enum import StrEnum
+from importlib import resources
+from typing import Any, TypeVar
+
+from gpufleet.domain.durations import parse_duration
+from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.events import EventKind, Severity
+
+_E = TypeVar("_E", bound=StrEnum)
+
+
+class Action(StrEnum):
+    """What an operator (or automation) should do about a finding."""
+
+    NONE = "none"
+    RESTART_APP = "restart_app"
+    RESET_GPU = "reset_gpu"
+    REBOOT = "reboot"
+    DRAIN_AND_INSPECT = "drain_and_inspect"
+    CHECK_CABLING = "check_cabling"
+    UPDATE_SOFTWARE = "update_software"
+    CONTACT_SUPPORT = "contact_support"
+    REPLACE = "replace"
+
+
+@dataclass(frozen=True, slots=True)
+class CatalogEntry:
+    kind: str  # an EventKind value, or a decoder-specific kind such as "aer"
+    code: int | None
+    name: str
+    severity: Severity
+    action: Action
+    meaning: str = ""
+    nvidia_resolution: str = ""
+    component: str = ""
+    collateral: bool = False  # a consequence of another error (e.g. XID 45): fold under the root
+    source: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Escalation:
+    """``count`` events of (kind, code) on one node within ``window`` raise severity to ``severity``."""
+
+    kind: str
+    code: int | None
+    count: int
+    window: timedelta
+    severity: Severity
+    action: Action | None = None
+
+
+# Judgement for event kinds that carry no code (or whose code is not in the table).
+_KIND_DEFAULTS: dict[str, tuple[Severity, Action]] = {
+    EventKind.XID: (Severity.DEGRADED, Action.CONTACT_SUPPORT),  # unknown XID code: look at it
+    EventKind.SXID: (Severity.DEGRADED, Action.CONTACT_SUPPORT),
+    EventKind.LINK_ERROR: (Severity.INFO, Action.NONE),
+    EventKind.LINK_DOWN: (Severity.DEGRADED, Action.CHECK_CABLING),
+    EventKind.LINK_FLAP: (Severity.DEGRADED, Action.CHECK_CABLING),
+    EventKind.ECC_SBE: (Severity.INFO, Action.NONE),
+    EventKind.ECC_DBE: (Severity.FATAL, Action.RESET_GPU),
+    EventKind.ROW_REMAP_PENDING: (Severity.DEGRADED, Action.RESET_GPU),
+    EventKind.ROW_REMAP_FAILURE: (Severity.FATAL, Action.REPLACE),
+    EventKind.THERMAL: (Severity.DEGRADED, Action.DRAIN_AND_INSPECT),
+    EventKind.AER_CORRECTED: (Severity.INFO, Action.NONE),
+    EventKind.AER_UNCORRECTED: (Severity.FATAL, Action.DRAIN_AND_INSPECT),
+    EventKind.CHECK_FAILED: (Severity.DEGRADED, Action.DRAIN_AND_INSPECT),
+    EventKind.CHECK_PASSED: (Severity.INFO, Action.NONE),
+    EventKind.MOVED: (Severity.INFO, Action.NONE),
+    EventKind.GPU_LOST: (Severity.FATAL, Action.REBOOT),
+    EventKind.HEARTBEAT_LOST: (Severity.DEGRADED, Action.DRAIN_AND_INSPECT),
+}
+
+DEFAULT_ESCALATIONS: tuple[Escalation, ...] = (
+    # XID 94 (contained ECC) twice within a day means the HBM is going: drain now.
+    Escalation("xid", 94, 2, timedelta(hours=24), Severity.FATAL, Action.RESET_GPU),
+    # Corrected-error storms: 100 SBE events in an hour announce a failing HBM stack.
+    Escalation("ecc_sbe", None, 100, timedelta(hours=1), Severity.DEGRADED, Action.DRAIN_AND_INSPECT),
+    # A link that errors 50 times in 10 minutes is degrading the job's collectives.
+    Escalation("link_error", None, 50, timedelta(minutes=10), Severity.DEGRADED, Action.CHECK_CABLING),
+    # Five flaps in an hour: take the node out and reseat/replace the cable.
+    Escalation("link_flap", None, 5, timedelta(hours=1), Severity.FATAL, Action.CHECK_CABLING),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    entries: Mapping[tuple[str, int | None], CatalogEntry]
+    escalations: tuple[Escalation, ...] = DEFAULT_ESCALATIONS
+
+    def lookup(self, kind: str, code: int | None) -> CatalogEntry:
+        """The entry for (kind, code); falls back to the kind's default judgement."""
+        hit = self.entries.get((kind, code))
+        if hit is not None:
+            return hit
+        if code is not None and (kind, None) in self.entries:
+            return self.entries[(kind, None)]
+        sev, action = _KIND_DEFAULTS.get(kind, (Severity.DEGRADED, Action.CONTACT_SUPPORT))
+        name = f"{kind.upper()} {code}" if code is not None else kind
+        return CatalogEntry(kind=kind, code=code, name=name, severity=sev, action=action)
+
+    def severity(self, kind: str, code: int | None) -> Severity:
+        return self.lookup(kind, code).severity
+
+    def with_entries(self, entries: Iterable[CatalogEntry]) -> Catalog:
+        merged = dict(self.entries)
+        for e in entries:
+            merged[(e.kind, e.code)] = e
+        return Catalog(entries=merged, escalations=self.escalations)
+
+    def with_overrides(self, doc: Mapping[str, Any], source: str = "override") -> Catalog:
+        """Apply a parsed TOML document with ``[[override]]`` and ``[[escalation]]`` tables.
+
+        Every problem raises InvalidInput naming the table, index and field; nothing is applied
+        unless the whole document is valid.
+        """
+        unknown = set(doc) - {"override", "escalation"}
+        if unknown:
+            key = sorted(unknown)[0]
+            raise InvalidInput(key, doc[key], "only [[override]] and [[escalation]] tables")
+        merged = dict(self.entries)
+        for i, item in enumerate(_tables(doc, "override")):
+            path = f"override[{i}]"
+            _only(item, path, {"kind", "code", "severity", "action", "name", "meaning"})
+            kind = _kind(item, path)
+            code = _code(item, path)
+            base = self.lookup(kind, code)
+            entry = replace(
+                base,
+                severity=_enum(Severity, item.get("severity", base.severity), f"{path}.severity"),
+                action=_enum(Action, item.get("action", base.action), f"{path}.action"),
+                name=str(item.get("name", base.name)),
+                meaning=str(item.get("meaning", base.meaning)),
+                source=source,
+            )
+            merged[(kind, code)] = entry
+        escalations = list(self.escalations)
+        for i, item in enumerate(_tables(doc, "escalation")):
+            path = f"escalation[{i}]"
+            _only(item, path, {"kind", "code", "count", "window", "severity", "action"})
+            count = item.get("count")
+            if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+                raise InvalidInput(f"{path}.count", count, "an integer >= 1")
+            if "window" not in item:
+                raise InvalidInput(f"{path}.window", None, "a duration such as 24h")
+            esc = Escalation(
+                kind=_kind(item, path),
+                code=_code(item, path),
+                count=count,
+                window=parse_duration(item["window"], f"{path}.window"),
+                severity=_enum(Severity, item.get("severity", "fatal"), f"{path}.severity"),
+                action=_enum(Action, item["action"], f"{path}.action") if "action" in item else None,
+            )
+            escalations = [e for e in escalations if (e.kind, e.code) != (esc.kind, esc.code)] + [esc]
+        return Catalog(entries=merged, escalations=tuple(escalations))
+
+
+def _tables(doc: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    raw = doc.get(key, [])
+    if not isinstance(raw, list) or not all(isinstance(t, dict) for t in raw):
+        raise InvalidInput(key, raw, f"an array of tables ([[{key}]])")
+    return raw
+
+
+def _only(item: Mapping[str, Any], path: str, allowed: set[str]) -> None:
+    for k in item:
+        if k not in allowed:
+            raise InvalidInput(f"{path}.{k}", item[k], f"one of the fields {sorted(allowed)}")
+
+
+def _kind(item: Mapping[str, Any], path: str) -> str:
+    kind = item.get("kind")
+    if not isinstance(kind, str) or not kind:
+        raise InvalidInput(f"{path}.kind", kind, "an event kind such as xid, sxid, ecc_dbe")
+    known = {k.value for k in EventKind} | {"aer", "nvlink", "ib_link", "mce_edac", "oom", "crash_dump"}
+    if kind not in known:
+        raise InvalidInput(f"{path}.kind", kind, f"one of {sorted(known)}")
+    return kind
+
+
+def _code(item: Mapping[str, Any], path: str) -> int | None:
+    code = item.get("code")
+    if code is not None and (not isinstance(code, int) or isinstance(code, bool) or code < 0):
+        raise InvalidInput(f"{path}.code", code, "a non-negative integer, or absent")
+    return code
+
+
+def _enum(cls: type[_E], value: Any, field: str) -> _E:
+    try:
+        return cls(value)
+    except ValueError:
+        raise InvalidInput(field, value, f"one of {[m.value for m in cls]}") from None
+
+
+def load_default_catalog() -> Catalog:
+    """The catalog shipped in the package (every ``data/*_catalog.csv`` file)."""
+    entries: dict[tuple[str, int | None], CatalogEntry] = {}
+    data = resources.files("gpufleet.domain") / "data"
+    for res in sorted(data.iterdir(), key=lambda r: r.name):
+        if res.name.endswith("_catalog.csv"):
+            for e in _read_csv(res.read_text(encoding="utf-8")):
+                entries[(e.kind, e.code)] = e
+    return Catalog(entries=entries)
+
+
+def _read_csv(text: str) -> Iterable[CatalogEntry]:
+    for row in csv.DictReader(io.StringIO(text)):
+        yield CatalogEntry(
+            kind=row["kind"],
+            code=int(row["code"]) if row.get("code") else None,
+            name=row["name"],
+            severity=Severity(row["severity"]),
+            action=Action(row["action"]),
+            meaning=row.get("meaning", ""),
+            nvidia_resolution=row.get("nvidia_resolution", ""),
+            component=row.get("component", ""),
+            collateral=row.get("collateral", "") == "yes",
+            source=row.get("source", ""),
+        )

@@ -1,0 +1,87 @@
+"""Health events: the one currency every observer (agent, checks, diagnose, correlate) pays in.
+
+The interchange form is ``gpufleet.event/v1`` (docs/formats.md); inside the process an event is a
+frozen :class:`HealthEvent`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+
+
+class EventKind(StrEnum):
+    XID = "xid"
+    SXID = "sxid"
+    LINK_ERROR = "link_error"
+    LINK_DOWN = "link_down"
+    LINK_FLAP = "link_flap"
+    ECC_SBE = "ecc_sbe"
+    ECC_DBE = "ecc_dbe"
+    ROW_REMAP_PENDING = "row_remap_pending"
+    ROW_REMAP_FAILURE = "row_remap_failure"
+    THERMAL = "thermal"
+    AER_CORRECTED = "aer_corrected"
+    AER_UNCORRECTED = "aer_uncorrected"
+    CHECK_FAILED = "check_failed"
+    MOVED = "moved"
+    # Extensions beyond the DESIGN.md list, needed by the lifecycle:
+    CHECK_PASSED = "check_passed"  # an active validation passed (revalidate -> ready, burn-in done)
+    GPU_LOST = "gpu_lost"  # GPU fell off the bus / not visible to the driver (XID 79 class)
+    HEARTBEAT_LOST = "heartbeat_lost"  # the node's agent stopped reporting
+
+
+class Severity(StrEnum):
+    """How bad an event is for the node that reported it.
+
+    fatal: the node cannot run work correctly -> drain now.
+    degraded: the node works but is at risk -> suspect; drain at the running job's next checkpoint.
+    info: recorded, no lifecycle effect on its own (may count towards an escalation).
+    """
+
+    FATAL = "fatal"
+    DEGRADED = "degraded"
+    INFO = "info"
+
+    @property
+    def rank(self) -> int:
+        return _SEVERITY_RANK[self]
+
+
+_SEVERITY_RANK = {Severity.INFO: 0, Severity.DEGRADED: 1, Severity.FATAL: 2}
+
+
+def worst(severities: list[Severity]) -> Severity:
+    """The most severe of ``severities`` (INFO for an empty list)."""
+    return max(severities, key=lambda s: s.rank, default=Severity.INFO)
+
+
+@dataclass(frozen=True, slots=True)
+class HealthEvent:
+    """One observation about one node.
+
+    ``id`` is the producer's idempotency key (agents resend after a timeout; the store keeps the
+    first copy). ``severity`` is None when the producer leaves the judgement to the catalog.
+    """
+
+    id: str
+    node: str
+    kind: EventKind
+    time: datetime
+    component: str | None = None
+    code: int | None = None
+    severity: Severity | None = None
+    link: str | None = None
+    message: str = ""
+    source: str = "agent"
+    attrs: tuple[tuple[str, str], ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        if self.time.tzinfo is None:
+            raise ValueError(f"time: got naive datetime {self.time!r}, expected a timezone-aware time")
+
+
+def utc(dt: datetime) -> datetime:
+    """``dt`` as an aware UTC datetime (naive input is taken to be UTC)."""
+    return dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)

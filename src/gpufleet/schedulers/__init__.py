@@ -1,0 +1,1 @@
+"""Scheduler adapters (sim, slurm, ...) behind one Protocol: ``gpufleet.schedulers.port.Scheduler``."""

@@ -1,0 +1,105 @@
+"""The scheduler port: how the controller acts on a cluster scheduler (Slurm, Kubernetes, simulated).
+
+Every implementation passes ``tests/contract/test_scheduler_contract.py``.
+
+Consistency and failure behaviour (the contract):
+
+* **Idempotent.** ``drain`` of a node already drained *by gpufleet* is a no-op; ``resume`` of a node
+  that is not drained is a no-op. The reconciler may call either again after a crash.
+* **Ownership.** gpufleet drains with a reason that starts with :data:`REASON_PREFIX` and carries the
+  decision id. ``resume`` never clears a drain whose reason does not start with the prefix (someone
+  else drained it): it raises :class:`~gpufleet.domain.errors.Conflict` and leaves the node alone.
+  ``drain`` of a node drained by someone else keeps their reason and succeeds (the node is out either
+  way) — :attr:`SchedNode.foreign_drain` reports it.
+* **Failures are exceptions, not silence.** An unreachable scheduler raises
+  :class:`~gpufleet.domain.errors.ExternalError` (retryable); an unknown node raises
+  :class:`~gpufleet.domain.errors.NotFound`. The reconciler records, retries and surfaces both.
+* **Reads are snapshots.** ``list_nodes``/``list_jobs`` return what the scheduler says now; a drain
+  shows as ``DRAINING`` while jobs still run on the node and ``DRAINED`` once it is empty.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Protocol, runtime_checkable
+
+REASON_PREFIX = "gpufleet:"
+
+
+class SchedNodeState(StrEnum):
+    IDLE = "idle"
+    ALLOCATED = "allocated"  # running at least one job
+    DRAINING = "draining"  # drain flag set, jobs still running
+    DRAINED = "drained"  # drain flag set, empty
+    DOWN = "down"
+    UNKNOWN = "unknown"
+
+
+class JobState(StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    REQUEUED = "requeued"
+
+
+@dataclass(frozen=True, slots=True)
+class SchedNode:
+    name: str
+    state: SchedNodeState
+    reason: str = ""
+    jobs: tuple[str, ...] = ()
+
+    @property
+    def drained_by_us(self) -> bool:
+        return self.state in (SchedNodeState.DRAINING, SchedNodeState.DRAINED) and self.reason.startswith(
+            REASON_PREFIX
+        )
+
+    @property
+    def foreign_drain(self) -> bool:
+        return self.state in (SchedNodeState.DRAINING, SchedNodeState.DRAINED) and not self.drained_by_us
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    id: str
+    name: str
+    state: JobState
+    nodes: tuple[str, ...] = ()
+    start_time: datetime | None = None
+    last_checkpoint: datetime | None = None  # latest checkpoint the job reported, if any
+    restarts: int = 0
+    extra: tuple[tuple[str, str], ...] = field(default=())
+
+
+def drain_reason(decision_id: str, text: str) -> str:
+    """The scheduler-visible reason for a drain gpufleet makes: ``gpufleet:<decision> <text>``."""
+    return f"{REASON_PREFIX}{decision_id} {text}".strip()
+
+
+@runtime_checkable
+class Scheduler(Protocol):
+    """Acts on one cluster's scheduler. See the module docstring for the contract."""
+
+    name: str
+
+    def list_nodes(self) -> Sequence[SchedNode]: ...
+
+    def node(self, name: str) -> SchedNode: ...
+
+    def list_jobs(self) -> Sequence[Job]: ...
+
+    def jobs_on(self, node: str) -> Sequence[Job]: ...
+
+    def drain(self, node: str, reason: str) -> None: ...
+
+    def resume(self, node: str) -> None: ...
+
+    def requeue(self, job_id: str) -> None: ...
+
+    def signal(self, job_id: str, signal: str) -> None: ...

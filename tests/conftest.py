@@ -1,0 +1,25 @@
+"""Shared test fixtures.
+
+Services: a test that needs a real service (PostgreSQL, Slurm, Prometheus) asks for it through
+:func:`require_service`. Locally, a missing service skips with the reason; in CI (``CI`` set) it fails,
+because a skip there would hide a missing service.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").lower() not in ("", "0", "false", "no")
+
+
+def require_service(available: bool, what: str) -> None:
+    """Skip (locally) or fail (in CI) when ``what`` is not available."""
+    if available:
+        return
+    if in_ci():
+        pytest.fail(f"{what} is required in CI but is not available", pytrace=False)
+    pytest.skip(f"{what} not available (CI would fail here)")
