@@ -1,0 +1,1 @@
+"""The controller service: store, reconciler, API."""

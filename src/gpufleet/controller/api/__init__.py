@@ -1,0 +1,1 @@
+"""The HTTP API (FastAPI, under /v1)."""

@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy 2 models, Alembic migrations, repositories."""

@@ -1,0 +1,1 @@
+"""The self-contained demo: controller + simulated fleet, agents, scheduler and training job."""

@@ -1,0 +1,1 @@
+"""Kernel-log decoding (dmesg, journalctl -k, /dev/kmsg, nvidia-bug-report) into findings and health events."""

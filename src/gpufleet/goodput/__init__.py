@@ -1,0 +1,1 @@
+"""ETTR / MFU / MTTF / badput math and the recorder API for training loops (pure)."""

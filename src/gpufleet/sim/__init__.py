@@ -1,0 +1,1 @@
+"""Discrete-event simulator driving the production lifecycle code on a simulated clock, fleet and scheduler."""
