@@ -12,8 +12,9 @@ Judgement (from :mod:`gpufleet.domain.catalog`):
   43) are *folded*: never a symptom, but attached as evidence to a suspect that covers their component;
 * degraded or fatal events activate their symptom at once;
 * informational hardware events (corrected ECC, corrected AER, link errors) are rate-activated: a
-  symptom activates after ``count`` of them within the window, ``count`` taken from the catalog's
-  escalation for that kind (e.g. 50 link errors) or ``info_activation`` when it has none;
+  symptom activates after ``count`` of them within the window, ``count`` and the severity it then
+  carries taken from the catalog's escalation for that kind (e.g. 50 link errors -> degraded), or
+  ``info_activation`` (staying informational) when it has none;
 * link flaps and link downs within ``holddown`` of the previous one on the same symptom count once
   (flap damping); verdicts change only when confidence moves by ``min_change`` or more, and clear
   only when the evidence ages out (hysteresis).
@@ -22,6 +23,7 @@ Judgement (from :mod:`gpufleet.domain.catalog`):
 from __future__ import annotations
 
 import logging
+import math
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -51,6 +53,7 @@ class _Judgement:
     sev: int
     action: Action
     damped: bool
+    floor: int = 0  # severity index an activated run of these info events escalates to (catalog)
 
 
 class _Symptom:
@@ -61,20 +64,23 @@ class _Symptom:
         "active",
         "cands",
         "counts",
+        "floor",
         "gone",
         "key",
         "last",
         "link",
+        "local",
         "refs",
         "reporter",
         "top",
         "weight",
     )
 
-    def __init__(self, key: tuple[str, str], cands: tuple[str, ...]) -> None:
+    def __init__(self, key: tuple[str, str], cands: tuple[str, ...], local: frozenset[str]) -> None:
         self.key = key
         self.reporter, self.link = key
         self.cands = cands
+        self.local = local
         self.weight = 0.0
         self.counts = [0, 0, 0]
         self.active = False
@@ -83,17 +89,22 @@ class _Symptom:
         self.last = float("-inf")
         self.action = Action.NONE
         self.gone = False
+        self.floor = 0
 
     @property
     def selfsev(self) -> int:
         return self.top if not self.link else -1
 
     def strength(self) -> float:
-        return SEVERITY_WEIGHT[self.top] if self.top >= 0 else 0.0
+        """Severity weight, raised (up to 2x) by the volume of evidence beyond activation."""
+        if self.top < 0:
+            return 0.0
+        return SEVERITY_WEIGHT[self.top] * min(2.0, 1.0 + 0.3 * math.log(max(1.0, self.weight)))
 
     def _top(self) -> int:
         c = self.counts
-        return 2 if c[2] else 1 if c[1] else 0 if c[0] else -1
+        top = 2 if c[2] else 1 if c[1] else 0 if c[0] else -1
+        return self.floor if c[0] and self.floor > top else top
 
 
 class Engine:
@@ -193,12 +204,17 @@ class Engine:
             key = (comp, link or "")
             sym = self._syms.get(key)
             if sym is None:
-                sym = self._syms[key] = _Symptom(key, self._candidates(comp, link))
+                cands = self._candidates(comp, link)
+                far = self._links[link].other(comp) if link is not None else None
+                local = frozenset(c for c in cands if c != far or self.kind_of(c) not in ("gpu", "nic"))
+                sym = self._syms[key] = _Symptom(key, cands, local)
             sym.refs.append((t, ref))
             if not (j.damped and t - sym.last < self._holddown):
                 sym.last = t
                 sym.weight += j.step
                 sym.counts[j.sev] += 1
+                if j.floor > sym.floor:
+                    sym.floor = j.floor
                 self._queue.append((t, sym, j.step, j.sev))
                 if sym.action is Action.NONE or j.sev >= sym.top:
                     sym.action = j.action
@@ -211,8 +227,8 @@ class Engine:
                             cov = self._cover[c] = set()
                         cov.add(sym)
                     changed = [*changed, sym] if changed else [sym]
-                elif sym.active and j.sev > sym.top:
-                    sym.top = j.sev
+                elif sym.active and sym._top() > sym.top:
+                    sym.top = sym._top()
                     changed = [*changed, sym] if changed else [sym]
         if changed:
             return self._evaluate(changed, time)
@@ -227,11 +243,11 @@ class Engine:
         elif entry.collateral or (kind in (EventKind.XID, EventKind.SXID) and severity is Severity.INFO):
             j = _Judgement(_FOLD, 0.0, 0, entry.action, damped)
         elif severity is Severity.INFO:
-            count = self._info_activation
+            count, floor = self._info_activation, 0
             for esc in self.catalog.escalations:
                 if esc.kind == kind.value and esc.code in (None, code):
-                    count = esc.count
-            j = _Judgement(_SYMPTOM, 1.0 / max(1, count), 0, entry.action, damped)
+                    count, floor = esc.count, _SEV_INDEX[esc.severity]
+            j = _Judgement(_SYMPTOM, 1.0 / max(1, count), 0, entry.action, damped, floor)
         else:
             j = _Judgement(_SYMPTOM, 1.0, _SEV_INDEX[severity], entry.action, damped)
         self._judged[(kind, code, sev)] = j

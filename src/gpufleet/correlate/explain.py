@@ -6,13 +6,15 @@ can be explained by a few *candidates*: the link, its two ends, and the replacea
 compute tray, switch tray) those ends sit in. A candidate is only eligible when its symptoms come from
 enough distinct *witnesses*:
 
-* a switch (NVSwitch chip, leaf, spine, core) needs 3 distinct far ends (GPUs, NICs, leaves) unless
-  it reports a degraded/fatal error about itself — so two unlucky cables never frame a healthy switch;
+* a switch (NVSwitch chip, leaf, spine, core) needs 3 distinct far ends (GPUs, NICs, leaves), or 2
+  when all of them are switches (a spine with two leaves), unless it reports a degraded/fatal error
+  about itself — so two unlucky host cables never frame a healthy leaf;
 * a node / compute tray / switch tray needs 2 distinct components inside it with symptoms;
 * a link, GPU or NIC needs 1.
 
 The greedy pass repeatedly takes the eligible candidate with the highest ``sum(weight) - cost`` over
-the symptoms not yet explained. Costs make a smaller, more specific explanation win a tie (a GPU over
+the symptoms not yet explained, where a symptom weighs half for a GPU or NIC at the far end of the
+reported link (so errors at both ends of one cable point at the cable). Costs make a smaller, more specific explanation win a tie (a GPU over
 its tray, an NVSwitch chip over its switch tray); a larger unit only wins when it explains strictly
 more (the symptoms span several of its parts).
 """
@@ -49,6 +51,14 @@ MIN_WITNESSES: dict[str, int] = {
 SWITCHES = frozenset({"nvswitch", "leaf_switch", "spine_switch", "core_switch"})
 UNITS = frozenset({"node", "compute_tray", "switch_tray"})
 SEVERITY_WEIGHT = (0.5, 0.8, 1.0)  # info (rate-activated), degraded, fatal
+# A report about a link counts half for the device (GPU, NIC) at the far end: "the other end may be the
+# source" is weaker than a local error, so errors at both ends of one cable point at the cable, not at
+# either device. Switches and units count it fully (their minimum-witness rules guard them instead).
+REMOTE_FACTOR = 0.5
+
+
+def weight(c: str, s: SymptomLike) -> float:
+    return s.strength() if c in s.local else REMOTE_FACTOR * s.strength()
 
 
 class SymptomLike(Protocol):
@@ -66,6 +76,8 @@ class SymptomLike(Protocol):
     def cands(self) -> tuple[str, ...]: ...
     @property
     def selfsev(self) -> int: ...
+    @property
+    def local(self) -> frozenset[str]: ...
     def strength(self) -> float: ...
 
 
@@ -100,9 +112,9 @@ def explain(
         best: tuple[float, float, str] | None = None
         for c in cands:
             mine = [s for s in covers[c] if s in remaining]
-            if not mine or not _eligible(c, kinds[c], mine, witness):
+            if not mine or not _eligible(c, kinds[c], mine, witness, kind_of):
                 continue
-            score = sum(s.strength() for s in mine) - COST.get(kinds[c], 1.0)
+            score = sum(weight(c, s) for s in mine) - COST.get(kinds[c], 1.0)
             key = (score, -COST.get(kinds[c], 1.0), c)
             if best is None or key > best:
                 best = key
@@ -110,13 +122,15 @@ def explain(
             break
         c = best[2]
         mine_set = frozenset(s for s in covers[c] if s in remaining)
-        out.append(_confidence(c, kinds, mine_set, best[0], covers, alternatives))
+        out.append(_confidence(c, kinds, mine_set, best[0], covers, alternatives, witness, kind_of))
         remaining -= mine_set
         cands.discard(c)
     return out
 
 
-def _eligible(c: str, kind: str, mine: list[SymptomLike], witness: Witness) -> bool:
+def _eligible(
+    c: str, kind: str, mine: list[SymptomLike], witness: Witness, kind_of: Callable[[str], str]
+) -> bool:
     need = MIN_WITNESSES.get(kind, 1)
     if need <= 1:
         return True
@@ -129,7 +143,8 @@ def _eligible(c: str, kind: str, mine: list[SymptomLike], witness: Witness) -> b
         seen.add(witness(c, kind, s))
         if len(seen) >= need:
             return True
-    return False
+    # A spine or core switch only has switches below it: two of them agreeing is enough.
+    return kind in SWITCHES and len(seen) >= 2 and all(kind_of(w) in SWITCHES for w in seen if w != "self")
 
 
 def _confidence(
@@ -139,21 +154,26 @@ def _confidence(
     score: float,
     covers: dict[str, list[SymptomLike]],
     alternatives: int,
+    witness: Witness,
+    kind_of: Callable[[str], str],
 ) -> Explanation:
-    weight = sum(s.strength() for s in mine)
-    strength = 1.0 - math.exp(-weight)
+    total = sum(weight(c, s) for s in mine)
+    strength = 1.0 - math.exp(-total)
     rivals: list[tuple[float, str]] = []
     for other in {o for s in mine for o in s.cands if o != c}:
-        overlap = [s for s in covers.get(other, ()) if s in mine]
-        rivals.append((sum(s.strength() for s in overlap) - COST.get(kinds.get(other, ""), 1.0), other))
+        theirs = covers.get(other, [])
+        if not theirs or not _eligible(other, kinds[other], theirs, witness, kind_of):
+            continue  # e.g. a leaf with one reporting port cannot explain anything
+        overlap = [s for s in theirs if s in mine]
+        rivals.append((sum(weight(other, s) for s in overlap) - COST.get(kinds.get(other, ""), 1.0), other))
     rivals.sort(key=lambda r: (-r[0], r[1]))
-    runner_up = rivals[0][0] if rivals else score - 3.0
+    runner_up = rivals[0][0] if rivals else score - 1.5
     confidence = min(0.99, strength * _sigmoid(3.0 * (score - runner_up)))
     alts = tuple(
         (other, round(min(confidence, strength * _sigmoid(3.0 * (s_other - score))), 4))
         for s_other, other in rivals[:alternatives]
     )
-    return Explanation(c, kinds[c], mine, weight, score, confidence, alts)
+    return Explanation(c, kinds[c], mine, total, score, confidence, alts)
 
 
 def _sigmoid(x: float) -> float:
