@@ -30,6 +30,8 @@ def _root() -> None:
 # One line per sub-command module (gpufleet.cli.<name>), in the order shown by --help.
 _COMMANDS: tuple[str, ...] = (
     "version",
+    "topology",
+    "correlate",
 )
 
 for _name in _COMMANDS:

@@ -213,8 +213,7 @@ class Engine:
                 sym.last = t
                 sym.weight += j.step
                 sym.counts[j.sev] += 1
-                if j.floor > sym.floor:
-                    sym.floor = j.floor
+                sym.floor = max(sym.floor, j.floor)
                 self._queue.append((t, sym, j.step, j.sev))
                 if sym.action is Action.NONE or j.sev >= sym.top:
                     sym.action = j.action
@@ -361,7 +360,11 @@ class Engine:
                     return e
             return s.reporter
         if c in (ln.a, ln.b):
-            return ln.other(c)
+            far = ln.other(c)
+            far_unit = self.topology.unit_of(far)
+            # Distinct far *units* (trays, nodes): a fault in one compute tray must not frame the
+            # NVSwitch chips its GPUs talk to; inside an HGX node, distinct GPUs.
+            return far_unit if far_unit is not None and far_unit != self.topology.unit_of(c) else far
         return s.link
 
     def _explain(self, syms: set[_Symptom]) -> list[Explanation]:

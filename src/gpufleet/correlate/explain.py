@@ -14,9 +14,10 @@ enough distinct *witnesses*:
 
 The greedy pass repeatedly takes the eligible candidate with the highest ``sum(weight) - cost`` over
 the symptoms not yet explained, where a symptom weighs half for a GPU or NIC at the far end of the
-reported link (so errors at both ends of one cable point at the cable). Costs make a smaller, more specific explanation win a tie (a GPU over
-its tray, an NVSwitch chip over its switch tray); a larger unit only wins when it explains strictly
-more (the symptoms span several of its parts).
+reported link (so errors at both ends of one cable point at the cable). Costs make a smaller, more
+specific explanation win a tie (a GPU over its tray, an NVSwitch chip over its switch tray); a larger
+unit only wins when it explains strictly more (the symptoms span several of its parts). NVSwitch and
+leaf witnesses are counted per distinct far *unit* (tray, node) when the far end sits in another unit.
 """
 
 from __future__ import annotations

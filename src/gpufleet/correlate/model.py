@@ -81,7 +81,10 @@ class Verdict:
 
 def verdicts_json(suspects: Sequence[Suspect]) -> str:
     """``{"suspects": [...]}`` ranked as given."""
-    return json.dumps({"suspects": [s.to_dict() for s in suspects]}, indent=1)
+    if not suspects:
+        return '{"suspects": []}'
+    body = ",\n  ".join(json.dumps(s.to_dict()) for s in suspects)
+    return '{"suspects": [\n  ' + body + "\n]}"
 
 
 def sort_refs(refs: Iterable[Ref]) -> tuple[Ref, ...]:

@@ -56,13 +56,26 @@ class Noise(StrEnum):
 
 FAULTS: dict[TopologyKind, tuple[FaultType, ...]] = {
     TopologyKind.HGX: (
-        FaultType.GPU, FaultType.NVSWITCH, FaultType.NODE, FaultType.IB_CABLE, FaultType.FLAPPING_CABLE,
-        FaultType.LEAF, FaultType.SPINE,
+        FaultType.GPU,
+        FaultType.NVSWITCH,
+        FaultType.NODE,
+        FaultType.IB_CABLE,
+        FaultType.FLAPPING_CABLE,
+        FaultType.LEAF,
+        FaultType.SPINE,
     ),
     TopologyKind.NVL72: (
-        FaultType.GPU, FaultType.NVSWITCH, FaultType.SWITCH_TRAY, FaultType.COMPUTE_TRAY, FaultType.NVLINK,
-        FaultType.IB_CABLE, FaultType.FLAPPING_CABLE, FaultType.LEAF, FaultType.SPINE,
-        FaultType.MOVED_FOLLOWS, FaultType.MOVED_STAYS,
+        FaultType.GPU,
+        FaultType.NVSWITCH,
+        FaultType.SWITCH_TRAY,
+        FaultType.COMPUTE_TRAY,
+        FaultType.NVLINK,
+        FaultType.IB_CABLE,
+        FaultType.FLAPPING_CABLE,
+        FaultType.LEAF,
+        FaultType.SPINE,
+        FaultType.MOVED_FOLLOWS,
+        FaultType.MOVED_STAYS,
     ),
 }
 SWITCH_KINDS = frozenset({"nvswitch", "switch_tray", "leaf_switch", "spine_switch", "core_switch"})
@@ -96,11 +109,19 @@ class _Stream:
         for n, (at, _, d) in enumerate(sorted(self.items, key=lambda x: (x[0], x[1]))):
             kind = d["kind"]
             assert isinstance(kind, E)
-            out.append(FileEvent(
-                line=n, time=T0 + timedelta(seconds=at), kind=kind, component=str(d.get("component", "")),
-                code=_int(d.get("code")), link=_str(d.get("link")), serial=_str(d.get("serial")),
-                from_slot=_str(d.get("from_slot")), to_slot=_str(d.get("to_slot")),
-            ))
+            out.append(
+                FileEvent(
+                    line=n,
+                    time=T0 + timedelta(seconds=at),
+                    kind=kind,
+                    component=str(d.get("component", "")),
+                    code=_int(d.get("code")),
+                    link=_str(d.get("link")),
+                    serial=_str(d.get("serial")),
+                    from_slot=_str(d.get("from_slot")),
+                    to_slot=_str(d.get("to_slot")),
+                )
+            )
         return tuple(out)
 
 
@@ -139,8 +160,11 @@ def _noise(topo: Topology, st: _Stream, level: Noise) -> None:
     span = SPAN.total_seconds()
     gpus = topo.of_kind(K.GPU)
     nics = topo.of_kind(K.NIC)
-    ib = [ln for ln in topo.links.values() if ln.kind == "ib" and ln.a in topo.components and
-          topo.components[ln.a].kind == K.NIC]
+    ib = [
+        ln
+        for ln in topo.links.values()
+        if ln.kind == "ib" and ln.a in topo.components and topo.components[ln.a].kind == K.NIC
+    ]
     for g in rng.sample(gpus, min(len(gpus), round(0.02 * scale * len(gpus)))):
         at = rng.uniform(0, span)
         st.add(at, E.XID, g, code=rng.choice((13, 31, 43, 43)))
@@ -199,8 +223,15 @@ def _inject_gpu(topo: Topology, kind: TopologyKind, st: _Stream, at: float) -> s
     return g
 
 
-def _nvlink_storm(topo: Topology, kind: TopologyKind, st: _Stream, at: float, links: list[str],
-                  p_gpu: float, p_switch: float) -> None:
+def _nvlink_storm(
+    topo: Topology,
+    kind: TopologyKind,
+    st: _Stream,
+    at: float,
+    links: list[str],
+    p_gpu: float,
+    p_switch: float,
+) -> None:
     rng = st.rng
     for lid in links:
         ln = topo.links[lid]
@@ -267,8 +298,7 @@ def _inject_nvlink(topo: Topology, kind: TopologyKind, st: _Stream, at: float) -
 
 
 def _host_links(topo: Topology) -> list[str]:
-    return [ln.id for ln in topo.links.values()
-            if ln.kind == "ib" and topo.components[ln.a].kind == K.NIC]
+    return [ln.id for ln in topo.links.values() if ln.kind == "ib" and topo.components[ln.a].kind == K.NIC]
 
 
 def _inject_ib_cable(topo: Topology, kind: TopologyKind, st: _Stream, at: float) -> str:

@@ -53,15 +53,22 @@ class Score:
         groups: dict[str, list[Outcome]] = {}
         for o in self.outcomes:
             groups.setdefault(o.scenario.split("/")[part], []).append(o)
-        return {k: (len(v), sum(o.top1 for o in v) / len(v), sum(o.top3 for o in v) / len(v))
-                for k, v in sorted(groups.items())}
+        return {
+            k: (len(v), sum(o.top1 for o in v) / len(v), sum(o.top3 for o in v) / len(v))
+            for k, v in sorted(groups.items())
+        }
 
     def misses(self) -> list[Outcome]:
         return [o for o in self.outcomes if not o.top1]
 
 
-def run_scenario(topology: Topology, sc: Scenario, *, catalog: Catalog | None = None,
-                 window: timedelta = timedelta(minutes=30)) -> Outcome:
+def run_scenario(
+    topology: Topology,
+    sc: Scenario,
+    *,
+    catalog: Catalog | None = None,
+    window: timedelta = timedelta(minutes=30),
+) -> Outcome:
     engine = Engine(topology, window=window, catalog=catalog)
     healthy = _healthy_switches(topology, sc.truth)
     wrong: set[str] = set()
@@ -82,8 +89,16 @@ def run_scenario(topology: Topology, sc: Scenario, *, catalog: Catalog | None = 
                 first = after_onset
     ranked = engine.suspects(T0 + SPAN)
     top = tuple(s.component for s in ranked[:3])
-    return Outcome(sc.name, sc.truth, top, bool(top) and top[0] == sc.truth, sc.truth in top,
-                   tuple(sorted(wrong)), streamed, first)
+    return Outcome(
+        sc.name,
+        sc.truth,
+        top,
+        bool(top) and top[0] == sc.truth,
+        sc.truth in top,
+        tuple(sorted(wrong)),
+        streamed,
+        first,
+    )
 
 
 def score(topology: Topology, scenarios: Iterable[Scenario], *, catalog: Catalog | None = None) -> Score:
