@@ -37,6 +37,7 @@ class Inventory:
         self._memory = memory
         self._at: dict[str, str | None] = {}  # overrides of the topology's serials, by slot
         self._records: list[MoveRecord] = []
+        self._limbo: dict[str, dict[str, str | None]] = {}  # displaced units by serial: suffix -> serial
 
     def serial_at(self, slot: str) -> str | None:
         if slot in self._at:
@@ -45,27 +46,37 @@ class Inventory:
         return comp.serial if comp is not None and comp.serial else None
 
     def move(self, serial: str, from_slot: str, to_slot: str) -> list[str]:
-        """Apply a move; returns the slots (old and new subtrees) whose occupant changed."""
-        if self.serial_at(from_slot) != serial:
-            log.info(
-                "%s: move of serial %s, but inventory had %s there",
-                from_slot,
-                serial,
-                self.serial_at(from_slot),
-            )
+        """Apply a move; returns the slots (old and new subtrees) whose occupant changed.
+
+        The unit displaced from ``to_slot`` (if any) waits, with the units inside it, until a move
+        event names it (a swap is two moves: X a->b, then Y b->a).
+        """
         changed: list[str] = []
-        old = (from_slot, *self._topo.descendants(from_slot))
-        carried = {s[len(from_slot) :]: self.serial_at(s) for s in old}
-        carried[""] = serial
-        for slot in old:
-            self._at[slot] = None
-            changed.append(slot)
+        if self.serial_at(from_slot) == serial:
+            carried = self._subtree_serials(from_slot)
+            for slot in (from_slot, *self._topo.descendants(from_slot)):
+                self._at[slot] = None
+                changed.append(slot)
+        elif serial in self._limbo:
+            carried = self._limbo.pop(serial)
+        else:
+            log.info("%s: move of serial %s, inventory had %s", from_slot, serial, self.serial_at(from_slot))
+            carried = {"": serial}
+        displaced = self.serial_at(to_slot)
+        if displaced is not None and displaced != serial:
+            self._limbo[displaced] = self._subtree_serials(to_slot)
         for suffix, ser in carried.items():
             dest = to_slot + suffix
             if dest in self._topo.components:
                 self._at[dest] = ser
                 changed.append(dest)
         return changed
+
+    def _subtree_serials(self, slot: str) -> dict[str, str | None]:
+        # Units inside move to the same relative position: their ids extend the unit's id (as the
+        # generators name them); a child named otherwise stays with its slot.
+        inside = (s for s in (slot, *self._topo.descendants(slot)) if s.startswith(slot))
+        return {s[len(slot) :]: self.serial_at(s) for s in inside}
 
     def record(self, rec: MoveRecord) -> None:
         self._records.append(rec)
