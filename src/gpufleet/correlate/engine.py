@@ -226,8 +226,8 @@ class Engine:
                             cov = self._cover[c] = set()
                         cov.add(sym)
                     changed = [*changed, sym] if changed else [sym]
-                elif sym.active and sym._top() > sym.top:
-                    sym.top = sym._top()
+                elif sym.active and (j.sev or j.floor) > sym.top:
+                    sym.top = j.sev or j.floor  # a worse event (or an escalated run) raised severity
                     changed = [*changed, sym] if changed else [sym]
         if changed:
             return self._evaluate(changed, time)

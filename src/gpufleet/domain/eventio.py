@@ -32,6 +32,7 @@ _ALLOWED = frozenset(
     {"time", "kind", "component", "code", "link", "serial", "from", "to", "severity", "message", "id", "node"}
 )
 _CODED = frozenset({EventKind.XID, EventKind.SXID})
+_TEXT = ("component", "link", "serial", "from", "to", "message", "id", "node")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +62,8 @@ def parse_time(value: Any, field: str) -> datetime:
         dt = datetime.fromisoformat(value)
     except ValueError:
         raise InvalidInput(field, value, "an ISO-8601 time with a zone, e.g. 2026-11-21T12:00:03Z") from None
+    if dt.tzinfo is UTC:
+        return dt
     if dt.tzinfo is None:
         raise InvalidInput(field, value, "a time with a zone (Z or +hh:mm)")
     return dt.astimezone(UTC)
@@ -68,54 +71,53 @@ def parse_time(value: Any, field: str) -> datetime:
 
 def parse_event(obj: Any, line: int = 0) -> FileEvent:
     """Validate one decoded JSON object into a :class:`FileEvent`."""
-    where = f"line {line}"
     if not isinstance(obj, dict):
-        raise InvalidInput(where, obj, "a JSON object")
+        raise InvalidInput(f"line {line}", obj, "a JSON object")
     for key in obj:
         if key not in _ALLOWED:
-            raise InvalidInput(f"{where}: {key}", obj[key], f"one of the fields {sorted(_ALLOWED)}")
-    kind = _KINDS.get(obj.get("kind"))  # type: ignore[arg-type]
+            raise InvalidInput(f"line {line}: {key}", obj[key], f"one of the fields {sorted(_ALLOWED)}")
+    get = obj.get
+    kind = _KINDS.get(get("kind"))  # type: ignore[arg-type]
     if kind is None:
-        raise InvalidInput(f"{where}: kind", obj.get("kind"), f"one of {sorted(_KINDS)}")
-    time = parse_time(obj.get("time"), f"{where}: time")
-    sev_raw = obj.get("severity")
+        raise InvalidInput(f"line {line}: kind", get("kind"), f"one of {sorted(_KINDS)}")
+    time = parse_time(get("time"), f"line {line}: time")
     severity = None
-    if sev_raw is not None:
-        severity = _SEVERITIES.get(sev_raw)
+    if "severity" in obj:
+        severity = _SEVERITIES.get(obj["severity"])
         if severity is None:
-            raise InvalidInput(f"{where}: severity", sev_raw, f"one of {sorted(_SEVERITIES)}")
-    text = {
-        k: _opt_str(obj, k, where)
-        for k in ("component", "link", "serial", "from", "to", "message", "id", "node")
-    }
-    code = obj.get("code")
-    if code is not None and (not isinstance(code, int) or isinstance(code, bool) or code < 0):
-        raise InvalidInput(f"{where}: code", code, "a non-negative integer")
-    if kind == EventKind.MOVED:
+            raise InvalidInput(f"line {line}: severity", obj["severity"], f"one of {sorted(_SEVERITIES)}")
+    for key in _TEXT:
+        v = get(key)
+        if v is not None and not isinstance(v, str):
+            raise InvalidInput(f"line {line}: {key}", v, "a string")
+    code = get("code")
+    if code is not None and (type(code) is not int or code < 0):
+        raise InvalidInput(f"line {line}: code", code, "a non-negative integer")
+    if kind is EventKind.MOVED:
         for key in ("serial", "from", "to"):
-            if not text[key]:
+            if not get(key):
                 raise InvalidInput(
-                    f"{where}: {key}", obj.get(key), "a non-empty string (moved events name serial, from, to)"
+                    f"line {line}: {key}", get(key), "a non-empty string (moved events name serial, from, to)"
                 )
     else:
-        if not text["component"]:
-            raise InvalidInput(f"{where}: component", obj.get("component"), "a topology component id")
-        if kind in _CODED and code is None:
-            raise InvalidInput(f"{where}: code", None, f"an integer code ({kind.value} events carry one)")
+        if not get("component"):
+            raise InvalidInput(f"line {line}: component", get("component"), "a topology component id")
+        if code is None and kind in _CODED:
+            raise InvalidInput(f"line {line}: code", None, f"an integer code ({kind.value} events carry one)")
     return FileEvent(
         line=line,
         time=time,
         kind=kind,
-        component=text["component"] or "",
+        component=get("component") or "",
         code=code,
-        link=text["link"],
-        serial=text["serial"],
-        from_slot=text["from"],
-        to_slot=text["to"],
+        link=get("link"),
+        serial=get("serial"),
+        from_slot=get("from"),
+        to_slot=get("to"),
         severity=severity,
-        message=text["message"] or "",
-        id=text["id"] or "",
-        node=text["node"] or "",
+        message=get("message") or "",
+        id=get("id") or "",
+        node=get("node") or "",
     )
 
 
@@ -163,12 +165,3 @@ def format_time(dt: datetime) -> str:
     if dt.microsecond:
         return dt.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return dt.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _opt_str(obj: dict[str, Any], key: str, where: str) -> str | None:
-    v = obj.get(key)
-    if v is None:
-        return None
-    if not isinstance(v, str):
-        raise InvalidInput(f"{where}: {key}", v, "a string")
-    return v
