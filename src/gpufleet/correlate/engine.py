@@ -44,6 +44,7 @@ _FLAPPY = frozenset({EventKind.LINK_FLAP, EventKind.LINK_DOWN})
 _REFS_PER_SYMPTOM = 32
 _FOLDED_PER_COMPONENT = 8
 _EPS = 1e-9
+_NO_LOCAL: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,10 +205,7 @@ class Engine:
             key = (comp, link or "")
             sym = self._syms.get(key)
             if sym is None:
-                cands = self._candidates(comp, link)
-                far = self._links[link].other(comp) if link is not None else None
-                local = frozenset(c for c in cands if c != far or self.kind_of(c) not in ("gpu", "nic"))
-                sym = self._syms[key] = _Symptom(key, cands, local)
+                sym = self._syms[key] = _Symptom(key, (), _NO_LOCAL)
             sym.refs.append((t, ref))
             if not (j.damped and t - sym.last < self._holddown):
                 sym.last = t
@@ -218,6 +216,8 @@ class Engine:
                 if sym.action is Action.NONE or j.sev >= sym.top:
                     sym.action = j.action
                 if not sym.active and sym.weight >= 1.0 - _EPS:
+                    if not sym.cands:  # computed on first activation: most symptoms never activate
+                        self._place(sym)
                     sym.active = True
                     sym.top = sym._top()
                     for c in sym.cands:
@@ -232,6 +232,12 @@ class Engine:
         if changed:
             return self._evaluate(changed, time)
         return []
+
+    def _place(self, sym: _Symptom) -> None:
+        comp, link = sym.reporter, sym.link or None
+        sym.cands = self._candidates(comp, link)
+        far = self._links[link].other(comp) if link is not None else None
+        sym.local = frozenset(c for c in sym.cands if c != far or self.kind_of(c) not in ("gpu", "nic"))
 
     def _judge(self, kind: EventKind, code: int | None, sev: Severity | None) -> _Judgement:
         entry = self.catalog.lookup(kind.value, code)

@@ -28,11 +28,22 @@ FORMAT = "gpufleet.event/v1"
 
 _KINDS: dict[str, EventKind] = {k.value: k for k in EventKind}
 _SEVERITIES: dict[str, Severity] = {s.value: s for s in Severity}
-_ALLOWED = frozenset(
-    {"time", "kind", "component", "code", "link", "serial", "from", "to", "severity", "message", "id", "node"}
-)
+# Every allowed field and the JSON type it must have (null is accepted as "absent").
+_FIELDS: dict[str, type] = {
+    "time": str,
+    "kind": str,
+    "component": str,
+    "code": int,
+    "link": str,
+    "serial": str,
+    "from": str,
+    "to": str,
+    "severity": str,
+    "message": str,
+    "id": str,
+    "node": str,
+}
 _CODED = frozenset({EventKind.XID, EventKind.SXID})
-_TEXT = ("component", "link", "serial", "from", "to", "message", "id", "node")
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +84,15 @@ def parse_event(obj: Any, line: int = 0) -> FileEvent:
     """Validate one decoded JSON object into a :class:`FileEvent`."""
     if not isinstance(obj, dict):
         raise InvalidInput(f"line {line}", obj, "a JSON object")
-    for key in obj:
-        if key not in _ALLOWED:
-            raise InvalidInput(f"line {line}: {key}", obj[key], f"one of the fields {sorted(_ALLOWED)}")
+    for key, v in obj.items():
+        typ = _FIELDS.get(key)
+        if typ is None:
+            raise InvalidInput(f"line {line}: {key}", v, f"one of the fields {sorted(_FIELDS)}")
+        if v is not None and type(v) is not typ:
+            if key == "code":
+                raise InvalidInput(f"line {line}: code", v, "a non-negative integer")
+            if key not in ("time", "kind", "severity"):  # those three have their own messages below
+                raise InvalidInput(f"line {line}: {key}", v, "a string")
     get = obj.get
     kind = _KINDS.get(get("kind"))  # type: ignore[arg-type]
     if kind is None:
@@ -86,12 +103,8 @@ def parse_event(obj: Any, line: int = 0) -> FileEvent:
         severity = _SEVERITIES.get(obj["severity"])
         if severity is None:
             raise InvalidInput(f"line {line}: severity", obj["severity"], f"one of {sorted(_SEVERITIES)}")
-    for key in _TEXT:
-        v = get(key)
-        if v is not None and not isinstance(v, str):
-            raise InvalidInput(f"line {line}: {key}", v, "a string")
     code = get("code")
-    if code is not None and (type(code) is not int or code < 0):
+    if code is not None and code < 0:
         raise InvalidInput(f"line {line}: code", code, "a non-negative integer")
     if kind is EventKind.MOVED:
         for key in ("serial", "from", "to"):
