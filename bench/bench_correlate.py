@@ -35,7 +35,9 @@ def _baseline_top1(scs: Sequence[Scenario]) -> float:
             if ev.kind is EventKind.MOVED:
                 continue
             entry = cat.lookup(ev.kind.value, ev.code)
-            if entry.collateral or (ev.kind in (EventKind.XID, EventKind.SXID) and entry.severity is Severity.INFO):
+            if entry.collateral or (
+                ev.kind in (EventKind.XID, EventKind.SXID) and entry.severity is Severity.INFO
+            ):
                 continue
             counts[ev.component] += 1
         top = counts.most_common(1)
@@ -44,7 +46,10 @@ def _baseline_top1(scs: Sequence[Scenario]) -> float:
 
 
 def _accuracy(seeds: int) -> dict[str, object]:
-    topos: dict[TopologyKind, Topology] = {TopologyKind.HGX: generate_hgx(64), TopologyKind.NVL72: generate_nvl72(2)}
+    topos: dict[TopologyKind, Topology] = {
+        TopologyKind.HGX: generate_hgx(64),
+        TopologyKind.NVL72: generate_nvl72(2),
+    }
     out: dict[str, object] = {}
     for noise in Noise:
         per: dict[str, object] = {}
@@ -54,7 +59,10 @@ def _accuracy(seeds: int) -> dict[str, object]:
             scs = [generate(topo, kind, f, noise, s) for f in FAULTS[kind] for s in range(seeds)]
             all_scs += scs
             res = score(topo, scs)
-            per[kind.value] = {**summary(res), "by_fault": {f: round(a, 3) for f, (_, a, _) in res.by(1).items()}}
+            per[kind.value] = {
+                **summary(res),
+                "by_fault": {f: round(a, 3) for f, (_, a, _) in res.by(1).items()},
+            }
             n += res.n
             t1 += res.top1() * res.n
             t3 += res.top3() * res.n
@@ -76,10 +84,16 @@ def _throughput(nodes: int, seeds: int) -> dict[str, object]:
     gen_s = time.perf_counter() - t
     gc.collect()
     gc.freeze()  # the topology is long-lived: keep the cyclic collector from re-scanning it
-    scs = [generate(topo, TopologyKind.HGX, f, Noise.REALISTIC, s) for f in FAULTS[TopologyKind.HGX]
-           for s in range(seeds)]
-    heavy = [generate(topo, TopologyKind.HGX, f, Noise.HEAVY, 100 + s) for f in FAULTS[TopologyKind.HGX]
-             for s in range(max(1, seeds // 2))]
+    scs = [
+        generate(topo, TopologyKind.HGX, f, Noise.REALISTIC, s)
+        for f in FAULTS[TopologyKind.HGX]
+        for s in range(seeds)
+    ]
+    heavy = [
+        generate(topo, TopologyKind.HGX, f, Noise.HEAVY, 100 + s)
+        for f in FAULTS[TopologyKind.HGX]
+        for s in range(max(1, seeds // 2))
+    ]
     res = score(topo, scs)
     engine_rates, e2e_rates, lat = [], [], []
     events = 0
