@@ -219,4 +219,4 @@ class SimScheduler:
             r[0]: Job(id=r[0], name=r[1], state=JobState(r[2]), nodes=tuple(r[3]), restarts=r[4]) for r in doc["jobs"]
         }
         self._s.next_job = doc["next_job"]
-        self._s.effects = [tuple(e) for e in doc["effects"]]  # type: ignore[misc]
+        self._s.effects = [(str(e[0]), str(e[1]), str(e[2])) for e in doc["effects"]]
