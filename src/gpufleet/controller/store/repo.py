@@ -234,6 +234,13 @@ class Store:
             if plan is not None:
                 self._write(s, plan, nodes=nodes)
 
+    def retry_action(self, action_id: str, now: datetime, actor_id: str) -> None:
+        with self.session.begin() as s:
+            s.execute(update(ActionRow).where(ActionRow.id == action_id).values(
+                status=ActionStatus.PENDING, attempts=0, next_attempt=now, updated=now))
+            s.add(AuditRow(time=now, actor="operator", actor_id=actor_id, action="retry_action", target=action_id,
+                           detail="failed action re-queued"))
+
     # ---- checkpoints ------------------------------------------------------------------------
     def add_checkpoint(self, job_id: str, time: datetime, received: datetime) -> None:
         with self.session.begin() as s:
