@@ -29,8 +29,9 @@ def _root() -> None:
 
 # One line per sub-command module (gpufleet.cli.<name>), in the order shown by --help.
 _COMMANDS: tuple[str, ...] = (
-    "version",
+    "demo",
     "controller",
+    "version",
 )
 
 for _name in _COMMANDS:

@@ -212,6 +212,20 @@ class LifecycleEngine:
             plan.extend(self._apply(again, now))
         return plan
 
+    def cancel_held(self, node: str, actor_id: str, reason: str, now: datetime) -> Plan:
+        """Cancel the decision held for ``node`` (a false alarm); the node leaves suspect."""
+        d = self.held.pop(node, None)
+        if d is None:
+            raise NotFound("held decision for node", node)
+        plan = Plan(status_changes=[(d.id, DecisionStatus.CANCELLED)], audit=[AuditEntry(
+            now, Actor.OPERATOR, actor_id, "cancel_held", node, f"cancelled {d.id} ({d.reason}): {reason}")])
+        rec = self.nodes[node]
+        if rec.state == S.SUSPECT and not rec.committed:
+            back = S.IN_SERVICE if rec.has_jobs else S.READY
+            plan.extend(self._move(rec, back, now, f"held decision cancelled: {reason}", Actor.OPERATOR,
+                                   actor_id=actor_id, decision=d.id))
+        return plan
+
     def set_dry_run(self, on: bool, actor_id: str, now: datetime) -> Plan:
         self.dry_run = on
         return Plan(dry_run=on, audit=[AuditEntry(now, Actor.OPERATOR, actor_id, "dry_run", "mode",
@@ -236,9 +250,11 @@ class LifecycleEngine:
 
     def _hold(self, d: Decision, why: str, now: datetime) -> Plan:
         rec = self.nodes[d.node]
+        old = self.held.get(d.node)
+        if old is not None and old.severity.rank >= d.severity.rank:
+            return Plan()  # already held for something at least as bad: nothing new to queue
         d = replace(d, status=DecisionStatus.HELD)
         plan = Plan(decisions=[d])
-        old = self.held.get(d.node)
         if old is not None:
             plan.status_changes.append((old.id, DecisionStatus.CANCELLED))
         self.held[d.node] = d
