@@ -7,6 +7,7 @@ After an interruption it restarts once ``size`` healthy nodes are free, paying `
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -28,7 +29,7 @@ class TrainingJob:
     size: int
     interval: timedelta = timedelta(minutes=30)
     write: timedelta = timedelta(seconds=60)
-    restart: timedelta = timedelta(minutes=10)
+    restart: timedelta = timedelta(minutes=5)
     job_id: str = ""
     phase: Phase = Phase.WAITING
     phase_since: datetime | None = None
@@ -39,6 +40,9 @@ class TrainingJob:
     useful: float = 0.0
     elapsed: float = 0.0
     causes: list[str] = field(default_factory=list)
+    # Placement preference (lower sorts first): the world puts suspect nodes last, as a scheduler
+    # does when gpufleet lowers a suspect node's weight.
+    prefer: Callable[[str], tuple[int, str]] = lambda n: (0, n)
 
     def step(self, now: datetime, dt: timedelta) -> None:
         """Advance the job by ``dt`` ending at ``now``."""
@@ -92,7 +96,7 @@ class TrainingJob:
         return {j.id: j for j in self.scheduler.list_jobs()}[self.job_id].state
 
     def _try_start(self, now: datetime) -> None:
-        free = sorted(self.scheduler.schedulable())
+        free = sorted(self.scheduler.schedulable(), key=self.prefer)
         if len(free) < self.size:
             return
         try:

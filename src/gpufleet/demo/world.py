@@ -71,7 +71,7 @@ class World:
     decisions: list[Decision] = field(default_factory=list)
     transitions: list[Transition] = field(default_factory=list)
     breaker_trips: int = 0
-    detect: dict[str, datetime] = field(default_factory=dict)  # node -> when its fault was injected
+    detect: dict[str, tuple[datetime, bool]] = field(default_factory=dict)  # node -> (injected at, fatal?)
     log: list[str] = field(default_factory=list)
     _seq: int = 0
     _rng: random.Random = field(default_factory=random.Random)
@@ -81,6 +81,7 @@ class World:
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed * 7919 + 1)
         self.controller.on_plan.append(self._record)
+        self.job.prefer = lambda n: (int(self.controller.state_of(n) == NodeState.SUSPECT), n)
 
     # ---- time ---------------------------------------------------------------------------------
     def later(self, when: datetime, what: str, node: str) -> None:
@@ -149,7 +150,7 @@ class World:
                 code = self._rng.choice((13, 31, 43))
                 evs.append(self._ev(node, EventKind.XID, comp, code, "application fault"))
             if inj.kind not in (FaultKind.NOISE, FaultKind.BAD_CHECK):
-                self.detect.setdefault(node, now)
+                self.detect.setdefault(node, (now, inj.crashes_job))
         if inj.kind == FaultKind.SWITCH:
             self.later(now + timedelta(minutes=45), "switch_replaced", ",".join(inj.nodes))
         if inj.crashes_job and any(n in self.job.nodes() for n in inj.nodes):
@@ -227,8 +228,10 @@ class World:
         returned = [t for t in self.transitions
                     if t.from_state == NodeState.REVALIDATE and t.to_state == NodeState.READY]
         repaired = [t for t in self.transitions if t.to_state == NodeState.REVALIDATE]
-        d2d = [(self.scheduler.drained_at[n] - t0).total_seconds() for n, t0 in self.detect.items()
-               if n in self.scheduler.drained_at and self.scheduler.drained_at[n] >= t0]
+        d2d: dict[bool, list[float]] = {True: [], False: []}
+        for n, (t0, fatal) in self.detect.items():
+            if n in self.scheduler.drained_at and self.scheduler.drained_at[n] >= t0:
+                d2d[fatal].append((self.scheduler.drained_at[n] - t0).total_seconds())
         status = Counter(d.status.value for d in self.decisions)
         return {
             "seed": self.seed,
@@ -241,8 +244,9 @@ class World:
             "drained_nodes": drained,
             "repaired": len(repaired),
             "returned_to_service": len(returned),
-            "detect_to_drain_s": {"count": len(d2d), "median": statistics.median(d2d) if d2d else None,
-                                  "max": max(d2d) if d2d else None},
+            "detect_to_drain_s": {
+                kind: {"count": len(v), "median": statistics.median(v) if v else None, "max": max(v) if v else None}
+                for kind, v in (("fatal", d2d[True]), ("degraded_after_checkpoint", d2d[False]))},
             "breaker_trips": self.breaker_trips,
             "decisions": dict(status),
             "ettr": round(self.job.ettr, 4),
