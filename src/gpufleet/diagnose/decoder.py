@@ -45,7 +45,7 @@ class DecoderStats:
     truncated: int = 0  # lines longer than MAX_LINE (cut), or cut off at end of input
 
     def to_dict(self) -> dict[str, int]:
-        return {k: getattr(self, k) for k in self.__slots__}  # type: ignore[attr-defined]
+        return {k: getattr(self, k) for k in self.__slots__}
 
 
 @dataclass(slots=True)

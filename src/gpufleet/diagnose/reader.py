@@ -1,8 +1,8 @@
 """Reading logs: files, ``.gz`` files (nvidia-bug-report.log.gz), stdin — in constant memory.
 
 :func:`decode_stream` reads 1 MiB blocks and finds candidate lines with one ``bytes.find`` per
-candidate word (:data:`rules.CANDIDATE_BYTES`) over the whole block, so the many benign lines of a large log are
-never split, decoded or parsed one by one; they are only counted.
+candidate word (:data:`rules.CANDIDATE_BYTES`) over the whole block, so the many benign lines of a
+large log are never split, decoded or parsed one by one; they are only counted.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ def open_log(path: str, stdin: BinaryIO | None = None) -> BinaryIO:
         if not p.is_file():
             raise InvalidInput("FILE", path, "an existing log file, or - for stdin")
         raw = p.open("rb")
-    buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[arg-type]
+    buffered = raw if isinstance(raw, io.BufferedReader) else io.BufferedReader(raw)  # type: ignore[type-var]
     if buffered.peek(2)[:2] == b"\x1f\x8b":
         return gzip.GzipFile(fileobj=buffered, mode="rb")  # type: ignore[return-value]
-    return buffered  # type: ignore[return-value]
+    return buffered
 
 
 def decode_stream(stream: BinaryIO, decoder: Decoder) -> Iterator[Finding]:
@@ -47,10 +47,8 @@ def decode_stream(stream: BinaryIO, decoder: Decoder) -> Iterator[Finding]:
     while True:
         try:
             chunk = stream.read(CHUNK)
-        except (OSError, EOFError) as err:  # truncated or corrupt .gz: keep what was decoded
+        except (OSError, EOFError):  # truncated or corrupt .gz: keep what was decoded so far
             decoder.stats.truncated += 1
-            decoder.stats.bytes += 0
-            _ = err
             break
         if not chunk:
             break
@@ -98,11 +96,11 @@ def _scan(dec: Decoder, block: bytes, line: int) -> tuple[list[Finding], int]:
             line, pos = line + 1, end + 1
             continue
         hit = n
-        for k, at in enumerate(nxt):
-            if 0 <= at < pos:
-                at = nxt[k] = find(CANDIDATE_BYTES[k], pos)
-            if 0 <= at < hit:
-                hit = at
+        for k in range(len(nxt)):
+            if 0 <= nxt[k] < pos:
+                nxt[k] = find(CANDIDATE_BYTES[k], pos)
+            if 0 <= nxt[k] < hit:
+                hit = nxt[k]
         if hit == n:
             region = block[pos:]
             k = region.count(b"\n")

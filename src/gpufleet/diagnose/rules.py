@@ -63,9 +63,14 @@ class Pending:
 
 # -- NVRM Xid ---------------------------------------------------------------------------------------
 
-_XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?)\): (\d{1,5})\b,?\s*(.*)")
-_NVL5 = re.compile(r"^([A-Z0-9_/]+)\s+(Nonfatal|Non-fatal|Fatal|Link fatal)\s+(\S+)\s+(\S+)\s+Link\s+(-?\d+)\s*\(([^)]*)\)?")
-_RECOVERY = re.compile(r"recovery action changed from (0x[0-9a-fA-F]+) \(([^)]*)\) to (0x[0-9a-fA-F]+) \(([^)]*)\)")
+_BDF = r"[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"  # domain:bus:device (function optional below)
+_XID = re.compile(rf"NVRM: Xid \((?:PCI:)?({_BDF}(?:\.\d)?)\): (\d{{1,5}})\b,?\s*(.*)")
+_NVL5 = re.compile(
+    r"^([A-Z0-9_/]+)\s+(Nonfatal|Non-fatal|Fatal|Link fatal)\s+(\S+)\s+(\S+)\s+Link\s+(-?\d+)\s*\(([^)]*)\)?"
+)
+_RECOVERY = re.compile(
+    r"recovery action changed from (0x[0-9a-fA-F]+) \(([^)]*)\) to (0x[0-9a-fA-F]+) \(([^)]*)\)"
+)
 _CAUSED_BY = re.compile(r"caused by previous Xid (\d+)")
 _LINK = re.compile(r"\blink (\d+)\b", re.IGNORECASE)
 _PIDNAME = re.compile(r"pid=('?[^,']*'?),\s*name=([^,]*),\s*")
@@ -126,14 +131,17 @@ def xid(msg: str) -> Pending | None:
 
 # -- GPU lost / init failures / crash dump ----------------------------------------------------------
 
-_THE_GPU = re.compile(r"NVRM: The NVIDIA GPU ([0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d)")
+_THE_GPU = re.compile(rf"NVRM: The NVIDIA GPU ({_BDF}\.\d)")
 _FALLEN_ONE = re.compile(
-    r"NVRM: GPU (?:at PCI:)?((?:[0-9a-fA-F]{1,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?):? (?:GPU )?has fallen off the bus"
+    r"NVRM: GPU (?:at PCI:)?((?:[0-9a-fA-F]{1,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?):? "
+    r"(?:GPU )?has fallen off the bus"
 )
-_RMINIT = re.compile(r"NVRM: (?:GPU ([0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.\d): )?RmInitAdapter failed!\s*(\S*)")
+_RMINIT = re.compile(rf"NVRM: (?:GPU ({_BDF}\.\d): )?RmInitAdapter failed!\s*(\S*)")
 _PROBE = re.compile(r"(?:nvidia: probe of ([0-9a-fA-F:.]+) failed with error (-?\d+)|"
                     r"nvidia ([0-9a-fA-F:.]+): probe with driver nvidia failed with error (-?\d+))")
-_PROBE_ROUTINE = re.compile(r"NVRM: (The NVIDIA probe routine failed for \d+ device|None of the NVIDIA devices were initialized)")
+_PROBE_ROUTINE = re.compile(
+    r"NVRM: (The NVIDIA probe routine failed for \d+ device|None of the NVIDIA devices were initialized)"
+)
 
 
 class _FallenOff(Pending):

@@ -21,9 +21,12 @@ _CLASS = (
 # -- PCIe AER -----------------------------------------------------------------------------------------
 
 _AER_RECEIVED = re.compile(
-    rf"AER: (?:Multiple )?{_CLASS} error (?:message )?received(?: from|:)\s*(?:id=([0-9a-fA-F]{{4}})|({_BDF}))?"
+    rf"AER: (?:Multiple )?{_CLASS} error (?:message )?received(?: from|:)\s*"
+    rf"(?:id=([0-9a-fA-F]{{4}})|({_BDF}))?"
 )
-_AER_BUS = re.compile(rf"PCIe Bus Error: severity={_CLASS}, type=([^,]+)(?:,\s*(?:id=([0-9a-fA-F]{{4}}))?\(?([^)]*)\)?)?")
+_AER_BUS = re.compile(
+    rf"PCIe Bus Error: severity={_CLASS}, type=([^,]+)(?:,\s*(?:id=([0-9a-fA-F]{{4}}))?\(?([^)]*)\)?)?"
+)
 _AER_STATUS = re.compile(r"error status/mask=([0-9a-fA-F]{8})/([0-9a-fA-F]{8})")
 _AER_BIT = re.compile(r"(?:^|: )(?:AER: )?\s*\[\s*(\d{1,2})\]\s+(.*?)\s*(\(First\))?\s*$")
 
@@ -37,7 +40,7 @@ def _klass(text: str) -> str:
 def _decode_id(ident: str, reporter: str) -> str:
     """``id=00e8`` (bus << 8 | devfn) in the reporter's PCI domain."""
     v = int(ident, 16)
-    dom = reporter.split(":")[0] if reporter.count(":") == 2 else "0000"
+    dom = reporter.split(":", maxsplit=1)[0] if reporter.count(":") == 2 else "0000"
     return f"{dom}:{v >> 8:02x}:{(v & 0xFF) >> 3:02x}.{v & 7}"
 
 
@@ -139,7 +142,8 @@ def aer(msg: str) -> Pending | None:
 _PORT_STATE = re.compile(rf"({_BDF})(?: (\S+))?: Port: (\d+) Link (DOWN|INIT|ARMED|ACTIVE\w*)")
 _NETDEV_LINK = re.compile(rf"mlx5_core ({_BDF}) (\S+): Link (down|up)\b")
 _MODULE = re.compile(
-    rf"(?:({_BDF}): )?Port module event(?:\[error\])?: module (\d+), Cable (plugged|unplugged|error)(?:, (.*))?"
+    rf"(?:({_BDF}): )?Port module event(?:\[error\])?: module (\d+), "
+    r"Cable (plugged|unplugged|error)(?:, (.*))?"
 )
 _NIC_FATAL = re.compile(
     r"(device's health compromised|unrecoverable hardware error|Will cause a leak of a command resource)"
