@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 MAX_LINE = 16_384  # characters kept of one line; the rest is cut (and counted)
 MAX_RAW = 4_096  # characters of joined raw text kept per finding
+_NONFATAL = ("Non-fatal", "Nonfatal")
 _CAP = 4_096  # entries kept in the decoder's small lookup tables (GPU UUIDs, link states)
 
 
@@ -239,7 +240,7 @@ class Decoder:
         known = (hit.catalog_kind, hit.code) in self.catalog.entries
         sev, action = entry.severity, entry.action
         detail = dict(hit.detail)
-        if hit.kind is FindingKind.SXID and not known and detail.get("sxid_severity") != "Fatal":
+        if hit.kind is FindingKind.SXID and not known and detail.get("sxid_severity") in _NONFATAL:
             sev, action = Severity.INFO, Action.NONE  # unknown code the switch itself calls non-fatal
         if hit.stated is not None and hit.stated[0].rank > sev.rank:
             sev, action = hit.stated

@@ -66,10 +66,14 @@ class AerEvent(Pending):
         self.etype = m[2].strip()
         dev = _DEV.search(msg)
         assert self.hit is not None
-        if m[3] and self.hit.pci_raw is None and self.reporter:
-            self.hit.pci_raw = _decode_id(m[3], self.reporter)
-        if dev and self.hit.pci_raw is None:
+        # The device that prints "PCIe Bus Error" is the one whose AER registers hold the error; the
+        # requester id of the "error received" line is kept as ``source_id``.
+        if self.hit.pci_raw is not None:
+            self.hit.detail.append(("source_id", self.hit.pci_raw))
+        if dev:
             self.hit.pci_raw = dev[1]
+        elif m[3] and self.reporter:
+            self.hit.pci_raw = _decode_id(m[3], self.reporter)
         if m[4]:
             self.hit.detail.append(("agent", m[4].strip()))
 
@@ -213,8 +217,9 @@ class McePending(Pending):
             _bank(self, msg)
             return True
         m = _EDAC_COUNT.search(msg)
-        if m:
-            _edac(self, m)
+        if m and self.hit is not None and ("class", "CE") not in self.hit.detail and (
+            "class", "UE") not in self.hit.detail:
+            _edac(self, m)  # the EDAC decode of this machine check; a second count is a new event
             return True
         return False
 
