@@ -44,9 +44,11 @@ def decode_stream(stream: BinaryIO, decoder: Decoder) -> Iterator[Finding]:
     rest = b""
     line = 1
     skipping = False  # inside an over-long line whose head was already fed
+    # read1 returns what is decoded so far, so a truncated .gz still yields its readable part.
+    read = getattr(stream, "read1", stream.read)
     while True:
         try:
-            chunk = stream.read(CHUNK)
+            chunk = read(CHUNK)
         except (OSError, EOFError):  # truncated or corrupt .gz: keep what was decoded so far
             decoder.stats.truncated += 1
             break

@@ -33,7 +33,10 @@ def count_in_window(times: Iterable[T], window: timedelta) -> int:
     """
     if window < timedelta(0):
         raise InvalidInput("window", window, "a non-negative duration")
-    ordered = sorted(times)
+    items = list(times)
+    if len({isinstance(t, datetime) for t in items}) > 1:
+        raise InvalidInput("times", items[:3], "all datetimes or all seconds, not a mix")
+    ordered = sorted(items)
     best = 0
     lo = 0
     limit = window.total_seconds()
