@@ -89,6 +89,12 @@ class Decoder:
         line must go through :meth:`feed`, not only candidate lines."""
         return self._open is not None or self._prefix.relative_mode
 
+    def skip_clean(self, lines: int, nbytes: int) -> None:
+        """Account for ``lines`` complete lines of ``nbytes`` bytes known to be ASCII without NULs."""
+        self.stats.lines += lines
+        self.stats.bytes += nbytes
+        self._next += lines
+
     def skip(self, region: bytes, lines: int) -> None:
         """Account for ``lines`` complete lines (``region``) that the caller rejected in bulk."""
         st = self.stats
@@ -127,37 +133,46 @@ class Decoder:
             st.truncated += 1
             text = text[:MAX_LINE]
         candidate = rules.CANDIDATE.search(text) is not None
-        if not candidate and self._open is None:
-            if self._prefix.relative_mode:
-                self._prefix.relative_delta(text)
-            return []
-        parsed = self._prefix.parse(text)
-        msg = parsed.message
         out: list[Finding] = []
         if self._open is not None:
+            parsed = self._prefix.parse(text)
             op = self._open
-            if op.pend.accept(msg):
+            if op.pend.accept(parsed.message):
                 op.pend.lines += 1
                 if sum(len(r) for r in op.raw) < MAX_RAW:
                     op.raw.append(text)
                 return out
             out += self._close()
-        if not candidate:
-            return out
-        st.candidates += 1
-        pend = self._recognise(msg, n, parsed.time, parsed.uptime)
+            if not candidate:
+                return out
+            st.candidates += 1
+            pend = self._recognise(parsed.message, n)
+        else:
+            if not candidate:
+                if self._prefix.relative_mode:
+                    self._prefix.relative_delta(text)
+                return out
+            # Recognise on the raw line (the recognisers search, they do not anchor) and parse the
+            # prefix only for a hit: most candidate lines are benign driver chatter.
+            st.candidates += 1
+            pend = self._recognise(text, n)
+            if pend is None:
+                if self._prefix.relative_mode:
+                    self._prefix.relative_delta(text)
+                return out
+            parsed = self._prefix.parse(text)
         if pend is None:
+            return out
+        if isinstance(pend, rules_host.OomStart):
+            self._oom_start = (n, parsed.time, parsed.uptime)
             return out
         if isinstance(pend, rules_host.LinkUp):
             if self._links.get(pend.key) == "down":
                 self._links[pend.key] = "up_after_down"
             return out
-        op = _Open(pend, n, parsed.time, parsed.uptime, [text])
+        self._open = _Open(pend, n, parsed.time, parsed.uptime, [text])
         if type(pend) is rules.Pending:  # takes no further lines: complete now
-            self._open = op
             out += self._close()
-        else:
-            self._open = op
         return out
 
     def flush(self) -> list[Finding]:
@@ -166,9 +181,7 @@ class Decoder:
 
     # -- internals -------------------------------------------------------------------------------
 
-    def _recognise(
-        self, msg: str, n: int, time: datetime | None, uptime: float | None
-    ) -> rules.Pending | None:
+    def _recognise(self, msg: str, n: int) -> rules.Pending | None:
         if "Xid" in msg:
             pend = rules.sxid(msg) if "SXid" in msg else rules.xid(msg)
             if pend is not None:
@@ -180,10 +193,6 @@ class Decoder:
             pend = rules.gpu_lost(msg) or rules.nvlink(msg)
             if pend is not None:
                 return pend
-        elif "nvlink" in msg:
-            pend = rules.nvlink(msg)
-            if pend is not None:
-                return pend
         if "AER" in msg or "PCIe Bus Error" in msg:
             pend = rules_host.aer(msg)
             if pend is not None:
@@ -193,8 +202,7 @@ class Decoder:
             if pend is not None:
                 return self._flap(pend)
         if "oom-killer" in msg:
-            self._oom_start = (n, time, uptime)
-            return None
+            return rules_host.OomStart(None)
         if "Killed process" in msg:
             return rules_host.oom(msg)
         return rules_host.mce(msg)

@@ -84,11 +84,14 @@ def _scan(dec: Decoder, block: bytes, line: int) -> tuple[list[Finding], int]:
     """Feed the candidate lines of ``block`` (complete lines) and bulk-count the rest.
 
     ``nxt[k]`` caches the next occurrence of candidate word ``k`` at or after the scan position, so
-    every word scans the block about once, whatever the number of candidates.
+    every word scans the block about once, whatever the number of candidates. A block that is plain
+    ASCII without NULs (the usual case) is counted without copying; otherwise each skipped region is
+    checked for binary and invalid UTF-8 lines.
     """
     out: list[Finding] = []
     pos, n = 0, len(block)
-    find = block.find
+    find, count = block.find, block.count
+    clean = block.isascii() and b"\x00" not in block
     nxt = [find(w) for w in CANDIDATE_BYTES]
     while pos < n:
         if dec.wants_every_line:
@@ -103,19 +106,17 @@ def _scan(dec: Decoder, block: bytes, line: int) -> tuple[list[Finding], int]:
                 nxt[k] = find(CANDIDATE_BYTES[k], pos)
             if 0 <= nxt[k] < hit:
                 hit = nxt[k]
-        if hit == n:
-            region = block[pos:]
-            k = region.count(b"\n")
-            dec.skip(region, k)
-            line += k
-            break
-        i = block.rfind(b"\n", pos, hit)
+        i = block.rfind(b"\n", pos, hit) if hit < n else n - 1
         start = pos if i < 0 else i + 1
         if start > pos:
-            region = block[pos:start]
-            k = region.count(b"\n")
-            dec.skip(region, k)
+            k = count(b"\n", pos, start)
+            if clean:
+                dec.skip_clean(k, start - pos)
+            else:
+                dec.skip(block[pos:start], k)
             line += k
+        if hit == n:
+            break
         end = find(b"\n", hit)
         end = n if end < 0 else end
         out += dec.feed(block[start:end], line)

@@ -267,6 +267,11 @@ def mce(msg: str) -> Pending | None:
 
 # -- OOM --------------------------------------------------------------------------------------------
 
+
+class OomStart(Pending):
+    """Not an event: ``... invoked oom-killer`` starts the report that ``Killed process`` ends."""
+
+
 _KILLED = re.compile(r"(?:(Memory cgroup out of memory|Out of memory): )?Killed process (\d+) \((.*?)\)")
 
 
