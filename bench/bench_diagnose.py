@@ -4,9 +4,9 @@ A synthetic, mostly benign journal-style log (real benign kernel lines, one faul
 lines) is written to /tmp at two sizes (quick: 5 MB and 20 MB; full: 100 MB and 1 GB). Each size is
 decoded by ``gpufleet diagnose``'s reader in a fresh subprocess that reports lines/s and its peak
 RSS, so memory can be compared across sizes. Throughput is reported per CPU second (the single core
-the decoder runs on; the shared CI box's other load does not count) and per wall-clock second. Side by side, in one run: the block scanner
-(``reader.decode_stream``) against feeding every line to ``Decoder.feed`` (the per-line API the
-node agent uses), on the smaller file. The generated files are deleted afterwards.
+the decoder runs on; the shared CI box's other load does not count) and per wall-clock second.
+Side by side, in one run: the block scanner (``reader.decode_stream``) against feeding every line
+to ``Decoder.feed`` (the per-line API the node agent uses), on the smaller file. The generated files are deleted afterwards.
 """
 
 from __future__ import annotations
@@ -36,12 +36,12 @@ BENIGN = [
     (5, "kernel: [{t}] mce: CPU supports 7 MCE banks"),
     (1, "kernel: [{t}] nvidia-uvm: Loaded the UVM driver, major device number 502."),
     (1, "kernel: [{t}] mlx5_core 0000:ab:00.0 mlx5_5: Port: 1 Link ACTIVE"),
-    (1, "kernel: [{t}] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 01:44:30 UTC 2024"),
+    (1, "kernel: [{t}] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 2024"),
 ]
 FAULTS = [
-    "kernel: [{t}] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
+    "kernel: [{t}] NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off",
     "kernel: [{t}] NVRM: Xid (PCI:0000:5d:00): 94, pid=1234, name=python3, Contained ECC error",
-    "kernel: [{t}] nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Fatal, Link 28 sourcetrack timeout error",
+    "kernel: [{t}] nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Fatal, Link 28 sourcetrack timeout",
     "kernel: [{t}] pcieport 0000:00:03.0: AER: Corrected error received: 0000:3b:00.0",
     "kernel: [{t}] mlx5_core 0000:12:00.0: Port module event: module 0, Cable unplugged",
 ]
