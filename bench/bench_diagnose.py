@@ -6,7 +6,8 @@ decoded by ``gpufleet diagnose``'s reader in a fresh subprocess that reports lin
 RSS, so memory can be compared across sizes. Throughput is reported per CPU second (the single core
 the decoder runs on; the shared CI box's other load does not count) and per wall-clock second.
 Side by side, in one run: the block scanner (``reader.decode_stream``) against feeding every line
-to ``Decoder.feed`` (the per-line API the node agent uses), on the smaller file. The generated files are deleted afterwards.
+to ``Decoder.feed`` (the per-line API the node agent uses), on the smaller file. The generated
+files are deleted afterwards.
 """
 
 from __future__ import annotations
