@@ -16,6 +16,7 @@ of the same test that the CLI uses).
 from __future__ import annotations
 
 import logging
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 
@@ -30,6 +31,7 @@ log = logging.getLogger(__name__)
 MAX_LINE = 16_384  # characters kept of one line; the rest is cut (and counted)
 MAX_RAW = 4_096  # characters of joined raw text kept per finding
 _NONFATAL = ("Non-fatal", "Nonfatal")
+_HUMAN_HEADER = re.compile(rb"(?m)^\[[A-Z][a-z]{2}\s?\d{1,2} \d\d:\d\d\]")
 _CAP = 4_096  # entries kept in the decoder's small lookup tables (GPU UUIDs, link states)
 
 
@@ -88,6 +90,12 @@ class Decoder:
         """True while a multi-line event is open or the log uses dmesg -H relative stamps: then every
         line must go through :meth:`feed`, not only candidate lines."""
         return self._open is not None or self._prefix.relative_mode
+
+    def prime(self, sample: bytes) -> None:
+        """Look at the start of a log: a ``dmesg -H`` log needs every line (its stamps are deltas),
+        so block readers must not skip lines in bulk. Call before feeding, with the first block."""
+        if _HUMAN_HEADER.search(sample[:65536]):
+            self._prefix.relative_mode = True
 
     def skip_clean(self, lines: int, nbytes: int) -> None:
         """Account for ``lines`` complete lines of ``nbytes`` bytes known to be ASCII without NULs."""
@@ -149,8 +157,8 @@ class Decoder:
             pend = self._recognise(parsed.message, n)
         else:
             if not candidate:
-                if self._prefix.relative_mode:
-                    self._prefix.relative_delta(text)
+                if self._prefix.relative_mode or (text[:1] == "[" and text[1:2].isalpha()):
+                    self._prefix.relative_delta(text)  # dmesg -H: keep the running clock
                 return out
             # Recognise on the raw line (the recognisers search, they do not anchor) and parse the
             # prefix only for a hit: most candidate lines are benign driver chatter.

@@ -10,6 +10,7 @@ Forms understood, each with an example:
   ``фев 12``, ``11月 21``; an unknown month name keeps the message and drops the time)
 * journalctl -o short-iso / rsyslog: ``2026-11-21T12:00:03+0000 host kernel: ...``
 * ``/dev/kmsg`` records: ``4,1234,5678901,-;NVRM: ...``
+* logread (busybox/OpenWrt): ``Tue Apr  8 16:00:53 2025 kern.info kernel: [ 16.57] ...``
 * an optional ``<4>`` syslog priority, and a ``[ secs]`` dmesg stamp after a syslog tag.
 
 Lines without a recognised prefix are passed through unchanged (bug-report sections, plain text).
@@ -56,6 +57,7 @@ _ISO = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:([.,])(\d{1,9}))?"
     r"(Z|[+-]\d{2}:?\d{2})?\s+"
 )
+_CTIME_PLAIN = re.compile(r"^\w+ (\w+)\.? +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\s+")
 _SYSLOG = re.compile(r"^(\w{1,12}\.?|\d{1,2}[月월])\s+(\d{1,2})\s+(\d{2}):(\d{2}):(\d{2})(?:\.\d+)?\s+")
 _HOST_TAG = re.compile(r"^(?:[^\s:]\S*[^\s:]|[^\s:])\s+([^\s:\[]+)(?:\[\d+\])?:\s")
 _TAG = re.compile(r"^([^\s:\[]+)(?:\[\d+\])?:\s")
@@ -105,11 +107,14 @@ class PrefixParser:
             text = text[m.end() :]
             if m[7] != ",":  # dmesg --time-format iso (comma fraction) has no host/tag
                 text = _strip_tag(text)
-        else:
-            m = _SYSLOG.match(text)
-            if m:
-                time = self._short(m)
-                text = _strip_tag(text[m.end() :])
+        elif (m := _SYSLOG.match(text)) is not None:
+            time = self._short(m)
+            text = _strip_tag(text[m.end() :])
+        elif (m := _CTIME_PLAIN.match(text)) is not None:  # busybox/OpenWrt logread
+            month = _MONTHS.get(m[1].lower())
+            if month:
+                time = _mk(int(m[6]), month, int(m[2]), int(m[3]), int(m[4]), int(m[5]), self.tz)
+            text = _strip_tag(text[m.end() :])
         if text.startswith("["):
             inner = self._bracketed(text)
             return Parsed(inner.message, time or inner.time, inner.uptime)

@@ -72,6 +72,8 @@ def decode_stream(stream: BinaryIO, decoder: Decoder) -> Iterator[Finding]:
                 rest = data
             continue
         block, rest = data[: cut + 1], data[cut + 1 :]
+        if line == 1:
+            decoder.prime(block)
         found, line = _scan(decoder, block, line)
         yield from found
     if rest and not skipping:

@@ -97,3 +97,32 @@ def test_kmsg_record() -> None:
 
 def test_syslog_priority_prefix() -> None:
     assert PrefixParser().parse(f"<3>[ 12.000000] {XID}").message == XID
+
+
+def test_dmesg_human_log_times_through_both_readers() -> None:
+    import io
+
+    from gpufleet.diagnose.decoder import Decoder
+    from gpufleet.diagnose.reader import decode_stream
+    from gpufleet.domain.catalog import load_default_catalog
+
+    log = (
+        "[Nov21 12:00] usb 1-1: new high-speed USB device number 2 using xhci_hcd\n"
+        "[  +2.000000] EXT4-fs (sda1): mounted filesystem\n"
+        "[  +0.500000] systemd[1]: Started Session 1 of user root.\n"
+        f"[  +1.000000] {XID}\n"
+    )
+    want = datetime(2026, 11, 21, 12, 0, 3, 500000, tzinfo=UTC)
+    cat = load_default_catalog()
+    dec = Decoder(cat, year=2026)
+    per_line = [f for ln in log.splitlines() for f in dec.feed(ln)] + dec.flush()
+    dec2 = Decoder(cat, year=2026)
+    streamed = list(decode_stream(io.BytesIO(log.encode()), dec2))
+    assert [f.time for f in per_line] == [want] == [f.time for f in streamed]
+
+
+def test_logread_prefix() -> None:
+    # Line shape from https://github.com/Ysurac/openmptcprouter/issues/3879 (OpenWrt logread).
+    p = PrefixParser().parse(f"Tue Apr  8 16:00:53 2025 kern.info kernel: [   16.570126] {XID}")
+    assert p.message == XID and p.uptime == 16.570126
+    assert p.time == datetime(2025, 4, 8, 16, 0, 53, tzinfo=UTC)
