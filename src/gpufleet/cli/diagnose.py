@@ -60,6 +60,15 @@ def register(app: typer.Typer) -> None:
         except GpufleetError as err:
             render_error(err)
             raise typer.Exit(exit_code_for(err)) from None
-        typer.echo(render_json(report) if json_out else render_table(report, file))
+        if json_out:
+            typer.echo(render_json(report))
+            st = report.stats
+            notes = {"binary_lines": st.binary, "invalid_utf8_lines": st.invalid_utf8,
+                     "truncated_lines": st.truncated, "repeated_findings_not_kept": report.suppressed}
+            if any(notes.values()):
+                typer.echo("gpufleet diagnose: input: " + ", ".join(f"{k}={v}" for k, v in notes.items()),
+                           err=True)
+        else:
+            typer.echo(render_table(report, file))
         if report.fatal:
             raise typer.Exit(EXIT_FOUND_PROBLEM)

@@ -183,8 +183,18 @@ class Decoder:
             out += self._close()
         return out
 
+    @property
+    def has_open_event(self) -> bool:
+        """True while a multi-line event waits for its next line (see :meth:`flush`)."""
+        return self._open is not None
+
     def flush(self) -> list[Finding]:
-        """Complete the open multi-line event, if any (call at end of input)."""
+        """Complete the open multi-line event, if any.
+
+        Call at end of input — and, when following a live source such as ``/dev/kmsg``, whenever
+        the source has been idle for a moment while :attr:`has_open_event` is true: an event is
+        only complete when the next line shows it has no more continuation lines.
+        """
         return self._close()
 
     # -- internals -------------------------------------------------------------------------------

@@ -90,3 +90,11 @@ def test_usage_errors_exit_2(tmp_path: Path) -> None:
     res = runner.invoke(app, ["diagnose", "--inventory", str(inv), str(FIXTURES / "benign.log")])
     assert res.exit_code == 2 and "gpu[0].pci" in res.output
     assert runner.invoke(app, ["diagnose"]).exit_code == 2
+
+
+def test_json_mode_reports_garbage_counts_on_stderr() -> None:
+    data = b"\x00\x01 binary\n\xff\xfe bad utf8\n" + (FIXTURES / "xid79-154-journal.log").read_bytes()
+    res = runner.invoke(app, ["diagnose", "-", "--json"], input=data)
+    assert res.exit_code == 1
+    assert "binary_lines=1" in res.stderr and "invalid_utf8_lines=1" in res.stderr
+    assert [r["code"] for r in json.loads(res.stdout)] == [79, None, 154]

@@ -114,3 +114,18 @@ def test_corrupt_gzip_keeps_what_was_decoded() -> None:
     dec = Decoder(CATALOG)
     found = list(decode_stream(stream, dec))
     assert found and all(f.code == 79 for f in found)
+
+
+def test_repeated_findings_beyond_the_cap_are_counted_not_kept() -> None:
+    from gpufleet.diagnose.report import KEEP_PER_KEY, analyse
+
+    line = b"[ 1.0] nvidia-nvswitch0: SXid (PCI:0000:06:00.0): 20009, Non-fatal, Link 04 RX Short Error Rate\n"
+    dec = Decoder(CATALOG)
+    rep = analyse(decode_stream(io.BytesIO(line * (KEEP_PER_KEY + 5)), dec), CATALOG, dec.stats)
+    assert (len(rep.findings), rep.suppressed, dec.stats.findings) == (KEEP_PER_KEY, 5, KEEP_PER_KEY + 5)
+
+
+def test_flush_completes_an_event_waiting_for_continuation_lines() -> None:
+    dec = Decoder(CATALOG)
+    assert dec.feed(XID) == [] and dec.has_open_event  # an Xid may still be followed by dump lines
+    assert [f.code for f in dec.flush()] == [79] and not dec.has_open_event
