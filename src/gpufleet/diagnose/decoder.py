@@ -205,7 +205,7 @@ class Decoder:
             if pend is not None:
                 return pend
         if "NVRM" in msg or "probe" in msg:
-            if "NVRM: GPU at PCI:" in msg:
+            if "NVRM: GPU at " in msg and "GPU-" in msg:
                 self._remember_uuid(msg)
                 return None
             pend = rules.gpu_lost(msg) or rules.nvlink(msg)
@@ -238,7 +238,7 @@ class Decoder:
         return pend
 
     def _remember_uuid(self, msg: str) -> None:
-        head, _, uuid = msg.partition("NVRM: GPU at PCI:")[2].partition(": ")
+        head, _, uuid = msg.partition("NVRM: GPU at ")[2].removeprefix("PCI:").partition(": ")
         pci = normalise_pci(head)
         if pci and uuid.startswith("GPU-") and (pci in self._uuid or len(self._uuid) < _CAP):
             self._uuid[pci] = uuid.strip()

@@ -81,3 +81,14 @@ def test_stdin_is_read_through_the_same_path(catalog: Catalog) -> None:
     with open_log("-", io.BytesIO(data)) as fh:
         codes = [f.code for f in decode_stream(fh, dec)]
     assert codes == [28006, 20009, 24007, 12033, 26006, 20009]
+
+
+def test_gpu_uuid_from_both_driver_generations_is_attached(catalog: Catalog) -> None:
+    for name, pci, uuid in [
+        ("xid16-kernlog-bumblebee329.log", "0000:01:00.0", "GPU-009fc6be-db2e-11be-ceae-9ba664de1bac"),
+        ("xid79-dgx-h100-dmesg.log", "0000:5d:00.0", "GPU-f1906b9b-557a-e961-045c-9fe4be3ce012"),
+    ]:
+        dec = Decoder(catalog)
+        with open_log(str(FIXTURES / name)) as fh:
+            found = [f for f in decode_stream(fh, dec) if f.pci == pci]
+        assert found and all(f.get("uuid") == uuid for f in found)
