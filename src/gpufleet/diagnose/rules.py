@@ -25,7 +25,6 @@ CANDIDATE_WORDS = (
 CANDIDATE = re.compile("|".join(re.escape(w) for w in CANDIDATE_WORDS))
 CANDIDATE_BYTES = tuple(w.encode() for w in CANDIDATE_WORDS)
 
-F, D, I = Severity.FATAL, Severity.DEGRADED, Severity.INFO  # noqa: E741
 
 
 @dataclass(slots=True)
@@ -76,13 +75,13 @@ _CAUSED_BY = re.compile(r"caused by previous Xid (\d+)")
 _LINK = re.compile(r"\blink (\d+)\b", re.IGNORECASE)
 _PIDNAME = re.compile(r"pid=('?[^,']*'?),\s*name=([^,]*),\s*")
 _RECOVERY_JUDGEMENT: dict[str, tuple[Severity, Action]] = {
-    "none": (I, Action.NONE),
-    "gpu reset required": (F, Action.RESET_GPU),
-    "pf flr": (F, Action.RESET_GPU),
-    "node reboot required": (F, Action.REBOOT),
-    "os reboot": (F, Action.REBOOT),
-    "drain p2p": (D, Action.DRAIN_AND_INSPECT),
-    "drain and reset": (F, Action.RESET_GPU),
+    "none": (Severity.INFO, Action.NONE),
+    "gpu reset required": (Severity.FATAL, Action.RESET_GPU),
+    "pf flr": (Severity.FATAL, Action.RESET_GPU),
+    "node reboot required": (Severity.FATAL, Action.REBOOT),
+    "os reboot": (Severity.FATAL, Action.REBOOT),
+    "drain p2p": (Severity.DEGRADED, Action.DRAIN_AND_INSPECT),
+    "drain and reset": (Severity.FATAL, Action.RESET_GPU),
 }
 
 
@@ -113,12 +112,12 @@ def xid(msg: str) -> Pending | None:
         unit, sev_word, *_ = nvl.groups()
         hit.detail += [("unit", unit), ("link", nvl[5]), ("registers", nvl[6].strip())]
         if sev_word.lower() in ("fatal", "link fatal"):
-            hit.stated = (F, Action.RESET_GPU)
+            hit.stated = (Severity.FATAL, Action.RESET_GPU)
         hit.detail.append(("nvlink_severity", sev_word))
     rec = _RECOVERY.search(rest)
     if rec:
         hit.detail += [("recovery_from", rec[2]), ("recovery_to", rec[4])]
-        hit.stated = _RECOVERY_JUDGEMENT.get(rec[4].strip().lower(), (D, Action.CONTACT_SUPPORT))
+        hit.stated = _RECOVERY_JUDGEMENT.get(rec[4].strip().lower(), (Severity.DEGRADED, Action.CONTACT_SUPPORT))
     cb = _CAUSED_BY.search(rest)
     if cb:
         hit.detail.append(("caused_by_xid", cb[1]))
@@ -237,7 +236,7 @@ def sxid(msg: str) -> Pending | None:
     head = _SXID_HEAD.match(m[4])
     if head:
         if head[1] == "Fatal":
-            hit.stated = (F, Action.REBOOT)
+            hit.stated = (Severity.FATAL, Action.REBOOT)
         hit.detail.append(("sxid_severity", head[1]))
         if head[2]:
             hit.detail.append(("link", str(int(head[2]))))

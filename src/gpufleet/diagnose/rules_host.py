@@ -9,8 +9,6 @@ from gpufleet.diagnose.rules import Hit, Pending
 from gpufleet.domain.catalog import Action
 from gpufleet.domain.events import Severity
 
-F, D, I = Severity.FATAL, Severity.DEGRADED, Severity.INFO  # noqa: E741
-
 _BDF = r"[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]"
 _DEV = re.compile(rf"({_BDF})(?: [\w.\-]+)?: ")
 _CLASS = (
@@ -117,7 +115,7 @@ class AerEvent(Pending):
         if self.status is not None:
             hit.detail.append(("status", f"{self.status:08x}/{self.mask:08x}"))
         if self.klass == "fatal":
-            hit.stated = (F, Action.DRAIN_AND_INSPECT)
+            hit.stated = (Severity.FATAL, Action.DRAIN_AND_INSPECT)
         hit.name = f"AER {self.klass}" + (f" {first[1]}" if first else "")
         return hit
 
@@ -186,13 +184,13 @@ def nic(msg: str) -> Pending | None:
         hit = Hit(FindingKind.IB_LINK, None, m[1], "ib_link", name=name,
                   detail=[("event", "cable"), ("module", m[2])] + ([("reason", reason)] if reason else []))
         if "Temperature" in reason:
-            hit.stated = (D, Action.DRAIN_AND_INSPECT)
+            hit.stated = (Severity.DEGRADED, Action.DRAIN_AND_INSPECT)
         return Pending(hit)
     m = _NIC_FATAL.search(msg)
     if m and "mlx5" in msg:
         dev = _DEV.search(msg)
         return Pending(Hit(FindingKind.IB_LINK, None, dev[1] if dev else None, "ib_link",
-                           stated=(F, Action.DRAIN_AND_INSPECT), name="NIC device failure",
+                           stated=(Severity.FATAL, Action.DRAIN_AND_INSPECT), name="NIC device failure",
                            meaning=f"mlx5 reports: {m[1]}", detail=[("event", "device_error")]))
     return None
 
@@ -230,10 +228,10 @@ def _bank(p: Pending, msg: str) -> None:
         status = int(b[2], 16)
         p.hit.detail += [("bank", b[1]), ("mci_status", b[2])]
         if status & (_UC_BIT | _PCC_BIT):
-            p.hit.stated = (F, Action.DRAIN_AND_INSPECT)
+            p.hit.stated = (Severity.FATAL, Action.DRAIN_AND_INSPECT)
             p.hit.name = "uncorrected machine check"
     if "Processor context corrupt" in msg and p.hit is not None:
-        p.hit.stated = (F, Action.DRAIN_AND_INSPECT)
+        p.hit.stated = (Severity.FATAL, Action.DRAIN_AND_INSPECT)
 
 
 def _edac(p: Pending, m: re.Match[str]) -> None:
@@ -241,7 +239,7 @@ def _edac(p: Pending, m: re.Match[str]) -> None:
     p.hit.detail += [("mc", m[1]), ("count", m[2]), ("class", m[3]), ("location", m[4][:160])]
     p.hit.name = f"EDAC {m[3]} memory error"
     if m[3] == "UE":
-        p.hit.stated = (F, Action.DRAIN_AND_INSPECT)
+        p.hit.stated = (Severity.FATAL, Action.DRAIN_AND_INSPECT)
 
 
 def mce(msg: str) -> Pending | None:
@@ -255,11 +253,12 @@ def mce(msg: str) -> Pending | None:
         _edac(p, m)
         return p
     if "Uncorrected hardware memory error" in msg:
-        return Pending(Hit(FindingKind.MCE_EDAC, None, None, "mce_edac", stated=(F, Action.DRAIN_AND_INSPECT),
-                           name="uncorrected memory error"))
+        fatal = (Severity.FATAL, Action.DRAIN_AND_INSPECT)
+        return Pending(Hit(FindingKind.MCE_EDAC, None, None, "mce_edac", stated=fatal, name="uncorrected memory error"))
     m2 = re.search(r"Memory failure: (0x[0-9a-fA-F]+): .*?: (Recovered|Failed|Ignored|Delayed)", msg)
     if m2:
-        stated = (D, Action.DRAIN_AND_INSPECT) if m2[2] == "Recovered" else (F, Action.DRAIN_AND_INSPECT)
+        sev = Severity.DEGRADED if m2[2] == "Recovered" else Severity.FATAL
+        stated = (sev, Action.DRAIN_AND_INSPECT)
         return Pending(Hit(FindingKind.MCE_EDAC, None, None, "mce_edac", stated=stated,
                            name=f"memory failure ({m2[2].lower()})", detail=[("pfn", m2[1])]))
     return None
