@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -29,7 +31,7 @@ def test_every_state_has_a_legal_path_to_ready_or_retired(state: NodeState) -> N
     path = path_home(state)
     assert path[0] == state
     assert path[-1] in (NodeState.READY, NodeState.RETIRED)
-    for a, b in zip(path, path[1:], strict=False):
+    for a, b in itertools.pairwise(path):
         assert b in TRANSITIONS[a], f"{a} -> {b} is not in the table"
 
 
@@ -43,7 +45,7 @@ def test_retired_is_terminal_and_reachable_from_everywhere() -> None:
 def test_lifecycle_chain_from_the_issue_is_legal() -> None:
     chain = ["new", "burn_in", "ready", "in_service", "suspect", "draining", "drained", "repair",
              "revalidate", "ready", "in_service", "ready"]
-    for a, b in zip(chain, chain[1:], strict=False):
+    for a, b in itertools.pairwise(chain):
         transition("n1", NodeState(a), NodeState(b), time=T0, reason="r", actor=Actor.SYSTEM)
 
 
