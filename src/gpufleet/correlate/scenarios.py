@@ -148,7 +148,8 @@ def generate(topology: Topology, kind: TopologyKind, fault: FaultType, noise: No
 # -- background noise ----------------------------------------------------------------------------------
 
 # Fractions of components with a background event in a 30-minute window (our assumption, docs/correlate.md):
-# application XIDs on ~2 % of GPUs (jobs crashing), 1-3 corrected events on ~1-2 % of GPUs / NICs / links.
+# application XIDs on ~2 % of GPUs (jobs crashing), 1-3 corrected events on ~1-2 % of GPUs / NICs / links,
+# 1-3 non-fatal SXIDs on ~2 % of NVSwitch chips.
 _NOISE_RATE = {Noise.NONE: 0.0, Noise.REALISTIC: 1.0, Noise.HEAVY: 5.0}
 
 
@@ -180,6 +181,12 @@ def _noise(topo: Topology, st: _Stream, level: Noise) -> None:
         for _ in range(_burst(rng, level)):
             end = ln.a if rng.random() < 0.7 else ln.b
             st.add(rng.uniform(0, span), E.LINK_ERROR, end, link=ln.id)
+    chips = topo.of_kind(K.NVSWITCH)
+    for chip in rng.sample(chips, min(len(chips), round(0.02 * scale * len(chips)))):
+        lids = topo.links_of(chip)
+        for _ in range(_burst(rng, level)):  # non-fatal SXIDs: SBE, replay, short error rate
+            st.add(rng.uniform(0, span), E.SXID, chip, code=rng.choice((11012, 20001, 20009, 22013)),
+                   link=rng.choice(lids) if lids else None)
     if level is Noise.HEAVY:  # a few unrelated degraded readings (hot GPUs)
         for g in rng.sample(gpus, min(len(gpus), max(1, round(0.002 * len(gpus))))):
             st.add(rng.uniform(0, span), E.THERMAL, g)
@@ -241,7 +248,7 @@ def _nvlink_storm(
             st.add(t, E.XID, gpu, code=_nvlink_xid(kind, rng), link=lid)
             _collateral(st, gpu, t)
         if rng.random() < p_switch:
-            st.add(t + rng.uniform(0, 5), E.SXID, chip, code=rng.choice((20034, 12028, 22013)), link=lid)
+            st.add(t + rng.uniform(0, 5), E.SXID, chip, code=rng.choice((20034, 12028, 22012, 19084)), link=lid)
 
 
 def _inject_nvswitch(topo: Topology, kind: TopologyKind, st: _Stream, at: float) -> str:
@@ -293,7 +300,7 @@ def _inject_nvlink(topo: Topology, kind: TopologyKind, st: _Stream, at: float) -
         t = at + 40 * i + rng.uniform(0, 30)
         st.add(t, E.XID, ln.a, code=_nvlink_xid(kind, rng), link=lid)
         if rng.random() < 0.8:
-            st.add(t + rng.uniform(0, 3), E.SXID, ln.b, code=rng.choice((20034, 22013)), link=lid)
+            st.add(t + rng.uniform(0, 3), E.SXID, ln.b, code=rng.choice((20034, 20012)), link=lid)
     return lid
 
 
