@@ -232,3 +232,28 @@ def test_controller_health_events_use_component_or_node(hgx: Topology) -> None:
         HealthEvent(id="ev-2", node="r05-n01", kind=E.HEARTBEAT_LOST, time=T0, component="0000:18:00.0")
     )
     assert "r05-n01" in {x.component for x in eng.suspects()}
+
+
+def test_hgx_gpus_on_one_nvswitch_chip_blame_the_chip_not_the_node(hgx: Topology) -> None:
+    s = Stream()
+    node, chip = "r07-n02", "r07-n02-nvsw2"
+    for g in (0, 2, 3, 5, 7):
+        s.add(g, E.XID, f"{node}-gpu{g}", code=74, link=f"{node}-gpu{g}~{chip}")
+    s.add(9, E.SXID, chip, code=20034, link=f"{node}-gpu0~{chip}")
+    eng, _ = _run(hgx, s)
+    top = eng.suspects()[0]
+    assert (top.component, top.kind) == (chip, "nvswitch")
+    assert top.affected_nodes == (node,)
+
+
+def test_many_leaves_losing_uplinks_to_one_spine_isolate_the_spine(hgx: Topology) -> None:
+    s = Stream()
+    spine = "spine-r4-1"  # 64 nodes = 2 SUs: rail 4 has two leaves under this spine
+    for i, leaf in enumerate(("leaf-su1-r4", "leaf-su2-r4")):
+        for k in (1, 5, 9):
+            s.add(i * 10 + k, E.LINK_DOWN, leaf, link=f"{leaf}~{spine}#{k}")
+    eng, _ = _run(hgx, s)
+    top = eng.suspects()[0]
+    assert top.component == spine
+    assert top.action is SuspectAction.ISOLATE_SWITCH
+    assert top.affected_nodes == ()  # the fat-tree routes around a spine: nothing to drain
