@@ -23,14 +23,14 @@ Judgement (from :mod:`gpufleet.domain.catalog`):
 from __future__ import annotations
 
 import logging
-import math
 from collections import deque
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from gpufleet.correlate.explain import SEVERITY_WEIGHT, Explanation, SymptomLike, explain
+from gpufleet.correlate.describe import action_for, reason_for
+from gpufleet.correlate.explain import Explanation, SymptomLike, explain
 from gpufleet.correlate.inventory import Inventory, MoveRecord
 from gpufleet.correlate.model import Finding, Ref, Suspect, SuspectAction, Verdict, VerdictStatus, sort_refs
+from gpufleet.correlate.symptoms import FOLD, IGNORE, Judgement, Symptom, judge
 from gpufleet.domain.catalog import Action, Catalog, load_default_catalog
 from gpufleet.domain.eventio import FileEvent
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
@@ -38,74 +38,9 @@ from gpufleet.domain.topology import Topology
 
 log = logging.getLogger(__name__)
 
-_IGNORE, _FOLD, _SYMPTOM = 0, 1, 2
-_SEV_INDEX = {Severity.INFO: 0, Severity.DEGRADED: 1, Severity.FATAL: 2}
-_FLAPPY = frozenset({EventKind.LINK_FLAP, EventKind.LINK_DOWN})
-_REFS_PER_SYMPTOM = 32
 _FOLDED_PER_COMPONENT = 8
 _EPS = 1e-9
 _NO_LOCAL: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class _Judgement:
-    role: int
-    step: float  # weight one event adds to its symptom (1.0 activates it)
-    sev: int
-    action: Action
-    damped: bool
-    floor: int = 0  # severity index an activated run of these info events escalates to (catalog)
-
-
-class _Symptom:
-    """Mutable per-(reporter, link) state; implements explain.SymptomLike."""
-
-    __slots__ = (
-        "action",
-        "active",
-        "cands",
-        "counts",
-        "floor",
-        "gone",
-        "key",
-        "last",
-        "link",
-        "local",
-        "refs",
-        "reporter",
-        "top",
-        "weight",
-    )
-
-    def __init__(self, key: tuple[str, str], cands: tuple[str, ...], local: frozenset[str]) -> None:
-        self.key = key
-        self.reporter, self.link = key
-        self.cands = cands
-        self.local = local
-        self.weight = 0.0
-        self.counts = [0, 0, 0]
-        self.active = False
-        self.top = -1
-        self.refs: deque[tuple[float, Ref]] = deque(maxlen=_REFS_PER_SYMPTOM)
-        self.last = float("-inf")
-        self.action = Action.NONE
-        self.gone = False
-        self.floor = 0
-
-    @property
-    def selfsev(self) -> int:
-        return self.top if not self.link else -1
-
-    def strength(self) -> float:
-        """Severity weight, raised (up to 2x) by the volume of evidence beyond activation."""
-        if self.top < 0:
-            return 0.0
-        return SEVERITY_WEIGHT[self.top] * min(2.0, 1.0 + 0.3 * math.log(max(1.0, self.weight)))
-
-    def _top(self) -> int:
-        c = self.counts
-        top = 2 if c[2] else 1 if c[1] else 0 if c[0] else -1
-        return self.floor if c[0] and self.floor > top else top
 
 
 class Engine:
@@ -137,10 +72,10 @@ class Engine:
         self._info_activation = info_activation
         self._comps = topology.components
         self._links = topology.links
-        self._judged: dict[tuple[EventKind, int | None, Severity | None], _Judgement] = {}
-        self._syms: dict[tuple[str, str], _Symptom] = {}
-        self._cover: dict[str, set[_Symptom]] = {}
-        self._queue: deque[tuple[float, _Symptom, float, int]] = deque()
+        self._judged: dict[tuple[EventKind, int | None, Severity | None], Judgement] = {}
+        self._syms: dict[tuple[str, str], Symptom] = {}
+        self._cover: dict[str, set[Symptom]] = {}
+        self._queue: deque[tuple[float, Symptom, float, int]] = deque()
         self._folded: dict[str, deque[tuple[float, Ref]]] = {}
         self._emitted: dict[str, tuple[Suspect, str]] = {}  # output component -> (suspect, candidate)
         self._kinds: dict[str, str] = {}
@@ -161,9 +96,7 @@ class Engine:
         """Feed a controller :class:`HealthEvent`; ``ev.component`` (a topology id) or else ``ev.node``."""
         if ev.kind is EventKind.MOVED:
             attrs = dict(ev.attrs)
-            return self._move(
-                attrs.get("serial", ""), attrs.get("from", ""), attrs.get("to", ""), ev.time, ev.id
-            )
+            return self._move(attrs.get("serial", ""), attrs.get("from", ""), attrs.get("to", ""), ev.time, ev.id)
         comp = ev.component if ev.component and ev.component in self._comps else ev.node
         return self._event(comp, ev.link, ev.kind, ev.code, ev.severity, ev.time, ev.id)
 
@@ -183,17 +116,15 @@ class Engine:
         elif t < self._now - self._win:
             self.late += 1
             return []
-        changed = (
-            self._expire(self._now) if self._queue and self._queue[0][0] < self._now - self._win else None
-        )
+        changed = self._expire(self._now) if self._queue and self._queue[0][0] < self._now - self._win else None
         j = self._judged.get((kind, code, sev))
         if j is None:
             j = self._judge(kind, code, sev)
-        if j.role == _IGNORE:
+        if j.role == IGNORE:
             pass
         elif comp not in self._comps:
             self.unknown += 1
-        elif j.role == _FOLD:
+        elif j.role == FOLD:
             fq = self._folded.get(comp)
             if fq is None:
                 fq = self._folded[comp] = deque(maxlen=_FOLDED_PER_COMPONENT)
@@ -205,7 +136,7 @@ class Engine:
             key = (comp, link or "")
             sym = self._syms.get(key)
             if sym is None:
-                sym = self._syms[key] = _Symptom(key, (), _NO_LOCAL)
+                sym = self._syms[key] = Symptom(key, (), _NO_LOCAL)
             sym.refs.append((t, ref))
             if not (j.damped and t - sym.last < self._holddown):
                 sym.last = t
@@ -233,28 +164,14 @@ class Engine:
             return self._evaluate(changed, time)
         return []
 
-    def _place(self, sym: _Symptom) -> None:
+    def _place(self, sym: Symptom) -> None:
         comp, link = sym.reporter, sym.link or None
         sym.cands = self._candidates(comp, link)
         far = self._links[link].other(comp) if link is not None else None
         sym.local = frozenset(c for c in sym.cands if c != far or self.kind_of(c) not in ("gpu", "nic"))
 
-    def _judge(self, kind: EventKind, code: int | None, sev: Severity | None) -> _Judgement:
-        entry = self.catalog.lookup(kind.value, code)
-        severity = sev or entry.severity
-        damped = kind in _FLAPPY
-        if kind in (EventKind.CHECK_PASSED, EventKind.MOVED):
-            j = _Judgement(_IGNORE, 0.0, 0, entry.action, damped)
-        elif entry.collateral or (kind in (EventKind.XID, EventKind.SXID) and severity is Severity.INFO):
-            j = _Judgement(_FOLD, 0.0, 0, entry.action, damped)
-        elif severity is Severity.INFO:
-            count, floor = self._info_activation, 0
-            for esc in self.catalog.escalations:
-                if esc.kind == kind.value and esc.code in (None, code):
-                    count, floor = esc.count, _SEV_INDEX[esc.severity]
-            j = _Judgement(_SYMPTOM, 1.0 / max(1, count), 0, entry.action, damped, floor)
-        else:
-            j = _Judgement(_SYMPTOM, 1.0, _SEV_INDEX[severity], entry.action, damped)
+    def _judge(self, kind: EventKind, code: int | None, sev: Severity | None) -> Judgement:
+        j = judge(self.catalog, kind, code, sev, self._info_activation)
         self._judged[(kind, code, sev)] = j
         return j
 
@@ -273,10 +190,10 @@ class Engine:
                 out.append(u)
         return tuple(c for c in out if self.kind_of(c) != "rack")
 
-    def _expire(self, now: float) -> list[_Symptom] | None:
+    def _expire(self, now: float) -> list[Symptom] | None:
         cutoff = now - self._win
         q = self._queue
-        changed: list[_Symptom] | None = None
+        changed: list[Symptom] | None = None
         while q and q[0][0] < cutoff:
             _, sym, step, sev = q.popleft()
             if sym.gone:
@@ -296,7 +213,7 @@ class Engine:
                 self._syms.pop(sym.key, None)
         return changed
 
-    def _deactivate(self, sym: _Symptom) -> None:
+    def _deactivate(self, sym: Symptom) -> None:
         sym.active = False
         sym.top = -1
         for c in sym.cands:
@@ -317,13 +234,9 @@ class Engine:
         changed = self._expire(self._now) or []
         self.inventory.forget_before(time)
         touched = set(self.inventory.move(serial, from_slot, to_slot))
-        archived: list[_Symptom] = []
+        archived: list[Symptom] = []
         for sym in list(self._syms.values()):
-            ends = (
-                (sym.reporter,)
-                if not sym.link
-                else (sym.reporter, self._links[sym.link].a, self._links[sym.link].b)
-            )
+            ends = (sym.reporter,) if not sym.link else (sym.reporter, self._links[sym.link].a, self._links[sym.link].b)
             if any(e in touched for e in ends):
                 archived.append(sym)
         subtree = {from_slot, *self.topology.descendants(from_slot)}
@@ -335,9 +248,7 @@ class Engine:
         }
         evidence = [r for s in old if s.active for _, r in s.refs]
         self.inventory.record(
-            MoveRecord(
-                serial, from_slot, to_slot, time, sum(1 for s in old if s.active), (*sort_refs(evidence), ref)
-            )
+            MoveRecord(serial, from_slot, to_slot, time, sum(1 for s in old if s.active), (*sort_refs(evidence), ref))
         )
         for sym in archived:
             sym.gone = True
@@ -373,12 +284,12 @@ class Engine:
             return far_unit if far_unit is not None and far_unit != self.topology.unit_of(c) else far
         return s.link
 
-    def _explain(self, syms: set[_Symptom]) -> list[Explanation]:
+    def _explain(self, syms: set[Symptom]) -> list[Explanation]:
         cover = self._cover
         return explain(syms, lambda c: cover.get(c, ()), self.kind_of, self._witness)
 
-    def _cluster(self, seeds: set[str]) -> tuple[set[str], set[_Symptom]]:
-        cands, syms = set(seeds), set[_Symptom]()
+    def _cluster(self, seeds: set[str]) -> tuple[set[str], set[Symptom]]:
+        cands, syms = set(seeds), set[Symptom]()
         stack = list(seeds)
         while stack:
             for s in self._cover.get(stack.pop(), ()):
@@ -390,7 +301,7 @@ class Engine:
                             stack.append(c)
         return cands, syms
 
-    def _evaluate(self, changed: list[_Symptom], time: datetime) -> list[Verdict]:
+    def _evaluate(self, changed: list[Symptom], time: datetime) -> list[Verdict]:
         seeds = {c for s in changed for c in s.cands}
         cands, syms = self._cluster(seeds)
         now: dict[str, Suspect] = {}
@@ -440,7 +351,7 @@ class Engine:
         active = {s for s in self._syms.values() if s.active}
         out: dict[str, Suspect] = {}
         alts: dict[str, Suspect] = {}
-        done: set[_Symptom] = set()
+        done: set[Symptom] = set()
         for s in active:
             if s in done:
                 continue
@@ -455,9 +366,7 @@ class Engine:
                     if other not in alts or alts[other].confidence < conf:
                         alts[other] = alt
         ranked = sorted(out.values(), key=lambda x: (-x.confidence, x.component))
-        ranked += sorted(
-            (a for k, a in alts.items() if k not in out), key=lambda x: (-x.confidence, x.component)
-        )
+        ranked += sorted((a for k, a in alts.items() if k not in out), key=lambda x: (-x.confidence, x.component))
         return ranked
 
     def _alternative(self, comp: str, conf: float, of: Suspect) -> Suspect:
@@ -493,12 +402,12 @@ class Engine:
                     kind = self.kind_of(component)
         if rec is not None:
             conf = min(0.99, 1.0 - (1.0 - conf) * 0.3)
-        action = self._action(ex, kind, finding, conf)
+        action = action_for(ex, kind, finding, conf, self._emit)
         evidence: tuple[Ref, ...] = ()
         reason = ""
         if full:
             evidence = self._evidence(ex, rec)
-            reason = self._reason(ex, finding, rec)
+            reason = reason_for(ex, finding, rec)
         return Suspect(
             component,
             kind,
@@ -518,33 +427,12 @@ class Engine:
             return (c, ln.a, ln.b)
         return (c, *self.topology.ancestors(c))
 
-    def _action(self, ex: Explanation, kind: str, finding: Finding, conf: float) -> SuspectAction:
-        if conf < self._emit:
-            return SuspectAction.OBSERVE
-        if finding is Finding.STAYS_AT_SLOT or ex.kind == "link":
-            return SuspectAction.CHECK_CABLING
-        if finding is Finding.FOLLOWS_SERIAL:
-            return SuspectAction.DRAIN_AND_REPLACE
-        if kind in ("spine_switch", "core_switch"):
-            return SuspectAction.ISOLATE_SWITCH
-        if kind in ("leaf_switch", "nvswitch", "switch_tray", "nic"):
-            return SuspectAction.DRAIN_AND_REPLACE
-        if kind == "gpu":
-            actions = {s.action for s in ex.symptoms if isinstance(s, _Symptom)}
-            if Action.REPLACE in actions:
-                return SuspectAction.DRAIN_AND_REPLACE
-            if actions <= {Action.RESET_GPU}:
-                return SuspectAction.RESET_GPU
-            if Action.REBOOT in actions and actions <= {Action.REBOOT, Action.RESET_GPU}:
-                return SuspectAction.REBOOT
-        return SuspectAction.DRAIN_AND_INSPECT
-
     def _evidence(self, ex: Explanation, rec: MoveRecord | None) -> tuple[Ref, ...]:
         cutoff = self._now - self._win
         refs: list[Ref] = []
         places: set[str] = set()
         for s in ex.symptoms:
-            if isinstance(s, _Symptom):
+            if isinstance(s, Symptom):
                 refs.extend(r for t, r in s.refs if t >= cutoff)
                 places.add(s.reporter)
         for p in places:
@@ -552,21 +440,6 @@ class Engine:
         if rec is not None:
             refs.extend(rec.evidence)
         return sort_refs(refs)
-
-    def _reason(self, ex: Explanation, finding: Finding, rec: MoveRecord | None) -> str:
-        reporters = sorted({s.reporter for s in ex.symptoms})
-        base = (
-            f"{len(ex.symptoms)} symptom(s) from {len(reporters)} reporter(s) "
-            f"({', '.join(reporters[:4])}{', ...' if len(reporters) > 4 else ''}) share {ex.candidate}"
-        )
-        if finding is Finding.FOLLOWS_SERIAL and rec is not None:
-            return f"{base}; the pattern followed unit {rec.serial} from {rec.from_slot} to {rec.to_slot}"
-        if finding is Finding.STAYS_AT_SLOT and rec is not None:
-            return (
-                f"{base}; the pattern stayed at slot {rec.from_slot} after unit {rec.serial} was moved "
-                f"to {rec.to_slot}: suspect the slot's cabling/port"
-            )
-        return base
 
     def emitted(self) -> list[Suspect]:
         """The verdicts currently standing (as last emitted)."""

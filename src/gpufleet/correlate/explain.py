@@ -129,9 +129,7 @@ def explain(
     return out
 
 
-def _eligible(
-    c: str, kind: str, mine: list[SymptomLike], witness: Witness, kind_of: Callable[[str], str]
-) -> bool:
+def _eligible(c: str, kind: str, mine: list[SymptomLike], witness: Witness, kind_of: Callable[[str], str]) -> bool:
     need = MIN_WITNESSES.get(kind, 1)
     if need <= 1:
         return True

@@ -88,6 +88,4 @@ def verdicts_json(suspects: Sequence[Suspect]) -> str:
 
 
 def sort_refs(refs: Iterable[Ref]) -> tuple[Ref, ...]:
-    return tuple(
-        sorted(set(refs), key=lambda r: (isinstance(r, str), r if isinstance(r, str) else f"{r:012d}"))
-    )
+    return tuple(sorted(set(refs), key=lambda r: (isinstance(r, str), r if isinstance(r, str) else f"{r:012d}")))

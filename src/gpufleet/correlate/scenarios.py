@@ -185,8 +185,13 @@ def _noise(topo: Topology, st: _Stream, level: Noise) -> None:
     for chip in rng.sample(chips, min(len(chips), round(0.02 * scale * len(chips)))):
         lids = topo.links_of(chip)
         for _ in range(_burst(rng, level)):  # non-fatal SXIDs: SBE, replay, short error rate
-            st.add(rng.uniform(0, span), E.SXID, chip, code=rng.choice((11012, 20001, 20009, 22013)),
-                   link=rng.choice(lids) if lids else None)
+            st.add(
+                rng.uniform(0, span),
+                E.SXID,
+                chip,
+                code=rng.choice((11012, 20001, 20009, 22013)),
+                link=rng.choice(lids) if lids else None,
+            )
     if level is Noise.HEAVY:  # a few unrelated degraded readings (hot GPUs)
         for g in rng.sample(gpus, min(len(gpus), max(1, round(0.002 * len(gpus))))):
             st.add(rng.uniform(0, span), E.THERMAL, g)
