@@ -35,6 +35,7 @@ class TopologyKind(StrEnum):
 
 class FaultType(StrEnum):
     GPU = "gpu"
+    GPU_NVLINK = "gpu_nvlink"  # one GPU's NVLink port: errors on several of its links
     NVSWITCH = "nvswitch"
     SWITCH_TRAY = "switch_tray"  # nvl72
     COMPUTE_TRAY = "compute_tray"  # nvl72
@@ -43,6 +44,7 @@ class FaultType(StrEnum):
     IB_CABLE = "ib_cable"
     FLAPPING_CABLE = "flapping_cable"
     LEAF = "leaf"
+    LEAF_PARTIAL = "leaf_partial"  # a port group of a leaf: only 3-6 hosts see it
     SPINE = "spine"
     MOVED_FOLLOWS = "moved_follows"  # nvl72: faulty tray swapped; the pattern follows it
     MOVED_STAYS = "moved_stays"  # nvl72: tray swapped; the pattern stays at the slot
@@ -57,6 +59,8 @@ class Noise(StrEnum):
 FAULTS: dict[TopologyKind, tuple[FaultType, ...]] = {
     TopologyKind.HGX: (
         FaultType.GPU,
+        FaultType.GPU_NVLINK,
+        FaultType.LEAF_PARTIAL,
         FaultType.NVSWITCH,
         FaultType.NODE,
         FaultType.IB_CABLE,
@@ -66,6 +70,8 @@ FAULTS: dict[TopologyKind, tuple[FaultType, ...]] = {
     ),
     TopologyKind.NVL72: (
         FaultType.GPU,
+        FaultType.GPU_NVLINK,
+        FaultType.LEAF_PARTIAL,
         FaultType.NVSWITCH,
         FaultType.SWITCH_TRAY,
         FaultType.COMPUTE_TRAY,
@@ -351,6 +357,25 @@ def _inject_leaf(topo: Topology, kind: TopologyKind, st: _Stream, at: float) -> 
     return leaf
 
 
+def _inject_gpu_nvlink(topo: Topology, kind: TopologyKind, st: _Stream, at: float) -> str:
+    rng = st.rng
+    g = rng.choice(topo.of_kind(K.GPU))
+    links = _gpu_links(topo, g)
+    _nvlink_storm(topo, kind, st, at, rng.sample(links, rng.randint(min(3, len(links)), len(links))), 0.9, 0.3)
+    return g
+
+
+def _inject_leaf_partial(topo: Topology, kind: TopologyKind, st: _Stream, at: float) -> str:
+    rng = st.rng
+    leaf = rng.choice(topo.of_kind(K.LEAF_SWITCH))
+    hosts = [lid for lid in topo.links_of(leaf) if topo.components[topo.links[lid].other(leaf)].kind == K.NIC]
+    for lid in rng.sample(hosts, min(len(hosts), rng.randint(3, 6))):
+        far = topo.links[lid].other(leaf)
+        for i in range(rng.randint(1, 3)):
+            st.add(at + 60 * i + rng.uniform(0, 20), E.LINK_DOWN, far, link=lid)
+    return leaf
+
+
 def _inject_spine(topo: Topology, kind: TopologyKind, st: _Stream, at: float) -> str:
     rng = st.rng
     spine = rng.choice(topo.of_kind(K.SPINE_SWITCH))
@@ -379,6 +404,8 @@ def _inject_moved(topo: Topology, kind: TopologyKind, st: _Stream, at: float, fo
 _Inject = Callable[[Topology, TopologyKind, _Stream, float], str]
 _INJECT: dict[FaultType, _Inject] = {
     FaultType.GPU: _inject_gpu,
+    FaultType.GPU_NVLINK: _inject_gpu_nvlink,
+    FaultType.LEAF_PARTIAL: _inject_leaf_partial,
     FaultType.NVSWITCH: _inject_nvswitch,
     FaultType.SWITCH_TRAY: _inject_switch_tray,
     FaultType.COMPUTE_TRAY: _inject_compute_tray,
