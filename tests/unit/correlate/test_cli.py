@@ -55,9 +55,22 @@ def test_quiet_stream_exits_zero(tmp_path: Path) -> None:
     topo = tmp_path / "n.json"
     runner.invoke(app, ["topology", "generate", "nvl72", "--racks", "1", "--out", str(topo)])
     events = tmp_path / "ok.jsonl"
-    events.write_text(
-        '{"time": "2026-11-21T12:00:00Z", "kind": "xid", "component": "r01-ct01-gpu0", "code": 43}\n'
-    )
+    events.write_text('{"time": "2026-11-21T12:00:00Z", "kind": "xid", "component": "r01-ct01-gpu0", "code": 43}\n')
     res = runner.invoke(app, ["correlate", "--topology", str(topo), "--events", str(events), "--json"])
     assert res.exit_code == 0
     assert json.loads(res.stdout) == {"suspects": []}
+
+
+def test_stream_prints_verdict_changes_and_eval_scores(tmp_path: Path) -> None:
+    topo = tmp_path / "n.json"
+    runner.invoke(app, ["topology", "generate", "nvl72", "--racks", "1", "--out", str(topo)])
+    events = tmp_path / "gpu.jsonl"
+    events.write_text('{"time": "2026-11-21T12:00:00Z", "kind": "xid", "component": "r01-ct04-gpu2", "code": 79}\n')
+    res = runner.invoke(app, ["correlate", "--topology", str(topo), "--events", str(events), "--stream"])
+    assert "line 0: new r01-ct04-gpu2 (gpu)" in res.output
+    res = runner.invoke(app, ["correlate-eval", "--kind", "hgx", "--fault", "leaf", "--seeds", "2", "--noise", "none"])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.stdout)
+    assert doc["scenarios"] == 2 and doc["topology"] == "hgx"
+    res = runner.invoke(app, ["correlate-eval", "--noise", "loud"])
+    assert "--noise" in str(res.exception)
