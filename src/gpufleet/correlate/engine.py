@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 _FOLDED_PER_COMPONENT = 8
 _EPS = 1e-9
 _NO_LOCAL: frozenset[str] = frozenset()
+_ABSORB = 0.9
 
 
 class Engine:
@@ -78,6 +79,7 @@ class Engine:
         self._queue: deque[tuple[float, Symptom, float, int]] = deque()
         self._folded: dict[str, deque[tuple[float, Ref]]] = {}
         self._emitted: dict[str, tuple[Suspect, str]] = {}  # output component -> (suspect, candidate)
+        self._standing: dict[str, float] = {}  # candidate -> confidence of its standing verdict
         self._kinds: dict[str, str] = {}
         self.inventory = Inventory(topology, move_memory)
         self._now = float("-inf")
@@ -117,6 +119,7 @@ class Engine:
             self.late += 1
             return []
         changed = self._expire(self._now) if self._queue and self._queue[0][0] < self._now - self._win else None
+        fresh: Symptom | None = None
         j = self._judged.get((kind, code, sev))
         if j is None:
             j = self._judge(kind, code, sev)
@@ -156,13 +159,22 @@ class Engine:
                         if cov is None:
                             cov = self._cover[c] = set()
                         cov.add(sym)
-                    changed = [*changed, sym] if changed else [sym]
+                    fresh = sym
                 elif sym.active and (j.sev or j.floor) > sym.top:
                     sym.top = j.sev or j.floor  # a worse event (or an escalated run) raised severity
-                    changed = [*changed, sym] if changed else [sym]
+                    fresh = sym
         if changed:
-            return self._evaluate(changed, time)
+            return self._evaluate([*changed, fresh] if fresh is not None else changed, time)
+        if fresh is not None and not self._absorbed(fresh):
+            return self._evaluate([fresh], time)
         return []
+
+    def _absorbed(self, sym: Symptom) -> bool:
+        """A standing verdict at ABSORB confidence or more already explains this symptom: one more
+        witness cannot move it by ``min_change``, so skip re-explaining the cluster (suspects() and
+        the next evaluation still see the symptom)."""
+        standing = self._standing
+        return any(standing.get(c, 0.0) >= _ABSORB for c in sym.cands)
 
     def _place(self, sym: Symptom) -> None:
         comp, link = sym.reporter, sym.link or None
@@ -317,8 +329,11 @@ class Engine:
             cur = now.pop(comp, None)
             if cur is None or cur.confidence < self._clear:
                 del self._emitted[comp]
+                self._standing.pop(cand, None)
                 out.append(Verdict(VerdictStatus.CLEARED, prev, time))
-            elif (
+                continue
+            self._standing[expl[comp].candidate] = cur.confidence  # current, even when not re-emitted
+            if (
                 abs(cur.confidence - prev.confidence) >= self._min_change
                 or cur.action != prev.action
                 or cur.finding != prev.finding
@@ -330,6 +345,7 @@ class Engine:
             if cur.confidence >= self._emit:
                 full = self._suspect(expl[comp], full=True)
                 self._emitted[comp] = (full, expl[comp].candidate)
+                self._standing[expl[comp].candidate] = cur.confidence
                 out.append(Verdict(VerdictStatus.NEW, full, time))
         for v in out:
             log.info(
