@@ -198,24 +198,25 @@ class KmsgFollower:
         return out
 
     def _poll_journal(self) -> list[HealthEvent]:
-        proc = self._proc
-        if proc is None or proc.poll() is not None:
-            if proc is not None:
-                self._reap()
+        if self._proc is None:
             if self.clock.monotonic() < self._next_spawn or not self._spawn_journal():
                 return []
-            proc = self._proc
+        proc = self._proc
         assert proc is not None and proc.stdout is not None
         fd = proc.stdout.fileno()
         chunks: list[bytes] = []
+        eof = False
         while True:
             try:
                 data = os.read(fd, 65536)
             except BlockingIOError:
                 break
             if not data:
+                eof = True
                 break
             chunks.append(data)
+        if eof:
+            self._reap()  # read what it wrote first; restart it on a later poll
         if not chunks:
             return []
         self._buf += b"".join(chunks)
@@ -274,7 +275,8 @@ class KmsgFollower:
 
     def _reap(self) -> None:
         if self._proc is not None:
-            log.warning("journalctl exited with %s; restarting it", self._proc.returncode)
+            code = self._proc.wait()
+            log.warning("journalctl exited with %s; restarting it in %.0fs", code, _RESPAWN_S)
             if self._proc.stdout is not None:
                 self._proc.stdout.close()
             self._proc = None

@@ -26,6 +26,7 @@ from gpufleet.agent.devices.port import (
     SlowReading,
     XidEvent,
 )
+from gpufleet.domain.errors import InvalidInput
 
 log = logging.getLogger(__name__)
 _R = TypeVar("_R")
@@ -192,7 +193,7 @@ class NvmlDevice:
 
     def _begin(self, index: int) -> bool:
         if not 0 <= index < len(self._handles):
-            return False
+            raise InvalidInput("gpu index", index, f"an index between 0 and {len(self._handles) - 1}")
         self._errors = [f"{f}: Not Supported" for f in sorted(self._unsupported[index])]
         return index not in self._lost
 
@@ -240,7 +241,7 @@ class NvmlDevice:
         if ret != 0:
             if ret == _NOT_SUPPORTED:
                 self._unsupported[index].add("temp_hbm")
-            self._errors.append(f"temp_hbm: NVML return {ret}")
+            self._errors.append(f"temp_hbm: {self._lib.NVMLError(ret)}")
             return None
         return float(v.value.uiVal)
 
