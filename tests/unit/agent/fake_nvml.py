@@ -166,8 +166,11 @@ class FakeNvml:
 
     def nvmlDeviceGetRetiredPages(self, h: int, cause: int) -> list[int]:
         g = self._g("nvmlDeviceGetRetiredPages", h, "retired_pages")
-        n = g.retired_sbe if cause == pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS \
+        n = (
+            g.retired_sbe
+            if cause == pynvml.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
             else g.retired_dbe
+        )
         return [0x1000 * (i + 1) for i in range(n)]
 
     def nvmlDeviceGetRetiredPagesPendingStatus(self, h: int) -> int:
@@ -226,8 +229,13 @@ class FakeNvml:
         if not pending:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
         x = pending.pop(0)
-        return SimpleNamespace(device=_BASE + x.index, eventType=pynvml.nvmlEventTypeXidCriticalError,
-                               eventData=x.code, gpuInstanceId=0, computeInstanceId=0)
+        return SimpleNamespace(
+            device=_BASE + x.index,
+            eventType=pynvml.nvmlEventTypeXidCriticalError,
+            eventData=x.code,
+            gpuInstanceId=0,
+            computeInstanceId=0,
+        )
 
 
 def nvml_over_sim(gpus: int = 4, seed: int = 7, **kw: Any) -> tuple[Any, SimDevice, FakeNvml]:

@@ -56,17 +56,29 @@ def test_counters_are_reread_each_time(tmp_path: Path) -> None:
     assert c.read()[3].counter("symbol_error") == 42
 
 
-@pytest.mark.parametrize(("text", "want"), [
-    ("400 Gb/sec (4X NDR)", 400.0), ("200 Gb/sec (4X HDR)", 200.0), ("2.5 Gb/sec (1X SDR)", 2.5),
-    ("", None), ("fast", None),
-])
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("400 Gb/sec (4X NDR)", 400.0),
+        ("200 Gb/sec (4X HDR)", 200.0),
+        ("2.5 Gb/sec (1X SDR)", 2.5),
+        ("", None),
+        ("fast", None),
+    ],
+)
 def test_parse_rate(text: str, want: float | None) -> None:
     assert parse_rate(text) == want
 
 
-@pytest.mark.parametrize(("text", "want"), [
-    ("4: ACTIVE", (4, "ACTIVE")), ("1: DOWN", (1, "DOWN")), ("5: LinkUp", (5, "LinkUp")), ("", (None, "")),
-    ("ACTIVE", (None, "ACTIVE")),
-])
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("4: ACTIVE", (4, "ACTIVE")),
+        ("1: DOWN", (1, "DOWN")),
+        ("5: LinkUp", (5, "LinkUp")),
+        ("", (None, "")),
+        ("ACTIVE", (None, "ACTIVE")),
+    ],
+)
 def test_parse_state(text: str, want: tuple[int | None, str]) -> None:
     assert parse_state(text) == want

@@ -30,8 +30,15 @@ RECORDS = [
 def decode(message: str) -> Iterator[HealthEvent]:
     m = XID.search(message)
     if m:
-        yield HealthEvent(id="decoder-id", node="?", kind=EventKind.XID, time=datetime(2000, 1, 1, tzinfo=UTC),
-                          code=int(m.group(2)), message=message, source="kmsg")
+        yield HealthEvent(
+            id="decoder-id",
+            node="?",
+            kind=EventKind.XID,
+            time=datetime(2000, 1, 1, tzinfo=UTC),
+            code=int(m.group(2)),
+            message=message,
+            source="kmsg",
+        )
 
 
 @pytest.fixture
@@ -44,8 +51,15 @@ def proc(tmp_path: Path) -> Path:
 
 
 def follower(tmp_path: Path, proc: Path, kmsg: Path, **kw: object) -> KmsgFollower:
-    return KmsgFollower("n1", decode, clock=FakeClock(), kmsg_path=kmsg, state_path=tmp_path / "pos.json",
-                        proc_root=proc, **kw)  # type: ignore[arg-type]
+    return KmsgFollower(
+        "n1",
+        decode,
+        clock=FakeClock(),
+        kmsg_path=kmsg,
+        state_path=tmp_path / "pos.json",
+        proc_root=proc,
+        **kw,
+    )  # type: ignore[arg-type]
 
 
 def test_parse_record() -> None:
@@ -160,16 +174,28 @@ def test_falls_back_to_journalctl(tmp_path: Path, proc: Path) -> None:
     script.write_text(FAKE_JOURNALCTL)
     args_file = tmp_path / "argv.json"
     entries = [
-        {"__CURSOR": "s=abc;i=1", "__REALTIME_TIMESTAMP": "1795000081000000", "MESSAGE": "usb 1-1: new device"},
-        {"__CURSOR": "s=abc;i=2", "__REALTIME_TIMESTAMP": "1795000082000000",
-         "MESSAGE": "NVRM: Xid (PCI:0000:9a:00): 94, pid=7, Contained: SM (0x1)"},
-        {"__CURSOR": "s=abc;i=3", "__REALTIME_TIMESTAMP": "1795000083000000",
-         "MESSAGE": list(b"NVRM: Xid (PCI:0000:ab:00): 31, bytes form")},
+        {
+            "__CURSOR": "s=abc;i=1",
+            "__REALTIME_TIMESTAMP": "1795000081000000",
+            "MESSAGE": "usb 1-1: new device",
+        },
+        {
+            "__CURSOR": "s=abc;i=2",
+            "__REALTIME_TIMESTAMP": "1795000082000000",
+            "MESSAGE": "NVRM: Xid (PCI:0000:9a:00): 94, pid=7, Contained: SM (0x1)",
+        },
+        {
+            "__CURSOR": "s=abc;i=3",
+            "__REALTIME_TIMESTAMP": "1795000083000000",
+            "MESSAGE": list(b"NVRM: Xid (PCI:0000:ab:00): 31, bytes form"),
+        },
     ]
     spawned: list[subprocess.Popen[bytes]] = []
 
     def spawn(argv: list[str]) -> subprocess.Popen[bytes]:
-        p = subprocess.Popen(argv[:2] + [json.dumps(entries), str(args_file)] + argv[2:], stdout=subprocess.PIPE)
+        p = subprocess.Popen(
+            [*argv[:2], json.dumps(entries), str(args_file), *argv[2:]], stdout=subprocess.PIPE
+        )
         spawned.append(p)
         return p
 

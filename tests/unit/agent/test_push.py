@@ -23,8 +23,15 @@ T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
 
 def ev(i: int, node: str = "n1") -> HealthEvent:
-    return HealthEvent(id=f"n1:e{i}", node=node, kind=EventKind.XID, time=T0 + timedelta(seconds=i),
-                       component="n1-gpu0", code=79, message="x")
+    return HealthEvent(
+        id=f"n1:e{i}",
+        node=node,
+        kind=EventKind.XID,
+        time=T0 + timedelta(seconds=i),
+        component="n1-gpu0",
+        code=79,
+        message="x",
+    )
 
 
 @pytest.fixture
@@ -38,8 +45,14 @@ def ctl() -> Iterator[ControllerDouble]:
 def make(tmp_path: Path, url: str, token: str = "s3cret", **kw: object) -> tuple[Pusher, Spool, FakeClock]:
     clock = FakeClock()
     spool = Spool(tmp_path / "spool.db")
-    pusher = Pusher(spool, ControllerClient(url, token, timeout_s=5), "n1", clock,
-                    backoff=Backoff(1.0, 60.0, random.Random(1)), **kw)  # type: ignore[arg-type]
+    pusher = Pusher(
+        spool,
+        ControllerClient(url, token, timeout_s=5),
+        "n1",
+        clock,
+        backoff=Backoff(1.0, 60.0, random.Random(1)),
+        **kw,
+    )  # type: ignore[arg-type]
     return pusher, spool, clock
 
 
@@ -76,8 +89,9 @@ def test_controller_down_keeps_events_and_backs_off(tmp_path: Path) -> None:
         ctl.stop()
 
 
-def test_bad_token_is_retried_never_dropped(tmp_path: Path, ctl: ControllerDouble,
-                                            caplog: pytest.LogCaptureFixture) -> None:
+def test_bad_token_is_retried_never_dropped(
+    tmp_path: Path, ctl: ControllerDouble, caplog: pytest.LogCaptureFixture
+) -> None:
     pusher, spool, _ = make(tmp_path, ctl.url, token="wrong")
     spool.put([ev(1)])
     pusher.step()
@@ -90,7 +104,9 @@ def test_422_isolates_the_bad_event(tmp_path: Path, ctl: ControllerDouble) -> No
     spool.put([ev(i) for i in range(5)])
     bad = json.loads(spool.peek(10)[2][1])
     # corrupt one stored event the way a buggy producer might
-    spool._db.execute("UPDATE spool SET body=? WHERE id=?", (json.dumps({**bad, "kind": "nonsense"}), bad["id"]))
+    spool._db.execute(
+        "UPDATE spool SET body=? WHERE id=?", (json.dumps({**bad, "kind": "nonsense"}), bad["id"])
+    )
     pusher.step()
     assert len(spool) == 0 and spool.dropped == 1
     assert set(ctl.events) == {f"n1:e{i}" for i in (0, 1, 3, 4)}
@@ -141,9 +157,23 @@ def test_bad_config_is_named() -> None:
 
 
 def test_wire_body_matches_contract() -> None:
-    body = wire.to_wire(HealthEvent(id="a", node="n1", kind=EventKind.ECC_DBE, time=T0, component="n1-gpu2",
-                                    attrs=(("rule", "x"),)))
-    assert set(body) == {"id", "node", "kind", "time", "component", "code", "severity", "link", "message",
-                         "source", "attrs"}
+    body = wire.to_wire(
+        HealthEvent(
+            id="a", node="n1", kind=EventKind.ECC_DBE, time=T0, component="n1-gpu2", attrs=(("rule", "x"),)
+        )
+    )
+    assert set(body) == {
+        "id",
+        "node",
+        "kind",
+        "time",
+        "component",
+        "code",
+        "severity",
+        "link",
+        "message",
+        "source",
+        "attrs",
+    }
     assert body["time"] == "2026-11-21T12:00:00+00:00" and body["attrs"] == {"rule": "x"}
     assert body["source"] == "agent" and body["kind"] == "ecc_dbe"

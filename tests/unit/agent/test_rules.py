@@ -22,9 +22,18 @@ def at(s: float) -> datetime:
 
 
 def slow(**kw: object) -> SlowReading:
-    base: dict[str, object] = dict(index=0, ecc_sbe_aggregate=0, ecc_dbe_aggregate=0, remap_pending=False,
-                                   remap_failure=False, pcie_gen=5, pcie_gen_max=5, pcie_width=16,
-                                   pcie_width_max=16, pcie_replay=0)
+    base: dict[str, object] = dict(
+        index=0,
+        ecc_sbe_aggregate=0,
+        ecc_dbe_aggregate=0,
+        remap_pending=False,
+        remap_failure=False,
+        pcie_gen=5,
+        pcie_gen_max=5,
+        pcie_width=16,
+        pcie_width_max=16,
+        pcie_replay=0,
+    )
     base.update(kw)
     return SlowReading(**base)  # type: ignore[arg-type]
 
@@ -33,8 +42,12 @@ def test_row_remap_failure_is_fatal_once() -> None:
     c = PassiveChecks("n1")
     assert c.on_slow(slow(), at(0)) == []
     [ev] = c.on_slow(slow(remap_failure=True, remap_uncorrectable=512), at(30))
-    assert (ev.kind, ev.severity, ev.component, ev.node) == (EventKind.ROW_REMAP_FAILURE, Severity.FATAL,
-                                                             "n1-gpu0", "n1")
+    assert (ev.kind, ev.severity, ev.component, ev.node) == (
+        EventKind.ROW_REMAP_FAILURE,
+        Severity.FATAL,
+        "n1-gpu0",
+        "n1",
+    )
     assert c.on_slow(slow(remap_failure=True, remap_uncorrectable=512), at(60)) == []
 
 
@@ -92,8 +105,10 @@ def test_nvlink_down_after_up_and_crc_burst() -> None:
     links[2] = NvLinkReading(2, False, 0, 0, 0, 0)
     links[3] = NvLinkReading(3, True, 9, 2, 0, 0)
     evs = c.on_slow(slow(nvlinks=tuple(links)), at(30))
-    assert [(e.kind, e.link) for e in evs] == [(EventKind.LINK_DOWN, "n1-gpu0~nvlink2"),
-                                              (EventKind.LINK_ERROR, "n1-gpu0~nvlink3")]
+    assert [(e.kind, e.link) for e in evs] == [
+        (EventKind.LINK_DOWN, "n1-gpu0~nvlink2"),
+        (EventKind.LINK_ERROR, "n1-gpu0~nvlink3"),
+    ]
     assert evs[0].severity is Severity.FATAL
     assert c.on_slow(slow(nvlinks=tuple(links)), at(60)) == []
 
@@ -116,8 +131,9 @@ def test_thermal_with_hysteresis() -> None:
 
 def test_thermal_slowdown_bit_alone_triggers() -> None:
     c = PassiveChecks("n1")
-    [ev] = c.on_fast(FastReading(0, temp_gpu_c=70.0, throttle_reasons=int(ThrottleReason.HW_THERMAL_SLOWDOWN)),
-                     at(0))
+    [ev] = c.on_fast(
+        FastReading(0, temp_gpu_c=70.0, throttle_reasons=int(ThrottleReason.HW_THERMAL_SLOWDOWN)), at(0)
+    )
     assert "slowdown" in ev.message
 
 
@@ -131,7 +147,13 @@ def test_gpu_lost_is_fatal_once() -> None:
 
 def test_xid_event_carries_code_and_no_severity() -> None:
     ev = PassiveChecks("n1").on_xid(XidEvent(3, 79, at(7), "fell off"))
-    assert (ev.kind, ev.code, ev.component, ev.severity, ev.time) == (EventKind.XID, 79, "n1-gpu3", None, at(7))
+    assert (ev.kind, ev.code, ev.component, ev.severity, ev.time) == (
+        EventKind.XID,
+        79,
+        "n1-gpu3",
+        None,
+        at(7),
+    )
 
 
 def test_ib_port_down_flap_rate_and_symbol_errors(tmp_path: Path) -> None:
@@ -166,8 +188,10 @@ def test_host_edac_and_mounts() -> None:
     c = PassiveChecks("n1", Thresholds(mount_min_free_fraction=0.1))
     ok = HostReading((EdacReading("mc0", 3, 0),), (MountReading("data", "/data", True, 500, 1000),))
     assert c.on_host(ok, at(0)) == []
-    bad = HostReading((EdacReading("mc0", 9, 1),),
-                      (MountReading("data", "/data", True, 50, 1000), MountReading("checkpoint", "/ckpt", False)))
+    bad = HostReading(
+        (EdacReading("mc0", 9, 1),),
+        (MountReading("data", "/data", True, 50, 1000), MountReading("checkpoint", "/ckpt", False)),
+    )
     evs = c.on_host(bad, at(30))
     msgs = sorted((e.severity.value if e.severity else "", dict(e.attrs)["check"]) for e in evs)
     assert msgs == [("degraded", "disk_free"), ("fatal", "edac"), ("fatal", "mount")]
@@ -188,7 +212,9 @@ def test_dbe_events_match_growth(steps: list[int]) -> None:
     c.on_slow(slow(ecc_dbe_aggregate=0), at(0))
     for i, s in enumerate(steps):
         total += s
-        events += sum(e.kind is EventKind.ECC_DBE for e in c.on_slow(slow(ecc_dbe_aggregate=total), at(i + 1)))
+        events += sum(
+            e.kind is EventKind.ECC_DBE for e in c.on_slow(slow(ecc_dbe_aggregate=total), at(i + 1))
+        )
     assert events == sum(1 for s in steps if s > 0)
 
 

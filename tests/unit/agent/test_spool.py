@@ -17,8 +17,16 @@ T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
 
 def ev(i: int, severity: Severity | None = Severity.DEGRADED) -> HealthEvent:
-    return HealthEvent(id=f"e{i}", node="n1", kind=EventKind.THERMAL, time=T0 + timedelta(seconds=i),
-                       component="n1-gpu0", severity=severity, message=f"event {i}", attrs=(("k", "v"),))
+    return HealthEvent(
+        id=f"e{i}",
+        node="n1",
+        kind=EventKind.THERMAL,
+        time=T0 + timedelta(seconds=i),
+        component="n1-gpu0",
+        severity=severity,
+        message=f"event {i}",
+        attrs=(("k", "v"),),
+    )
 
 
 def test_put_peek_ack_roundtrip(tmp_path: Path) -> None:
@@ -61,7 +69,7 @@ def test_bounded_evicts_non_fatal_first(tmp_path: Path) -> None:
 
 
 def test_rejects_bad_bound(tmp_path: Path) -> None:
-    with pytest.raises(InvalidInput, match="spool.max_events"):
+    with pytest.raises(InvalidInput, match=r"spool\.max_events"):
         Spool(tmp_path / "s.db", max_events=0)
 
 
@@ -81,15 +89,20 @@ def test_fifo_model(tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[st
             got = s.peek(k)
             assert [json.loads(b)["id"] for _, b in got] == model[:k]
             s.ack([q for q, _ in got])
-            model = model[len(got):]
+            model = model[len(got) :]
         assert len(s) == len(model)
     s.close()
 
 
 def test_wire_rejects_bad_fields() -> None:
     good = wire.to_wire(ev(1))
-    for field, value, want in [("kind", "bogus", "kind"), ("time", "2026-11-21T12:00:00", "time"),
-                               ("severity", "meh", "severity"), ("id", "", "id"), ("code", "79", "code")]:
+    for field, value, want in [
+        ("kind", "bogus", "kind"),
+        ("time", "2026-11-21T12:00:00", "time"),
+        ("severity", "meh", "severity"),
+        ("id", "", "id"),
+        ("code", "79", "code"),
+    ]:
         bad = dict(good)
         bad[field] = value  # type: ignore[literal-required]
         with pytest.raises(InvalidInput, match=want) as err:

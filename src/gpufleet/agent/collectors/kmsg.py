@@ -198,9 +198,8 @@ class KmsgFollower:
         return out
 
     def _poll_journal(self) -> list[HealthEvent]:
-        if self._proc is None:
-            if self.clock.monotonic() < self._next_spawn or not self._spawn_journal():
-                return []
+        if self._proc is None and (self.clock.monotonic() < self._next_spawn or not self._spawn_journal()):
+            return []
         proc = self._proc
         assert proc is not None and proc.stdout is not None
         fd = proc.stdout.fileno()
