@@ -66,7 +66,7 @@ def run_agent(
             clock,
             batch_size=cfg.push_batch,
             heartbeat_s=cfg.heartbeat_s,
-            backoff=Backoff(1.0, 60.0),
+            backoff=Backoff(cfg.push_backoff_base_s, max(cfg.push_backoff_base_s, cfg.push_backoff_cap_s)),
         )
     telemetry = Telemetry(hostname=cfg.node)
     kmsg: KmsgFollower | None = None

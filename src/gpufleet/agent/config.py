@@ -78,6 +78,8 @@ class AgentConfig(BaseSettings):
     push: bool = True
     push_batch: int = Field(500, ge=1, le=10_000)
     heartbeat_s: float = Field(30.0, gt=0)
+    push_backoff_base_s: float = Field(1.0, gt=0)
+    push_backoff_cap_s: float = Field(60.0, gt=0)
     metrics_port: int = Field(9400, ge=0, le=65535)
     metrics_addr: str = "0.0.0.0"
     state_dir: Path = Path("/var/lib/gpufleet-agent")
@@ -119,9 +121,10 @@ def read_token(path: Path | None) -> str:
     if path is None:
         raise InvalidInput("--token-file", None, "a file holding this node's controller token (or --no-push)")
     try:
-        token = path.read_text().strip().splitlines()[0].strip() if path.read_text().strip() else ""
+        text = path.read_text().strip()
     except OSError as err:
         raise InvalidInput("--token-file", str(path), f"a readable file ({err.strerror})") from None
+    token = text.splitlines()[0].strip() if text else ""
     if not token:
         raise InvalidInput("--token-file", str(path), "a file holding a non-empty token")
     return token

@@ -54,6 +54,7 @@ class PassiveChecks:
     _active: set[str] = field(default_factory=set)
     _last: dict[str, int] = field(default_factory=dict)
     _rates: dict[str, _Rate] = field(default_factory=dict)
+    _xid_seq: int = 0
 
     # --- helpers ----------------------------------------------------------------------------
     def gpu(self, index: int) -> str:
@@ -116,8 +117,9 @@ class PassiveChecks:
         comp = self.gpu(x.index) if x.index >= 0 else self.node
         msg = f"NVML XID {x.code}" + (f": {x.detail}" if x.detail else "")
         stamp = int(x.time.timestamp() * 1_000_000)
+        self._xid_seq += 1  # two XIDs in the same microsecond are still two events
         return self._event(
-            f"xid:{comp}:{x.code}:{stamp}",
+            f"xid:{comp}:{x.code}:{stamp}:{self._xid_seq}",
             EventKind.XID,
             x.time,
             comp,

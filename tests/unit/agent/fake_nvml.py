@@ -225,10 +225,9 @@ class FakeNvml:
 
     def nvmlEventSetWait_v2(self, es: str, timeout_ms: int) -> SimpleNamespace:
         self._enter("nvmlEventSetWait_v2")
-        pending = self.sim._xids
-        if not pending:
+        x = self.sim.pop_xid()
+        if x is None:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_TIMEOUT)
-        x = pending.pop(0)
         return SimpleNamespace(
             device=_BASE + x.index,
             eventType=pynvml.nvmlEventTypeXidCriticalError,

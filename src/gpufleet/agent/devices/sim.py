@@ -14,6 +14,7 @@ with clock throttling, PCIe width/gen degradation, NVLink down and CRC errors, a
 from __future__ import annotations
 
 import random
+import threading
 from dataclasses import dataclass, field
 
 from gpufleet.agent.clock import Clock, SystemClock
@@ -156,6 +157,7 @@ class SimDevice:
             for i in range(gpus)
         ]
         self._xids: list[XidEvent] = []
+        self._xid_lock = threading.Lock()  # faults may be injected from another thread
         self._opened = False
 
     # --- the port ---------------------------------------------------------------------------
@@ -231,7 +233,8 @@ class SimDevice:
     def wait_xids(self, timeout_s: float) -> list[XidEvent]:
         if not self._xids:
             self._clock.sleep(timeout_s)
-        out, self._xids = self._xids, []
+        with self._xid_lock:
+            out, self._xids = self._xids, []
         return out
 
     def close(self) -> None:
@@ -240,7 +243,8 @@ class SimDevice:
     # --- faults -----------------------------------------------------------------------------
     def inject_xid(self, index: int, code: int, detail: str = "") -> None:
         self._gpu(index)
-        self._xids.append(XidEvent(index, code, self._clock.now(), detail))
+        with self._xid_lock:
+            self._xids.append(XidEvent(index, code, self._clock.now(), detail))
 
     def add_ecc(self, index: int, *, sbe: int = 0, dbe: int = 0) -> None:
         """Grow the ECC counters; each uncorrectable error also records a pending row remap."""
@@ -315,6 +319,11 @@ class SimDevice:
 
     def set_load(self, index: int, load: float) -> None:
         self._gpu(index).load = load
+
+    def pop_xid(self) -> XidEvent | None:
+        """The oldest pending XID (used by the NVML test double's event set)."""
+        with self._xid_lock:
+            return self._xids.pop(0) if self._xids else None
 
     # --- helpers ----------------------------------------------------------------------------
     def _gpu(self, index: int) -> SimGpu:
