@@ -29,6 +29,8 @@ def _root() -> None:
 
 # One line per sub-command module (gpufleet.cli.<name>), in the order shown by --help.
 _COMMANDS: tuple[str, ...] = (
+    "demo",
+    "controller",
     "version",
     "agent",
 )

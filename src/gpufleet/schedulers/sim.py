@@ -1,0 +1,222 @@
+"""An in-process simulated scheduler: the demo's and the tests' cluster.
+
+It behaves like a small Slurm: nodes carry a drain flag and a reason, jobs run on nodes, a drained
+node with running jobs shows ``DRAINING`` until the jobs end. Test and demo code drive it through the
+extra methods (``add_node``, ``submit``, ``finish``, ``checkpoint``, ``set_reachable``). State can be
+persisted to a JSON file so a restarted process sees the same cluster (crash tests).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from pathlib import Path
+
+from gpufleet.domain.errors import Conflict, ExternalError, InvalidInput, NotFound
+from gpufleet.schedulers.port import REASON_PREFIX, Job, JobState, SchedNode, SchedNodeState
+
+
+@dataclass(slots=True)
+class _Node:
+    name: str
+    drain: bool = False
+    down: bool = False
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class _State:
+    nodes: dict[str, _Node] = field(default_factory=dict)
+    jobs: dict[str, Job] = field(default_factory=dict)
+    next_job: int = 1
+    # Every effect that changed the cluster, in order: ("drain"|"resume"|"requeue"|"signal", target, detail)
+    effects: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+class SimScheduler:
+    """A thread-safe in-memory scheduler implementing :class:`~gpufleet.schedulers.port.Scheduler`."""
+
+    name = "sim"
+
+    def __init__(self, nodes: Iterable[str] = (), *, state_file: Path | None = None) -> None:
+        self._lock = threading.RLock()
+        self._state_file = state_file
+        self._reachable = True
+        self._s = _State()
+        if state_file is not None and state_file.exists():
+            self._load(state_file)
+        for n in nodes:
+            self._s.nodes.setdefault(n, _Node(n))
+        self._save()
+
+    # ---- the port ---------------------------------------------------------------------------
+    def list_nodes(self) -> Sequence[SchedNode]:
+        with self._lock:
+            self._check_reachable()
+            return [self._view(n) for n in self._s.nodes.values()]
+
+    def node(self, name: str) -> SchedNode:
+        with self._lock:
+            self._check_reachable()
+            return self._view(self._get(name))
+
+    def list_jobs(self) -> Sequence[Job]:
+        with self._lock:
+            self._check_reachable()
+            return list(self._s.jobs.values())
+
+    def jobs_on(self, node: str) -> Sequence[Job]:
+        with self._lock:
+            self._check_reachable()
+            self._get(node)
+            return [j for j in self._s.jobs.values() if j.state == JobState.RUNNING and node in j.nodes]
+
+    def drain(self, node: str, reason: str) -> None:
+        with self._lock:
+            self._check_reachable()
+            n = self._get(node)
+            if not reason:
+                raise InvalidInput("reason", reason, "a non-empty drain reason")
+            if n.drain:
+                return  # idempotent; a foreign reason is kept
+            n.drain, n.reason = True, reason
+            self._effect("drain", node, reason)
+
+    def resume(self, node: str) -> None:
+        with self._lock:
+            self._check_reachable()
+            n = self._get(node)
+            if not n.drain and not n.down:
+                return
+            if not n.reason.startswith(REASON_PREFIX):
+                raise Conflict(f"node {node} was drained by someone else ({n.reason!r}); not resuming it")
+            n.drain = n.down = False
+            n.reason = ""
+            self._effect("resume", node, "")
+
+    def requeue(self, job_id: str) -> None:
+        with self._lock:
+            self._check_reachable()
+            job = self._job(job_id)
+            if job.state != JobState.RUNNING:
+                return
+            self._s.jobs[job_id] = replace(job, state=JobState.PENDING, nodes=(), restarts=job.restarts + 1)
+            self._effect("requeue", job_id, "")
+
+    def signal(self, job_id: str, signal: str) -> None:
+        with self._lock:
+            self._check_reachable()
+            self._job(job_id)
+            self._effect("signal", job_id, signal)
+
+    # ---- simulation control -----------------------------------------------------------------
+    def add_node(self, name: str) -> None:
+        with self._lock:
+            self._s.nodes.setdefault(name, _Node(name))
+            self._save()
+
+    def set_reachable(self, reachable: bool) -> None:
+        """Simulate the scheduler being down (every port call raises ExternalError)."""
+        self._reachable = reachable
+
+    def submit(self, name: str, nodes: Sequence[str], *, start: datetime) -> Job:
+        """Start a job on ``nodes`` at once (they must be schedulable and free)."""
+        with self._lock:
+            for node in nodes:
+                n = self._get(node)
+                if n.drain or n.down:
+                    raise Conflict(f"node {node} is not schedulable")
+                if any(node in j.nodes for j in self._s.jobs.values() if j.state == JobState.RUNNING):
+                    raise Conflict(f"node {node} is busy")
+            job = Job(id=str(self._s.next_job), name=name, state=JobState.RUNNING, nodes=tuple(nodes),
+                      start_time=start)
+            self._s.next_job += 1
+            self._s.jobs[job.id] = job
+            self._save()
+            return job
+
+    def restart(self, job_id: str, nodes: Sequence[str], *, start: datetime) -> Job:
+        """Place a pending (requeued) job on ``nodes``."""
+        with self._lock:
+            job = self._job(job_id)
+            self._s.jobs[job_id] = replace(job, state=JobState.RUNNING, nodes=tuple(nodes), start_time=start)
+            self._save()
+            return self._s.jobs[job_id]
+
+    def finish(self, job_id: str, state: JobState = JobState.COMPLETED) -> None:
+        with self._lock:
+            job = self._job(job_id)
+            self._s.jobs[job_id] = replace(job, state=state)
+            self._save()
+
+    def checkpoint(self, job_id: str, at: datetime) -> None:
+        with self._lock:
+            job = self._job(job_id)
+            self._s.jobs[job_id] = replace(job, last_checkpoint=at)
+            self._save()
+
+    def schedulable(self) -> list[str]:
+        with self._lock:
+            busy = {n for j in self._s.jobs.values() if j.state == JobState.RUNNING for n in j.nodes}
+            return [n.name for n in self._s.nodes.values() if not (n.drain or n.down) and n.name not in busy]
+
+    @property
+    def effects(self) -> list[tuple[str, str, str]]:
+        with self._lock:
+            return list(self._s.effects)
+
+    # ---- internals --------------------------------------------------------------------------
+    def _check_reachable(self) -> None:
+        if not self._reachable:
+            raise ExternalError("sim-scheduler", "scheduler unreachable (simulated outage)")
+
+    def _get(self, name: str) -> _Node:
+        try:
+            return self._s.nodes[name]
+        except KeyError:
+            raise NotFound("node", name) from None
+
+    def _job(self, job_id: str) -> Job:
+        try:
+            return self._s.jobs[job_id]
+        except KeyError:
+            raise NotFound("job", job_id) from None
+
+    def _view(self, n: _Node) -> SchedNode:
+        jobs = tuple(j.id for j in self._s.jobs.values() if j.state == JobState.RUNNING and n.name in j.nodes)
+        if n.down:
+            state = SchedNodeState.DOWN
+        elif n.drain:
+            state = SchedNodeState.DRAINING if jobs else SchedNodeState.DRAINED
+        else:
+            state = SchedNodeState.ALLOCATED if jobs else SchedNodeState.IDLE
+        return SchedNode(name=n.name, state=state, reason=n.reason, jobs=jobs)
+
+    def _effect(self, what: str, target: str, detail: str) -> None:
+        self._s.effects.append((what, target, detail))
+        self._save()
+
+    def _save(self) -> None:
+        if self._state_file is None:
+            return
+        doc = {
+            "nodes": [[n.name, n.drain, n.down, n.reason] for n in self._s.nodes.values()],
+            "jobs": [[j.id, j.name, j.state, list(j.nodes), j.restarts] for j in self._s.jobs.values()],
+            "next_job": self._s.next_job,
+            "effects": self._s.effects,
+        }
+        tmp = self._state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc))
+        tmp.replace(self._state_file)
+
+    def _load(self, path: Path) -> None:
+        doc = json.loads(path.read_text())
+        self._s.nodes = {r[0]: _Node(r[0], r[1], r[2], r[3]) for r in doc["nodes"]}
+        self._s.jobs = {
+            r[0]: Job(id=r[0], name=r[1], state=JobState(r[2]), nodes=tuple(r[3]), restarts=r[4]) for r in doc["jobs"]
+        }
+        self._s.next_job = doc["next_job"]
+        self._s.effects = [(str(e[0]), str(e[1]), str(e[2])) for e in doc["effects"]]

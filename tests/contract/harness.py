@@ -1,0 +1,59 @@
+"""What a scheduler contract test needs besides the port itself: a way to make work happen.
+
+Each implementation (sim, slurm, ...) provides a :class:`SchedulerHarness`; ``conftest.py`` turns
+them into the parametrized ``harness`` fixture. The Slurm harness starts real jobs with sbatch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+from gpufleet.schedulers.port import Scheduler
+from gpufleet.schedulers.sim import SimScheduler
+
+
+class SchedulerHarness(Protocol):
+    scheduler: Scheduler
+    nodes: list[str]  # at least 3 nodes, idle and undrained at the start of each test
+
+    def start_job(self, node: str) -> str:
+        """Start a long-running job on ``node``; return once the scheduler reports it RUNNING."""
+        ...
+
+    def end_job(self, job_id: str) -> None:
+        """End the job; return once the scheduler no longer reports it running."""
+        ...
+
+    def foreign_drain(self, node: str, reason: str) -> None:
+        """Drain ``node`` the way a human operator would (not through gpufleet)."""
+        ...
+
+    def eventually(self, check: Callable[[], bool], what: str) -> None:
+        """Wait until ``check()`` is true (schedulers apply some changes asynchronously)."""
+        ...
+
+
+@dataclass
+class SimHarness:
+    scheduler: SimScheduler
+    nodes: list[str]
+
+    @classmethod
+    def create(cls) -> SimHarness:
+        nodes = ["n1", "n2", "n3"]
+        return cls(SimScheduler(nodes), nodes)
+
+    def start_job(self, node: str) -> str:
+        return self.scheduler.submit("contract", [node], start=datetime.now(UTC)).id
+
+    def end_job(self, job_id: str) -> None:
+        self.scheduler.finish(job_id)
+
+    def foreign_drain(self, node: str, reason: str) -> None:
+        self.scheduler.drain(node, reason)
+
+    def eventually(self, check: Callable[[], bool], what: str) -> None:
+        assert check(), what  # the simulation applies every change synchronously

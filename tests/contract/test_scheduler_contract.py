@@ -1,0 +1,90 @@
+"""The scheduler port contract (see gpufleet.schedulers.port): every implementation passes it."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.domain.errors import Conflict, NotFound
+from gpufleet.schedulers.port import SchedNodeState, Scheduler, drain_reason
+from tests.contract.harness import SchedulerHarness
+
+
+def test_implements_protocol(harness: SchedulerHarness) -> None:
+    assert isinstance(harness.scheduler, Scheduler)
+
+
+def test_lists_its_nodes_idle(harness: SchedulerHarness) -> None:
+    listed = {n.name: n for n in harness.scheduler.list_nodes()}
+    for name in harness.nodes:
+        assert name in listed
+        assert listed[name].state == SchedNodeState.IDLE, listed[name]
+
+
+def test_drain_then_resume_round_trip_with_reason(harness: SchedulerHarness) -> None:
+    s, node = harness.scheduler, harness.nodes[0]
+    reason = drain_reason("d-123", "xid 79 gpu fell off the bus")
+    s.drain(node, reason)
+    harness.eventually(lambda: s.node(node).state == SchedNodeState.DRAINED, "node shows DRAINED")
+    view = s.node(node)
+    assert view.reason.startswith("gpufleet:d-123")
+    assert view.drained_by_us and not view.foreign_drain
+    s.resume(node)
+    harness.eventually(lambda: s.node(node).state == SchedNodeState.IDLE, "node back to IDLE")
+
+
+def test_drain_is_idempotent(harness: SchedulerHarness) -> None:
+    s, node = harness.scheduler, harness.nodes[1]
+    reason = drain_reason("d-7", "row remap failure")
+    s.drain(node, reason)
+    s.drain(node, reason)
+    harness.eventually(lambda: s.node(node).state == SchedNodeState.DRAINED, "drained")
+    assert s.node(node).reason.startswith("gpufleet:d-7")
+    s.resume(node)
+    s.resume(node)  # resuming an undrained node is a no-op
+    harness.eventually(lambda: s.node(node).state == SchedNodeState.IDLE, "idle")
+
+
+def test_drain_with_running_job_shows_draining_and_keeps_job(harness: SchedulerHarness) -> None:
+    s, node = harness.scheduler, harness.nodes[2]
+    job = harness.start_job(node)
+    assert job in [j.id for j in s.jobs_on(node)]
+    s.drain(node, drain_reason("d-9", "suspect"))
+    harness.eventually(lambda: s.node(node).state == SchedNodeState.DRAINING, "DRAINING while job runs")
+    assert job in [j.id for j in s.jobs_on(node)], "a drain never kills running work"
+    harness.end_job(job)
+    harness.eventually(lambda: s.node(node).state == SchedNodeState.DRAINED, "DRAINED once empty")
+    s.resume(node)
+    harness.eventually(lambda: s.node(node).state == SchedNodeState.IDLE, "idle")
+
+
+def test_foreign_drain_is_respected(harness: SchedulerHarness) -> None:
+    s, node = harness.scheduler, harness.nodes[0]
+    harness.foreign_drain(node, "admin: replacing PSU")
+    harness.eventually(lambda: s.node(node).state == SchedNodeState.DRAINED, "drained by admin")
+    assert s.node(node).foreign_drain
+    with pytest.raises(Conflict):
+        s.resume(node)
+    assert s.node(node).state == SchedNodeState.DRAINED
+    # Draining it ourselves keeps the admin's reason (the node is out either way).
+    s.drain(node, drain_reason("d-1", "xid 48"))
+    assert "PSU" in s.node(node).reason
+
+
+def test_unknown_node_is_not_found(harness: SchedulerHarness) -> None:
+    s = harness.scheduler
+    with pytest.raises(NotFound):
+        s.node("no-such-node-xyz")
+    with pytest.raises(NotFound):
+        s.drain("no-such-node-xyz", drain_reason("d-0", "x"))
+
+
+def test_requeue_moves_job_off_the_node(harness: SchedulerHarness) -> None:
+    s, node = harness.scheduler, harness.nodes[1]
+    job = harness.start_job(node)
+    s.drain(node, drain_reason("d-2", "fatal: xid 79"))  # keep the job from restarting here
+    s.requeue(job)
+    harness.eventually(lambda: job not in [j.id for j in s.jobs_on(node)], "job no longer on node")
+    harness.eventually(lambda: s.node(node).state == SchedNodeState.DRAINED, "node drained and empty")
+    listed = {j.id: j for j in s.list_jobs()}
+    assert job in listed and listed[job].restarts >= 1
+    s.resume(node)
