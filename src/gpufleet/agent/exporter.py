@@ -117,9 +117,7 @@ _NVLINK_TOTALS = (
 class AgentCollector:
     """A prometheus_client collector that renders the telemetry when scraped."""
 
-    def __init__(
-        self, telemetry: Telemetry, spool: Spool | None = None, pusher: Pusher | None = None
-    ) -> None:
+    def __init__(self, telemetry: Telemetry, spool: Spool | None = None, pusher: Pusher | None = None) -> None:
         self.t = telemetry
         self.spool = spool
         self.pusher = pusher
@@ -129,8 +127,7 @@ class AgentCollector:
     def _gpu_labels(self) -> list[list[str]]:
         if self._labels_for is not self.t.gpus:
             self._labels = [
-                [str(g.index), g.uuid, f"nvidia{g.index}", g.name, self.t.hostname, g.pci_bus_id]
-                for g in self.t.gpus
+                [str(g.index), g.uuid, f"nvidia{g.index}", g.name, self.t.hostname, g.pci_bus_id] for g in self.t.gpus
             ]
             self._labels_for = self.t.gpus
         return self._labels
@@ -140,9 +137,7 @@ class AgentCollector:
         labels = self._gpu_labels()
         fast, slow = list(self.t.fast), list(self.t.slow)
         yield from _numeric(_FAST, fast, labels)
-        free = GaugeMetricFamily(
-            "DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", labels=GPU_LABELS
-        )
+        free = GaugeMetricFamily("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", labels=GPU_LABELS)
         for lab, r in zip(labels, fast, strict=False):
             if r is not None and r.mem_total_bytes is not None and r.mem_used_bytes is not None:
                 free.add_metric(lab, (r.mem_total_bytes - r.mem_used_bytes) / MIB)
@@ -176,9 +171,7 @@ class AgentCollector:
             value=1.0 if t.device_up else 0.0,
         )
         yield GaugeMetricFamily("gpufleet_agent_gpus", "GPUs found on this node.", value=float(len(t.gpus)))
-        ev = CounterMetricFamily(
-            "gpufleet_agent_events", "Health events raised by the agent.", labels=["kind"]
-        )
+        ev = CounterMetricFamily("gpufleet_agent_events", "Health events raised by the agent.", labels=["kind"])
         for kind, n in sorted(t.events.items()):
             ev.add_metric([kind], float(n))
         yield ev
@@ -193,9 +186,7 @@ class AgentCollector:
         src = GaugeMetricFamily("gpufleet_agent_kmsg_source", "Kernel-log source in use.", labels=["source"])
         src.add_metric([t.kmsg_source], 1.0)
         yield src
-        yield CounterMetricFamily(
-            "gpufleet_agent_kmsg_lines", "Kernel-log lines read.", value=float(t.kmsg_lines)
-        )
+        yield CounterMetricFamily("gpufleet_agent_kmsg_lines", "Kernel-log lines read.", value=float(t.kmsg_lines))
         if self.spool is not None:
             yield GaugeMetricFamily(
                 "gpufleet_agent_spool_events", "Events waiting in the spool.", value=float(len(self.spool))
@@ -241,9 +232,7 @@ class AgentCollector:
 
     def _nvlink(self, slow: list[SlowReading | None], labels: list[list[str]]) -> Iterator[Metric]:
         totals = [GaugeMetricFamily(n, h, labels=GPU_LABELS) for n, h, _ in _NVLINK_TOTALS]
-        up = GaugeMetricFamily(
-            "gpufleet_gpu_nvlink_up", "1 if the NVLink is up.", labels=[*GPU_LABELS, "link"]
-        )
+        up = GaugeMetricFamily("gpufleet_gpu_nvlink_up", "1 if the NVLink is up.", labels=[*GPU_LABELS, "link"])
         errs = GaugeMetricFamily(
             "gpufleet_gpu_nvlink_errors",
             "NVLink error counters per link.",
@@ -359,9 +348,7 @@ def _numeric(
         yield fam
 
 
-def make_registry(
-    telemetry: Telemetry, spool: Spool | None = None, pusher: Pusher | None = None
-) -> CollectorRegistry:
+def make_registry(telemetry: Telemetry, spool: Spool | None = None, pusher: Pusher | None = None) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(AgentCollector(telemetry, spool, pusher))
     return registry

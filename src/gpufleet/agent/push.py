@@ -99,7 +99,7 @@ class ControllerClient:
                 return PushResult(True, 202, int(doc.get("accepted", 0)), int(doc.get("duplicates", 0)))
             except (ValueError, AttributeError, TypeError):
                 return PushResult(True, 202)
-        return PushResult(False, r.status_code, error=r.text[:500])
+        return PushResult(False, r.status_code, error=r.text[:2000])
 
     def heartbeat(self, node: str, now: datetime) -> PushResult:
         body = json.dumps({"time": now.isoformat(), "agent_version": __version__})
@@ -107,12 +107,21 @@ class ControllerClient:
             r = self._http.post(f"/v1/nodes/{node}/heartbeat", content=body)
         except httpx.HTTPError as err:
             return PushResult(False, None, error=f"{type(err).__name__}: {err}")
-        return PushResult(
-            r.status_code == 200, r.status_code, error="" if r.status_code == 200 else r.text[:500]
-        )
+        return PushResult(r.status_code == 200, r.status_code, error="" if r.status_code == 200 else r.text[:500])
 
     def close(self) -> None:
         self._http.close()
+
+
+def _names_node(error_body: str) -> bool:
+    """True when a 422 blames the node (not registered / not ours): a setup problem, never the event's."""
+    try:
+        detail = json.loads(error_body).get("detail")
+    except (ValueError, AttributeError):
+        return False
+    fields = [d.get("field", "") for d in detail] if isinstance(detail, list) else []
+    fields += [str(detail)] if isinstance(detail, str) else []
+    return any(str(f).endswith(".node") or str(f) == "node" for f in fields if isinstance(f, str))
 
 
 class Pusher:
@@ -151,10 +160,13 @@ class Pusher:
             return self._retry_at - mono
         if mono >= self._next_heartbeat:
             hb = self.client.heartbeat(self.node, self.clock.now())
+            self._next_heartbeat = mono + self.heartbeat_s
             if hb.ok:
-                self._next_heartbeat = mono + self.heartbeat_s
-            elif not self._failed(hb, "heartbeat"):
-                return self._retry_at - mono
+                self._succeeded()
+            elif hb.status is None:  # no answer at all: events would not get through either
+                return self._failed(hb, "heartbeat")
+            else:  # e.g. 404 node not registered: say so, but still try the events
+                log.error("controller refused the heartbeat of %s (%s %s)", self.node, hb.status, hb.error[:200])
         while len(self.spool):
             batch = self.spool.peek(self.batch_size)
             if not batch:
@@ -171,7 +183,7 @@ class Pusher:
             self.duplicates += res.duplicates
             self._succeeded()
             return True
-        if res.status == 422:
+        if res.status == 422 and not _names_node(res.error):
             if len(batch) == 1:
                 self.spool.drop([batch[0][0]], f"422 {res.error} for {batch[0][1][:300]}")
                 return True
@@ -187,8 +199,8 @@ class Pusher:
         self.last_success = self.clock.now()
         self.backoff.reset()
 
-    def _failed(self, res: PushResult, what: str) -> bool:
-        """Record a failure and schedule the retry. Returns False (the round stops)."""
+    def _failed(self, res: PushResult, what: str) -> float:
+        """Record a failure and schedule the retry; returns the delay (the round stops)."""
         self.failures += 1
         self.controller_up = False
         delay = self.backoff.next()
@@ -197,6 +209,15 @@ class Pusher:
                 "controller refused the node token (%s) for %s: check --token-file; retrying in %.0fs",
                 res.status,
                 what,
+                delay,
+            )
+        elif res.status == 422:
+            log.error(
+                "controller does not know node %s (%s): register it (POST /v1/nodes); %d events kept in the "
+                "spool, retrying in %.0fs",
+                self.node,
+                res.error[:200],
+                len(self.spool),
                 delay,
             )
         else:
@@ -209,7 +230,7 @@ class Pusher:
                 delay,
             )
         self._retry_at = self.clock.monotonic() + delay
-        return False
+        return delay
 
     def run(self, stop: threading.Event) -> None:
         """Loop until ``stop`` is set; wakes early when :attr:`kick` is set (new events spooled)."""

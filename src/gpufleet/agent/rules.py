@@ -153,11 +153,7 @@ class PassiveChecks:
         hot = (temp is not None and temp >= th.thermal_c) or throttled
         if hot and hot_key not in self._active:
             self._active.add(hot_key)
-            why = (
-                "thermal slowdown asserted"
-                if throttled
-                else f"temperature {temp:.0f} C >= {th.thermal_c:.0f} C"
-            )
+            why = "thermal slowdown asserted" if throttled else f"temperature {temp:.0f} C >= {th.thermal_c:.0f} C"
             out.append(
                 self._event(
                     f"thermal:{g}:{stamp}",
@@ -423,8 +419,7 @@ class PassiveChecks:
                         now,
                         nic,
                         Severity.DEGRADED,
-                        f"InfiniBand {p.device} port {p.port}: {counter} at {rate:.1f}/min "
-                        f"(limit {limit:g}/min)",
+                        f"InfiniBand {p.device} port {p.port}: {counter} at {rate:.1f}/min (limit {limit:g}/min)",
                         attrs=(*attrs, ("rule", f"ib_{counter}"), ("per_min", f"{rate:.1f}")),
                     )
                 )

@@ -84,9 +84,7 @@ class Agent:
         t.device = self.device.name
         try:
             self.status = self.device.open()
-        except (
-            Exception
-        ) as err:  # the port says open() never raises; a bug in an implementation must not crash
+        except Exception as err:  # the port says open() never raises; a bug in an implementation must not crash
             log.exception("device %s failed to open", self.device.name)
             self.status = DeviceStatus(False, f"device {self.device.name} failed to open: {err}")
         t.device_up, t.device_message, t.driver_version = (

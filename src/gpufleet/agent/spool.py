@@ -74,20 +74,15 @@ class Spool:
         return added
 
     def _evict(self, cur: sqlite3.Cursor, n: int) -> None:
-        cur.execute(
-            "DELETE FROM spool WHERE seq IN (SELECT seq FROM spool WHERE fatal=0 ORDER BY seq LIMIT ?)", (n,)
-        )
+        cur.execute("DELETE FROM spool WHERE seq IN (SELECT seq FROM spool WHERE fatal=0 ORDER BY seq LIMIT ?)", (n,))
         gone = cur.rowcount
         if gone < n:
-            cur.execute(
-                "DELETE FROM spool WHERE seq IN (SELECT seq FROM spool ORDER BY seq LIMIT ?)", (n - gone,)
-            )
+            cur.execute("DELETE FROM spool WHERE seq IN (SELECT seq FROM spool ORDER BY seq LIMIT ?)", (n - gone,))
             gone += cur.rowcount
         self._depth -= gone
         self.dropped += gone
         cur.execute(
-            "INSERT INTO meta(key, value) VALUES ('dropped', ?) "
-            "ON CONFLICT(key) DO UPDATE SET value=excluded.value",
+            "INSERT INTO meta(key, value) VALUES ('dropped', ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value",
             (self.dropped,),
         )
         log.warning(
@@ -101,8 +96,7 @@ class Spool:
         """The oldest ``n`` events as ``(seq, json body)``."""
         with self._lock:
             return [
-                (int(s), str(b))
-                for s, b in self._db.execute("SELECT seq, body FROM spool ORDER BY seq LIMIT ?", (n,))
+                (int(s), str(b)) for s, b in self._db.execute("SELECT seq, body FROM spool ORDER BY seq LIMIT ?", (n,))
             ]
 
     def ack(self, seqs: Sequence[int]) -> None:

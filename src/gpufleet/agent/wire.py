@@ -55,9 +55,7 @@ def from_wire(obj: object, where: str = "event") -> HealthEvent:
     try:
         kind = EventKind(str(obj.get("kind")))
     except ValueError:
-        raise InvalidInput(
-            f"{where}.kind", obj.get("kind"), f"one of {[k.value for k in EventKind]}"
-        ) from None
+        raise InvalidInput(f"{where}.kind", obj.get("kind"), f"one of {[k.value for k in EventKind]}") from None
     sev = obj.get("severity")
     try:
         severity = None if sev is None else Severity(sev)

@@ -21,9 +21,7 @@ GPUFLEET = str(Path(sys.executable).parent / "gpufleet")
 
 
 def agent(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [GPUFLEET, "agent", *args], capture_output=True, text=True, timeout=timeout, check=False
-    )
+    return subprocess.run([GPUFLEET, "agent", *args], capture_output=True, text=True, timeout=timeout, check=False)
 
 
 def test_nvml_without_driver_is_a_clear_message_not_a_crash(tmp_path: Path) -> None:
@@ -76,9 +74,7 @@ def test_sim_agent_serves_metrics_and_stops_on_sigterm(tmp_path: Path) -> None:
 
         def up() -> bool:
             try:
-                return (
-                    "gpufleet_agent_gpus 8.0" in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
-                )
+                return "gpufleet_agent_gpus 8.0" in httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
             except httpx.HTTPError:
                 return False
 

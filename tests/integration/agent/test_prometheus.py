@@ -32,9 +32,7 @@ def promtool() -> str:
 
 
 def test_rules_file_checks(promtool: str) -> None:
-    out = subprocess.run(
-        [promtool, "check", "rules", str(RULES)], capture_output=True, text=True, check=False
-    )
+    out = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS" in out.stdout
 
@@ -131,9 +129,7 @@ def test_prometheus_scrapes_the_agent(prometheus: tuple[Path, int]) -> None:
                     return False
 
             wait_for(ready, "Prometheus to scrape the agent", 90)
-            wait_for(
-                lambda: bool(query(base, "DCGM_FI_DEV_ROW_REMAP_FAILURE == 1")), "remap failure series", 30
-            )
+            wait_for(lambda: bool(query(base, "DCGM_FI_DEV_ROW_REMAP_FAILURE == 1")), "remap failure series", 30)
             xid = {
                 (r["metric"]["gpu"], r["metric"]["xid"]): float(r["value"][1])
                 for r in query(base, "gpufleet_gpu_xid_errors_total")

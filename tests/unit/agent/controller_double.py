@@ -25,8 +25,9 @@ def free_port() -> int:
 
 
 class ControllerDouble:
-    def __init__(self, token: str = "s3cret", port: int | None = None) -> None:
+    def __init__(self, token: str = "s3cret", port: int | None = None, nodes: set[str] | None = None) -> None:
         self.token = token
+        self.nodes = nodes  # None: any node; else only these are registered
         self.port = port or free_port()
         self.events: dict[str, HealthEvent] = {}
         self.received = 0  # event copies received, duplicates included
@@ -72,6 +73,9 @@ class ControllerDouble:
                     self._events(body)
                 elif self.path.startswith("/v1/nodes/") and self.path.endswith("/heartbeat"):
                     node = self.path.split("/")[3]
+                    if double.nodes is not None and node not in double.nodes:
+                        self._reply(404, {"detail": f"node {node!r} not found"})
+                        return
                     with double.lock:
                         double.heartbeats.append((node, body))
                     self._reply(200, {"ok": True})
@@ -86,8 +90,25 @@ class ControllerDouble:
                 try:
                     parsed = [wire.from_wire(e, f"events[{i}]") for i, e in enumerate(items)]
                 except InvalidInput as err:
-                    self._reply(422, {"detail": str(err), "field": err.field})
+                    self._reply(
+                        422, {"detail": [{"field": err.field, "value": str(err.value), "expected": err.expected}]}
+                    )
                     return
+                for i, ev in enumerate(parsed):
+                    if double.nodes is not None and ev.node not in double.nodes:
+                        self._reply(
+                            422,
+                            {
+                                "detail": [
+                                    {
+                                        "field": f"events[{i}].node",
+                                        "value": ev.node,
+                                        "expected": "a registered node (POST /v1/nodes)",
+                                    }
+                                ]
+                            },
+                        )
+                        return
                 acc = dup = 0
                 with double.lock:
                     for ev in parsed:

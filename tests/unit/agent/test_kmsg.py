@@ -193,9 +193,7 @@ def test_falls_back_to_journalctl(tmp_path: Path, proc: Path) -> None:
     spawned: list[subprocess.Popen[bytes]] = []
 
     def spawn(argv: list[str]) -> subprocess.Popen[bytes]:
-        p = subprocess.Popen(
-            [*argv[:2], json.dumps(entries), str(args_file), *argv[2:]], stdout=subprocess.PIPE
-        )
+        p = subprocess.Popen([*argv[:2], json.dumps(entries), str(args_file), *argv[2:]], stdout=subprocess.PIPE)
         spawned.append(p)
         return p
 

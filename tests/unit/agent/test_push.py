@@ -104,9 +104,7 @@ def test_422_isolates_the_bad_event(tmp_path: Path, ctl: ControllerDouble) -> No
     spool.put([ev(i) for i in range(5)])
     bad = json.loads(spool.peek(10)[2][1])
     # corrupt one stored event the way a buggy producer might
-    spool._db.execute(
-        "UPDATE spool SET body=? WHERE id=?", (json.dumps({**bad, "kind": "nonsense"}), bad["id"])
-    )
+    spool._db.execute("UPDATE spool SET body=? WHERE id=?", (json.dumps({**bad, "kind": "nonsense"}), bad["id"]))
     pusher.step()
     assert len(spool) == 0 and spool.dropped == 1
     assert set(ctl.events) == {f"n1:e{i}" for i in (0, 1, 3, 4)}
@@ -158,9 +156,7 @@ def test_bad_config_is_named() -> None:
 
 def test_wire_body_matches_contract() -> None:
     body = wire.to_wire(
-        HealthEvent(
-            id="a", node="n1", kind=EventKind.ECC_DBE, time=T0, component="n1-gpu2", attrs=(("rule", "x"),)
-        )
+        HealthEvent(id="a", node="n1", kind=EventKind.ECC_DBE, time=T0, component="n1-gpu2", attrs=(("rule", "x"),))
     )
     assert set(body) == {
         "id",
@@ -177,3 +173,20 @@ def test_wire_body_matches_contract() -> None:
     }
     assert body["time"] == "2026-11-21T12:00:00+00:00" and body["attrs"] == {"rule": "x"}
     assert body["source"] == "agent" and body["kind"] == "ecc_dbe"
+
+
+def test_unregistered_node_keeps_events_until_registered(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    ctl = ControllerDouble(nodes=set())
+    ctl.start()
+    try:
+        pusher, spool, clock = make(tmp_path, ctl.url)
+        spool.put([ev(1), ev(2), ev(3)])
+        wait = pusher.step()
+        assert len(spool) == 3 and spool.dropped == 0 and not ctl.events
+        assert "register it (POST /v1/nodes)" in caplog.text and "refused the heartbeat" in caplog.text
+        ctl.nodes = {"n1"}
+        clock.advance(wait)
+        pusher.step()
+        assert len(spool) == 0 and len(ctl.events) == 3
+    finally:
+        ctl.stop()

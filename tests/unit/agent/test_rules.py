@@ -131,9 +131,7 @@ def test_thermal_with_hysteresis() -> None:
 
 def test_thermal_slowdown_bit_alone_triggers() -> None:
     c = PassiveChecks("n1")
-    [ev] = c.on_fast(
-        FastReading(0, temp_gpu_c=70.0, throttle_reasons=int(ThrottleReason.HW_THERMAL_SLOWDOWN)), at(0)
-    )
+    [ev] = c.on_fast(FastReading(0, temp_gpu_c=70.0, throttle_reasons=int(ThrottleReason.HW_THERMAL_SLOWDOWN)), at(0))
     assert "slowdown" in ev.message
 
 
@@ -212,9 +210,7 @@ def test_dbe_events_match_growth(steps: list[int]) -> None:
     c.on_slow(slow(ecc_dbe_aggregate=0), at(0))
     for i, s in enumerate(steps):
         total += s
-        events += sum(
-            e.kind is EventKind.ECC_DBE for e in c.on_slow(slow(ecc_dbe_aggregate=total), at(i + 1))
-        )
+        events += sum(e.kind is EventKind.ECC_DBE for e in c.on_slow(slow(ecc_dbe_aggregate=total), at(i + 1)))
     assert events == sum(1 for s in steps if s > 0)
 
 

@@ -212,15 +212,11 @@ def test_kmsg_position_commits_after_spooling(tmp_path: Path) -> None:
     def decode(msg: str) -> list[HealthEvent]:
         if "Xid" not in msg:
             return []
-        return [
-            HealthEvent(id="?", node="?", kind=EventKind.XID, time=FakeClock().now(), code=79, message=msg)
-        ]
+        return [HealthEvent(id="?", node="?", kind=EventKind.XID, time=FakeClock().now(), code=79, message=msg)]
 
     clock = FakeClock()
     spool = Spool(tmp_path / "s.db")
-    follower = KmsgFollower(
-        "n1", decode, clock=clock, kmsg_path=kmsg, state_path=tmp_path / "pos.json", proc_root=proc
-    )
+    follower = KmsgFollower("n1", decode, clock=clock, kmsg_path=kmsg, state_path=tmp_path / "pos.json", proc_root=proc)
     agent = Agent("n1", SimDevice(1, clock=clock), clock, kmsg=follower, spool=spool)
     agent.open()
     agent.tick()

@@ -71,7 +71,5 @@ class HostCollector:
             except OSError:
                 mounts.append(MountReading(role, path, False))
                 continue
-            mounts.append(
-                MountReading(role, path, True, st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize)
-            )
+            mounts.append(MountReading(role, path, True, st.f_bavail * st.f_frsize, st.f_blocks * st.f_frsize))
         return HostReading(tuple(edac), tuple(mounts))

@@ -87,9 +87,7 @@ class NvmlDevice:
         try:
             lib = self._lib_arg if self._lib_arg is not None else importlib.import_module("pynvml")
         except ImportError:
-            return DeviceStatus(
-                False, "NVML unavailable: nvidia-ml-py is not installed (pip install 'gpufleet[nvml]')"
-            )
+            return DeviceStatus(False, "NVML unavailable: nvidia-ml-py is not installed (pip install 'gpufleet[nvml]')")
         self._lib = lib
         try:
             lib.nvmlInit()
@@ -214,12 +212,8 @@ class NvmlDevice:
             vals["temp_hbm_c"] = self._hbm_temp(index)
             p = self._call(index, "power", lib.nvmlDeviceGetPowerUsage)
             vals["power_w"] = None if p is None else p / 1000.0
-            vals["sm_clock_mhz"] = self._call(
-                index, "sm_clock", lib.nvmlDeviceGetClockInfo, lib.NVML_CLOCK_SM
-            )
-            vals["mem_clock_mhz"] = self._call(
-                index, "mem_clock", lib.nvmlDeviceGetClockInfo, lib.NVML_CLOCK_MEM
-            )
+            vals["sm_clock_mhz"] = self._call(index, "sm_clock", lib.nvmlDeviceGetClockInfo, lib.NVML_CLOCK_SM)
+            vals["mem_clock_mhz"] = self._call(index, "mem_clock", lib.nvmlDeviceGetClockInfo, lib.NVML_CLOCK_MEM)
             reasons_fn = (
                 getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None)
                 or lib.nvmlDeviceGetCurrentClocksThrottleReasons
@@ -262,9 +256,7 @@ class NvmlDevice:
             sbe = self._call(
                 index, "retired_pages", pages, lib.NVML_PAGE_RETIREMENT_CAUSE_MULTIPLE_SINGLE_BIT_ECC_ERRORS
             )
-            dbe = self._call(
-                index, "retired_pages", pages, lib.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR
-            )
+            dbe = self._call(index, "retired_pages", pages, lib.NVML_PAGE_RETIREMENT_CAUSE_DOUBLE_BIT_ECC_ERROR)
             vals["retired_pages_sbe"] = None if sbe is None else len(sbe)
             vals["retired_pages_dbe"] = None if dbe is None else len(dbe)
             pend = self._call(index, "retired_pages", lib.nvmlDeviceGetRetiredPagesPendingStatus)
@@ -299,18 +291,10 @@ class NvmlDevice:
                 NvLinkReading(
                     link=link,
                     up=None if up is None else up == lib.NVML_FEATURE_ENABLED,
-                    crc_flit=self._call(
-                        index, f"nvlink{link}_errors", errs, link, lib.NVML_NVLINK_ERROR_DL_CRC_FLIT
-                    ),
-                    crc_data=self._call(
-                        index, f"nvlink{link}_errors", errs, link, lib.NVML_NVLINK_ERROR_DL_CRC_DATA
-                    ),
-                    replay=self._call(
-                        index, f"nvlink{link}_errors", errs, link, lib.NVML_NVLINK_ERROR_DL_REPLAY
-                    ),
-                    recovery=self._call(
-                        index, f"nvlink{link}_errors", errs, link, lib.NVML_NVLINK_ERROR_DL_RECOVERY
-                    ),
+                    crc_flit=self._call(index, f"nvlink{link}_errors", errs, link, lib.NVML_NVLINK_ERROR_DL_CRC_FLIT),
+                    crc_data=self._call(index, f"nvlink{link}_errors", errs, link, lib.NVML_NVLINK_ERROR_DL_CRC_DATA),
+                    replay=self._call(index, f"nvlink{link}_errors", errs, link, lib.NVML_NVLINK_ERROR_DL_REPLAY),
+                    recovery=self._call(index, f"nvlink{link}_errors", errs, link, lib.NVML_NVLINK_ERROR_DL_RECOVERY),
                 )
             )
         return tuple(out)

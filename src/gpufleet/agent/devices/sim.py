@@ -184,9 +184,7 @@ class SimDevice:
             mem_used_bytes=g.mem_used,
             mem_total_bytes=H100_MEM_TOTAL,
             temp_gpu_c=None if "temp_gpu" in u else round(g.temperature, 1),
-            temp_hbm_c=None
-            if "temp_hbm" in u
-            else round(g.temp_hbm if not g.thermal else g.temperature + 3, 1),
+            temp_hbm_c=None if "temp_hbm" in u else round(g.temp_hbm if not g.thermal else g.temperature + 3, 1),
             power_w=None if "power" in u else round(g.power_w, 1),
             sm_clock_mhz=g.sm_clock,
             mem_clock_mhz=g.mem_clock,
