@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 from gpufleet.agent.clock import Clock, SystemClock
 from gpufleet.agent.collectors.host import HostCollector
 from gpufleet.agent.collectors.infiniband import InfinibandCollector
-from gpufleet.agent.collectors.kmsg import KmsgFollower
+from gpufleet.agent.collectors.kmsg import Decode, KmsgFollower, LogDecoder
 from gpufleet.agent.config import AgentConfig, read_token
 from gpufleet.agent.decoding import default_decoder
 from gpufleet.agent.devices.port import Device
@@ -21,7 +21,6 @@ from gpufleet.agent.runner import Agent
 from gpufleet.agent.spool import Spool
 from gpufleet.agent.telemetry import Telemetry
 from gpufleet.domain.errors import InvalidInput
-from gpufleet.domain.events import HealthEvent
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +41,7 @@ def run_agent(
     *,
     clock: Clock | None = None,
     device: Device | None = None,
-    decode: Callable[[str], Iterable[HealthEvent]] | None = None,
+    decode: Decode | LogDecoder | None = None,
     ready: Callable[[int], None] | None = None,
 ) -> Agent:
     """Run the agent until ``stop`` is set; returns the stopped agent. ``ready(port)`` is called once the
@@ -85,7 +84,7 @@ def run_agent(
     status = agent.open()
     if cfg.kmsg:
         slots = {g.pci_bus_id: f"{cfg.node}-gpu{g.index}" for g in telemetry.gpus}
-        dec = decode or default_decoder(cfg.node, slots)
+        dec: Decode | LogDecoder | None = decode or default_decoder(cfg.node, slots)
         if dec is not None:
             state = None
             if cfg.push or cfg.state_dir.is_dir():

@@ -76,6 +76,7 @@ class ControllerClient:
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise InvalidInput("controller", base_url, "an http:// or https:// URL")
+        self.base_url = base_url.rstrip("/")
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"),
             timeout=timeout_s,
@@ -194,7 +195,7 @@ class Pusher:
 
     def _succeeded(self) -> None:
         if not self.controller_up:
-            log.info("controller reachable again; pushing %d spooled events", len(self.spool))
+            log.info("controller %s reachable; %d events in the spool", self.client.base_url, len(self.spool))
         self.controller_up = True
         self.last_success = self.clock.now()
         self.backoff.reset()

@@ -14,26 +14,16 @@ import typer
 def register(app: typer.Typer) -> None:
     @app.command()
     def agent(
-        device: Annotated[
-            str, typer.Option(help="GPU backend: nvml (real GPUs) or sim (simulated).")
-        ] = "nvml",
+        device: Annotated[str, typer.Option(help="GPU backend: nvml (real GPUs) or sim (simulated).")] = "nvml",
         gpus: Annotated[int | None, typer.Option(help="Simulated GPU count (--device sim).")] = None,
-        controller: Annotated[
-            str | None, typer.Option(help="Controller base URL, e.g. http://ctl:8080.")
-        ] = None,
-        token_file: Annotated[
-            Path | None, typer.Option(help="File holding this node's controller token.")
-        ] = None,
-        metrics_port: Annotated[
-            int | None, typer.Option(help="Prometheus port (default 9400; 0 = any).")
-        ] = None,
+        controller: Annotated[str | None, typer.Option(help="Controller base URL, e.g. http://ctl:8080.")] = None,
+        token_file: Annotated[Path | None, typer.Option(help="File holding this node's controller token.")] = None,
+        metrics_port: Annotated[int | None, typer.Option(help="Prometheus port (default 9400; 0 = any).")] = None,
         metrics_addr: Annotated[str | None, typer.Option(help="Address to serve /metrics on.")] = None,
         push: Annotated[bool, typer.Option("--push/--no-push", help="Push events to the controller.")] = True,
         node: Annotated[str | None, typer.Option(help="Node name (default: hostname).")] = None,
         config: Annotated[Path | None, typer.Option(help="TOML config file (see docs/agent.md).")] = None,
-        state_dir: Annotated[
-            Path | None, typer.Option(help="Spool and kernel-log position directory.")
-        ] = None,
+        state_dir: Annotated[Path | None, typer.Option(help="Spool and kernel-log position directory.")] = None,
         ib_root: Annotated[Path | None, typer.Option(help="InfiniBand sysfs root.")] = None,
         kmsg: Annotated[bool | None, typer.Option("--kmsg/--no-kmsg", help="Follow the kernel log.")] = None,
         duration: Annotated[float | None, typer.Option(help="Stop after this many seconds.")] = None,
@@ -47,6 +37,7 @@ def register(app: typer.Typer) -> None:
         if device not in ("nvml", "sim"):
             raise InvalidInput("--device", device, "nvml or sim")
         logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per push is noise
         cfg = load_config(
             config,
             device=device,

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 from gpufleet.agent.clock import Clock, SystemClock
 from gpufleet.domain.events import HealthEvent
@@ -36,6 +37,32 @@ log = logging.getLogger(__name__)
 
 Decode = Callable[[str], Iterable[HealthEvent]]
 Spawn = Callable[[list[str]], "subprocess.Popen[bytes]"]
+
+
+@runtime_checkable
+class LogDecoder(Protocol):
+    """A stateful kernel-log decoder (multi-line events). ``feed`` gets one message with its sequence
+    number (the kmsg seq, or a running line number for the journal) and the record's time; it returns
+    the events completed so far as ``(start seq, event)``. ``flush`` completes an open multi-line event;
+    the follower calls it at the end of every read burst (the kernel writes an event's lines together)."""
+
+    def feed(self, message: str, seq: int, when: datetime) -> list[tuple[int, HealthEvent]]: ...
+
+    def flush(self) -> list[tuple[int, HealthEvent]]: ...
+
+
+class LineDecoder:
+    """Adapts a plain ``decode(message) -> events`` function (one message, no state) to :class:`LogDecoder`."""
+
+    def __init__(self, decode: Decode) -> None:
+        self.decode = decode
+
+    def feed(self, message: str, seq: int, when: datetime) -> list[tuple[int, HealthEvent]]:
+        return [(seq, replace(ev, time=when)) for ev in self.decode(message)]
+
+    def flush(self) -> list[tuple[int, HealthEvent]]:
+        return []
+
 
 _READ_SIZE = 8192
 _RESPAWN_S = 30.0
@@ -84,7 +111,7 @@ class KmsgFollower:
     def __init__(
         self,
         node: str,
-        decode: Decode,
+        decode: Decode | LogDecoder,
         *,
         clock: Clock | None = None,
         kmsg_path: Path = Path("/dev/kmsg"),
@@ -94,7 +121,7 @@ class KmsgFollower:
         spawn: Spawn = _default_spawn,
     ) -> None:
         self.node = node
-        self.decode = decode
+        self.decoder: LogDecoder = decode if isinstance(decode, LogDecoder) else LineDecoder(decode)
         self.clock: Clock = clock or SystemClock()
         self.kmsg_path = kmsg_path
         self.state_path = state_path
@@ -112,6 +139,7 @@ class KmsgFollower:
         self._cursor = ""
         self._dirty = False
         self._next_spawn = 0.0
+        self._jseq = 0
 
     # --- start / stop -----------------------------------------------------------------------
     def start(self) -> str:
@@ -185,7 +213,7 @@ class KmsgFollower:
             return []
         self._buf += b"".join(chunks)
         *lines, self._buf = self._buf.split(b"\n")
-        out: list[HealthEvent] = []
+        found: list[tuple[int, HealthEvent]] = []
         for raw in lines:
             rec = parse_kmsg_record(raw.decode("utf-8", "replace"))
             if rec is None or rec.seq <= self._seq:
@@ -194,8 +222,9 @@ class KmsgFollower:
             self._seq = rec.seq
             self._dirty = True
             when = self._boot_time + timedelta(microseconds=rec.usec)
-            out.extend(self._decode(rec.message, f"{self.node}:kmsg:{self._boot_id}:{rec.seq}", when))
-        return out
+            found += self._feed(rec.message, rec.seq, when)
+        found += self._flush()
+        return self._identify(found, lambda seq: f"{self.node}:kmsg:{self._boot_id}:{seq}")
 
     def _poll_journal(self) -> list[HealthEvent]:
         if self._proc is None and (self.clock.monotonic() < self._next_spawn or not self._spawn_journal()):
@@ -220,7 +249,8 @@ class KmsgFollower:
             return []
         self._buf += b"".join(chunks)
         *lines, self._buf = self._buf.split(b"\n")
-        out: list[HealthEvent] = []
+        found: list[tuple[int, HealthEvent]] = []
+        keys: dict[int, str] = {}
         for raw in lines:
             try:
                 entry = json.loads(raw)
@@ -238,17 +268,35 @@ class KmsgFollower:
             if cursor:
                 self._cursor = cursor
                 self._dirty = True
-            key = hashlib.sha1(cursor.encode()).hexdigest()[:16] if cursor else f"t{when.timestamp():.6f}"
-            out.extend(self._decode(str(msg), f"{self.node}:journal:{key}", when))
-        return out
+            self._jseq += 1
+            keys[self._jseq] = hashlib.sha1(cursor.encode()).hexdigest()[:16] if cursor else f"t{when.timestamp():.6f}"
+            found += self._feed(str(msg), self._jseq, when)
+        found += self._flush()
+        return self._identify(found, lambda seq: f"{self.node}:journal:{keys.get(seq, seq)}")
 
-    def _decode(self, message: str, base_id: str, when: datetime) -> list[HealthEvent]:
+    def _feed(self, message: str, seq: int, when: datetime) -> list[tuple[int, HealthEvent]]:
         try:
-            events = list(self.decode(message))
+            return list(self.decoder.feed(message, seq, when))
         except Exception:  # a decoder bug must not stop the kernel-log follower
             log.exception("decoder failed on kernel message %r", message[:200])
             return []
-        return [replace(ev, id=f"{base_id}:{i}", node=self.node, time=when) for i, ev in enumerate(events)]
+
+    def _flush(self) -> list[tuple[int, HealthEvent]]:
+        try:
+            return list(self.decoder.flush())
+        except Exception:
+            log.exception("decoder failed to flush")
+            return []
+
+    def _identify(self, found: list[tuple[int, HealthEvent]], base: Callable[[int], str]) -> list[HealthEvent]:
+        """Deterministic ids from the record where each event starts: ``<base(seq)>:<n>``."""
+        out: list[HealthEvent] = []
+        per_seq: dict[int, int] = {}
+        for seq, ev in found:
+            n = per_seq.get(seq, 0)
+            per_seq[seq] = n + 1
+            out.append(replace(ev, id=f"{base(seq)}:{n}", node=self.node))
+        return out
 
     # --- helpers ----------------------------------------------------------------------------
     def _spawn_journal(self) -> bool:
