@@ -97,6 +97,7 @@ class NvmlDevice:
                 msg = f"no NVIDIA driver on this node (NVML: {err}); GPU telemetry is off"
             else:
                 msg = f"NVML init failed (NVML: {err}); GPU telemetry is off"
+            self._lib = None  # nothing to shut down
             return DeviceStatus(False, msg)
         driver = ""
         try:
