@@ -150,7 +150,7 @@ class SimDevice:
                 index=i,
                 uuid=f"GPU-{seed:08x}-{node_serial:04x}-4000-8000-{i:012x}",
                 pci_bus_id=f"0000:{_BUSES[i] if i < len(_BUSES) else f'{0x10 + i:02x}'}:00.0",
-                load=load,
+                load=min(100.0, max(0.0, load + self._rng.uniform(-8.0, 8.0))) if load else 0.0,
                 util=load,
                 ecc_sbe_agg=self._rng.randint(0, 3),
             )
