@@ -115,8 +115,8 @@ class Agent:
             self.tick()
             wait = max(0.0, self.next_due() - self.clock.monotonic())
             xids = self._guard("xid", self.device.wait_xids, wait) if self.status.ok else None
-            if xids is None and not self.status.ok:
-                stop.wait(wait)
+            if xids is None:  # no device, or its wait failed: sleep here instead (never spin)
+                self.clock.sleep(min(wait, self.cadence.fast_s))
             elif xids:
                 self._xids(xids)
 

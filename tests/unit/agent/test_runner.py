@@ -135,7 +135,7 @@ _FNS = [
     n
     for n in dir(FakeNvml)
     if n.startswith("nvmlDeviceGet") and n not in ("nvmlDeviceGetCount", "nvmlDeviceGetHandleByIndex")
-]
+] + ["nvmlEventSetWait_v2"]
 
 
 @settings(max_examples=60, deadline=None)
@@ -147,13 +147,15 @@ _FNS = [
 )
 def test_any_nvml_error_is_data(faults: list[tuple[str, int, int | None]]) -> None:
     clock = FakeClock()
-    dev, _, lib = nvml_over_sim(3, clock=clock)
+    dev, sim, lib = nvml_over_sim(3, clock=clock)
     agent = Agent("n1", dev, clock)
     agent.open()
     for fn, code, idx in faults:
         lib.fail(fn, code, idx)
+    sim.inject_xid(0, 31)
     for _ in range(3):
         agent.tick()
+        agent.handle_xids(dev.wait_xids(0.0))
         clock.advance(30)
     t = agent.telemetry
     assert t.collector_errors == {}
@@ -223,3 +225,19 @@ def test_kmsg_position_commits_after_spooling(tmp_path: Path) -> None:
     assert [json.loads(b)["id"] for _, b in spool.peek(10)] == ["n1:kmsg:b1:7:0"]
     assert json.loads((tmp_path / "pos.json").read_text())["kmsg_seq"] == 7
     agent.close()
+
+
+def test_failing_xid_wait_does_not_spin() -> None:
+    """If the device's wait fails, the loop sleeps on the clock instead (bounded ticks, errors counted)."""
+
+    class BadWait(SimDevice):
+        def wait_xids(self, timeout_s: float):  # type: ignore[no-untyped-def]
+            raise RuntimeError("event set broken")
+
+    stop = threading.Event()
+    clock = StopAt(10.0, stop)
+    agent = Agent("n1", BadWait(1, clock=clock), clock)
+    agent.open()
+    agent.run(stop)
+    assert agent.telemetry.ticks == 10
+    assert agent.telemetry.collector_errors["xid"] == 10
