@@ -84,18 +84,17 @@ def run_agent(
     status = agent.open()
     if cfg.kmsg:
         slots = {g.pci_bus_id: f"{cfg.node}-gpu{g.index}" for g in telemetry.gpus}
-        dec: Decode | LogDecoder | None = decode or default_decoder(cfg.node, slots)
-        if dec is not None:
-            state = None
-            if cfg.push or cfg.state_dir.is_dir():
-                _ensure_dir(cfg.state_dir)
-                state = cfg.state_dir / "kmsg-position.json"
-            kmsg = KmsgFollower(
-                cfg.node, dec, clock=clock, kmsg_path=cfg.kmsg_path, state_path=state, proc_root=cfg.proc_root
-            )
-            agent.kmsg = kmsg
-            telemetry.kmsg_source = kmsg.start()
-            log.info("%s: kernel log source: %s", cfg.node, telemetry.kmsg_source)
+        dec: Decode | LogDecoder = decode or default_decoder(cfg.node, slots)
+        state = None
+        if cfg.push or cfg.state_dir.is_dir():
+            _ensure_dir(cfg.state_dir)
+            state = cfg.state_dir / "kmsg-position.json"
+        kmsg = KmsgFollower(
+            cfg.node, dec, clock=clock, kmsg_path=cfg.kmsg_path, state_path=state, proc_root=cfg.proc_root
+        )
+        agent.kmsg = kmsg
+        telemetry.kmsg_source = kmsg.start()
+        log.info("%s: kernel log source: %s", cfg.node, telemetry.kmsg_source)
     stop_http, port = serve(make_registry(telemetry, spool, pusher), cfg.metrics_port, cfg.metrics_addr)
     push_thread: threading.Thread | None = None
     if pusher is not None:

@@ -32,6 +32,7 @@ _COMMANDS: tuple[str, ...] = (
     "demo",
     "controller",
     "version",
+    "diagnose",
     "agent",
 )
 

@@ -22,7 +22,7 @@ from gpufleet.lifecycle.breaker import BreakerState, Budget
 from gpufleet.lifecycle.decisions import ActionKind, Decision, DecisionStatus, PlannedAction, action_id, decision_id
 from gpufleet.lifecycle.plan import AuditEntry, OutboxAction, Plan
 from gpufleet.lifecycle.policy import NodeView, Policy
-from gpufleet.lifecycle.states import UNAVAILABLE, Actor, NodeState, transition
+from gpufleet.lifecycle.states import SCHEDULABLE, UNAVAILABLE, Actor, NodeState, transition
 
 log = logging.getLogger(__name__)
 S = NodeState
@@ -101,10 +101,11 @@ class LifecycleEngine:
             rec = self._node(e.node)
             rec.recent.append(e)
             touched[e.node] = None
+        fresh = frozenset(e.id for e in events)
         for node in touched:
             rec = self.nodes[node]
             self._prune(rec, now)
-            decision = self.policy.evaluate(rec.view(), list(rec.recent), now)
+            decision = self.policy.evaluate(rec.view(), list(rec.recent), now, fresh_ids=fresh)
             if decision is not None:
                 plan.extend(self._apply(decision, now))
         return plan
@@ -242,7 +243,7 @@ class LifecycleEngine:
             d = replace(d, status=DecisionStatus.DRY_RUN)
             return Plan(decisions=[d], audit=[AuditEntry(now, Actor.POLICY, "policy", "dry_run_decision", d.node,
                                                          f"would move {d.from_state} -> {d.to_state}: {d.reason}")])
-        if d.takes_node_out:
+        if d.takes_node_out and d.from_state in SCHEDULABLE:  # a node that was serving goes out
             why = self.breaker.reason if self.breaker.tripped else self._violation(d.node)
             if why is not None:
                 return self._hold(d, why, now)
