@@ -2,8 +2,9 @@
 < 80 MB RSS), side by side with the same agent watching 0 GPUs (the interpreter + loop baseline).
 
 Each agent is a real subprocess (the CLI an operator runs), reading 8 recorded InfiniBand ports at 1 Hz
-too, with no push. A Prometheus-like client scrapes both every 15 s. CPU = utime+stime from /proc over the
-measured window (after a warm-up); RSS = VmRSS sampled every 5 s (max and last).
+too and following /dev/kmsg through the diagnose decoder when it is readable, with no push. A
+Prometheus-like client scrapes both every 15 s. CPU = utime+stime from /proc over the measured window
+(after a warm-up); RSS = VmRSS sampled every 5 s (max and last).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 IB = ROOT / "tests" / "fixtures" / "sysfs" / "h100-healthy"
 TICK = os.sysconf("SC_CLK_TCK")
+KMSG = os.access("/dev/kmsg", os.R_OK)  # follow the real kernel log (through the diagnose decoder) if we may
 
 
 def _free_port() -> int:
@@ -45,10 +47,29 @@ def _start(gpus: int, state: Path) -> tuple[subprocess.Popen[bytes], int]:
     port = _free_port()
     exe = str(Path(sys.executable).parent / "gpufleet")
     proc = subprocess.Popen(
-        [exe, "agent", "--device", "sim", "--gpus", str(gpus), "--no-push", "--metrics-port", str(port),
-         "--metrics-addr", "127.0.0.1", "--ib-root", str(IB), "--no-kmsg", "--state-dir", str(state),
-         "--log-level", "WARNING"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            exe,
+            "agent",
+            "--device",
+            "sim",
+            "--gpus",
+            str(gpus),
+            "--no-push",
+            "--metrics-port",
+            str(port),
+            "--metrics-addr",
+            "127.0.0.1",
+            "--ib-root",
+            str(IB),
+            "--kmsg" if KMSG else "--no-kmsg",
+            "--state-dir",
+            str(state),
+            "--log-level",
+            "WARNING",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -87,7 +108,7 @@ def run(quick: bool) -> dict[str, object]:
                 time.sleep(5.0)
             elapsed = time.monotonic() - t0
             client.close()
-            out: dict[str, object] = {"duration_s": round(elapsed, 1), "tick_hz": 1.0}
+            out: dict[str, object] = {"duration_s": round(elapsed, 1), "tick_hz": 1.0, "kmsg": KMSG}
             for n, (p, _) in agents.items():
                 cpu = _cpu_s(p.pid) - cpu0[n]
                 out[n] = {
