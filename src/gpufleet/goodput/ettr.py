@@ -120,7 +120,7 @@ class _Acc:
         self.started = False
         self.held = 0.0  # seconds the job held its nodes (MTTF numerator)
         self.causes: Counter[str] = Counter()
-        self.lost_by_cause: Counter[str] = Counter()
+        self.lost_by_cause: dict[str, float] = {}
         self.planned = 0
         self.unexpected = 0
         self.attempts = 0
@@ -151,7 +151,7 @@ class _Acc:
     def interrupt(self, cause: str, planned: bool) -> None:
         lost = self.work - self.durable
         self.buckets["lost_progress"] += lost
-        self.lost_by_cause[cause] += lost
+        self.lost_by_cause[cause] = self.lost_by_cause.get(cause, 0.0) + lost
         self.durable = self.work
         self.snaps.clear()
         self.causes[cause] += 1
