@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from gpufleet.goodput.ettr import GoodputReport, compute
 from gpufleet.goodput.timeline import JobTimeline, TimelineEvent, TimelineEventKind
 from gpufleet.sim.config import SimConfig
-from gpufleet.sim.control import FixedControl, NodeControl, Verdict
+from gpufleet.sim.control import LifecycleControl, NodeControl, Verdict
 from gpufleet.sim.failures import Detection, FailureCategory, Scope
 from gpufleet.sim.trace import Effect, FaultTrace
 
@@ -250,6 +250,7 @@ class _Replica:
         cause = PLANNED_CAUSE if PLANNED_CAUSE in causes else causes[0]
         for _, node, ep in self.pending:
             if node >= 0 and self.status[node] == _IN_JOB and self.epoch[node] == ep:
+                self.control.drained(self.name(node), t)
                 self.to_repair(t, node)
         self.pending.clear()
         self.interrupt_common(t)
@@ -271,6 +272,7 @@ class _Replica:
         # Pending planned work is absorbed by the outage: maintenance happens now, warned nodes go.
         for _, node, ep in self.pending:
             if node >= 0 and self.status[node] == _IN_JOB and self.epoch[node] == ep:
+                self.control.drained(self.name(node), t)
                 self.to_repair(t, node)
         self.pending.clear()
         self.job_at(self.detect_time(t, cat.detection), _A_DETECTED)
@@ -365,8 +367,8 @@ class _Replica:
 
     def node_fault(self, t: float, node: int, cat: FailureCategory, duration: float | None = None,
                    cause: str | None = None) -> None:
-        verdict = self.control.fault(self.name(node), cat, t)
         in_job = self.status[node] == _IN_JOB
+        verdict = self.control.fault(self.name(node), cat, t, in_job)
         if in_job and self.running:
             self.fail(t, cat, cause)
         if verdict is not Verdict.KEEP:
@@ -375,10 +377,12 @@ class _Replica:
     def on_warn(self, t: float, node: int, epoch: int, cat: FailureCategory) -> None:
         if self.epoch[node] != epoch or self.status[node] == _REPAIR:
             return
-        verdict = self.control.warning(self.name(node), cat, t)
+        verdict = self.control.warning(self.name(node), cat, t, self.status[node] == _IN_JOB)
         if verdict is Verdict.KEEP:
             return
         if self.status[node] == _SPARE or not self.running:
+            if verdict is Verdict.DRAIN_AT_CHECKPOINT:
+                self.control.drained(self.name(node), t)
             self.to_repair(t, node)
         elif verdict is Verdict.DRAIN_NOW:
             self.fail(t, cat, DRAIN_CAUSE)
@@ -419,6 +423,7 @@ class _Replica:
             self.push(self.rng.expovariate(planned_rate), _PLANNED)
         if self.trace is not None:
             self._load_trace()
+        self.control.start([self.name(n) for n in range(len(self.status))], 0.0)
         self.job_at(0.0, _A_START)
         heap = self.heap
         while heap:
@@ -449,8 +454,7 @@ class _Replica:
                 self.on_trace(t, a, c)
         self.emit(self.horizon, K.END)
         report = compute(JobTimeline(tuple(self.tl)))
-        calls = getattr(self.control, "calls", 0)
-        return ReplicaResult(0, report, self.events, len(self.tl), int(calls), self.node_waits,
+        return ReplicaResult(0, report, self.events, len(self.tl), self.control.calls, self.node_waits,
                              self.peak_in_repair)
 
     def _load_trace(self) -> None:
@@ -476,7 +480,7 @@ _TRACE_CATS: dict[str, FailureCategory] = {}
 def run_replica(cfg: SimConfig, seed: int, *, control: NodeControl | None = None,
                 trace: FaultTrace | None = None) -> ReplicaResult:
     """Simulate one campaign with random seed ``seed``."""
-    ctl = control if control is not None else FixedControl(proactive_drain=cfg.proactive_drain)
+    ctl = control if control is not None else LifecycleControl(proactive_drain=cfg.proactive_drain)
     res = _Replica(cfg, seed, ctl, trace).run()
     return ReplicaResult(seed, res.report, res.events, res.timeline_events, res.control_calls,
                          res.node_waits, res.peak_in_repair)
