@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -34,6 +35,9 @@ def register(app: typer.Typer) -> None:
                                              help="drain warned nodes at an immediate checkpoint"),
         health_check_every: str = typer.Option(None, help="in-job health-check cadence (5m; 0: none)"),
         health_check_cost: str = typer.Option(None, help="training paused per health check"),
+        nodes_per_rack: int = typer.Option(None, min=0, help="racks as failure domains for the breaker (0: none)"),
+        operator_response: str = typer.Option(None, help="on-call resets a tripped breaker after (4h)"),
+        verbose: bool = typer.Option(False, help="log every lifecycle transition and breaker trip"),
         policy: Annotated[Path | None, typer.Option(help="lifecycle policy file (TOML, docs/policy.md)")] = None,
         control: str = typer.Option("lifecycle", help="lifecycle (production policy) or fixed (rule table)"),
         trace: Annotated[Path | None, typer.Option(help="replay a node fault trace (InfiniteHBD format)")] = None,
@@ -74,6 +78,12 @@ def register(app: typer.Typer) -> None:
                 changes[name] = secs(value, name.replace("_", "-"))
         if hot_spares is not None:
             changes["hot_spares"] = hot_spares
+        if nodes_per_rack is not None:
+            changes["nodes_per_rack"] = nodes_per_rack
+        if operator_response is not None:
+            changes["operator_response"] = secs(operator_response, "operator-response")
+        if not verbose:  # a campaign replays thousands of decisions; keep the output to the summary
+            logging.getLogger("gpufleet.lifecycle").setLevel(logging.ERROR)
         if planned_rate is not None:
             changes["planned_per_node_day"] = planned_rate
         if warning_fraction is not None:
@@ -98,7 +108,8 @@ def register(app: typer.Typer) -> None:
         def make_control(c: SimConfig) -> NodeControl:
             if control == "fixed":
                 return FixedControl(proactive_drain=c.proactive_drain)
-            return LifecycleControl(policy_file, proactive_drain=c.proactive_drain)
+            return LifecycleControl(policy_file, proactive_drain=c.proactive_drain,
+                                    operator_response=c.operator_response)
 
         doc = _run(cfg, replicas, seed, fault_trace, make_control, as_json, "replay" if fault_trace else "")
         if fault_trace is not None:

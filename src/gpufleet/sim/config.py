@@ -47,6 +47,8 @@ class SimConfig:
     health_check_cost: float = 0.0  # training paused per health check
     watchdog: float = 600.0  # collective watchdog timeout: how long a hang goes unnoticed
     silent_detection: float = 4 * 3600.0  # silent data corruption noticed (loss spike) without checks
+    nodes_per_rack: int = 0  # > 0: racks are failure domains for the blast-radius breaker
+    operator_response: float = 4 * 3600.0  # on-call resets a tripped breaker this long after the trip
     description: str = ""
 
     def __post_init__(self) -> None:
@@ -64,8 +66,9 @@ class SimConfig:
             _pos("checkpoint_interval", self.checkpoint_interval)
         for name in ("maintenance_downtime", "checkpoint_write", "checkpoint_persist", "restart_overhead",
                      "restore", "requeue", "warning_lead", "health_check_every", "health_check_cost",
-                     "watchdog", "silent_detection", "planned_per_node_day"):
+                     "watchdog", "silent_detection", "planned_per_node_day", "operator_response"):
             _nonneg(name, getattr(self, name))
+        _int("nodes_per_rack", self.nodes_per_rack, 0)
         if self.hot_spares is not None:
             _int("hot_spares", self.hot_spares, 0)
         if not 0.0 <= self.warning_fraction <= 1.0:

@@ -40,14 +40,23 @@ class Verdict(StrEnum):
     DRAIN_NOW = "drain_now"  # take the node out now (the job, if any, is interrupted)
     DRAIN_AT_CHECKPOINT = "drain_at_checkpoint"  # the job checkpoints, then restarts without the node
     KEEP = "keep"  # leave the node where it is
+    HELD = "held"  # the controller wants it out, but the blast-radius breaker holds the decision
 
 
 class NodeControl(Protocol):
     name: str
     calls: int
 
-    def start(self, nodes: Sequence[str], now: float) -> None:
-        """The campaign begins with ``nodes`` (job nodes and spares), all healthy."""
+    def start(self, nodes: Sequence[tuple[str, frozenset[str]]], now: float) -> None:
+        """The campaign begins with ``nodes`` (name, failure domains): job nodes and spares, all healthy."""
+        ...
+
+    def added(self, node: str, domains: frozenset[str], now: float) -> None:
+        """A new replacement node joined the fleet (unlimited spares)."""
+        ...
+
+    def hold_until(self, now: float) -> float:
+        """When held decisions will be released (an operator resets the breaker); ``now`` if none."""
         ...
 
     def fault(self, node: str, category: FailureCategory, now: float, in_job: bool) -> Verdict:
@@ -76,8 +85,14 @@ class FixedControl:
         self.proactive_drain = proactive_drain
         self.calls = 0
 
-    def start(self, nodes: Sequence[str], now: float) -> None:
+    def start(self, nodes: Sequence[tuple[str, frozenset[str]]], now: float) -> None:
         return None
+
+    def added(self, node: str, domains: frozenset[str], now: float) -> None:
+        return None
+
+    def hold_until(self, now: float) -> float:
+        return now
 
     def fault(self, node: str, category: FailureCategory, now: float, in_job: bool) -> Verdict:
         self.calls += 1
@@ -104,17 +119,24 @@ class LifecycleControl:
     validation event -> ready, and the scheduler resumes the node.
 
     ``proactive_drain=False`` ignores warnings (no agent watching for early signs).
+
+    When the breaker trips, the simulated on-call operator resets it ``operator_response`` seconds later
+    (held decisions are re-admitted, as ``gpufleet`` operators do with ``breaker reset``); until then a
+    held fault leaves a dead node that nobody sends to repair.
     """
 
     name = "lifecycle"
 
-    def __init__(self, policy_file: PolicyFile | None = None, *, proactive_drain: bool = False) -> None:
+    def __init__(self, policy_file: PolicyFile | None = None, *, proactive_drain: bool = False,
+                 operator_response: float = 4 * 3600.0) -> None:
         pf = policy_file if policy_file is not None else load_policy(None)
         self.engine = LifecycleEngine(Policy(pf.config, pf.catalog))
         self.scheduler = SimScheduler()
         self.proactive_drain = proactive_drain
         self.calls = 0
         self.held = 0  # decisions the blast-radius breaker held
+        self.resets = 0  # breaker resets by the simulated operator
+        self.operator_response = operator_response
         self._seq = 0
         self._waiting: dict[str, tuple[str, ActionKind, str]] = {}  # node -> pending drain-after-checkpoint
 
@@ -122,15 +144,36 @@ class LifecycleControl:
     def when(now: float) -> datetime:
         return EPOCH + timedelta(seconds=now)
 
-    def start(self, nodes: Sequence[str], now: float) -> None:
+    def start(self, nodes: Sequence[tuple[str, frozenset[str]]], now: float) -> None:
         t = self.when(now)
-        for n in nodes:
-            self._ensure(n, t)
+        for n, domains in nodes:
+            self._ensure(n, t, domains)
 
-    def _ensure(self, node: str, t: datetime) -> None:
+    def added(self, node: str, domains: frozenset[str], now: float) -> None:
+        self._ensure(node, self.when(now), domains)
+
+    def _ensure(self, node: str, t: datetime, domains: frozenset[str] = frozenset()) -> None:
         if node not in self.engine.nodes:
-            self.engine.add_node(node, frozenset(), NodeState.READY, t, "sim")
+            self.engine.add_node(node, domains, NodeState.READY, t, "sim")
             self.scheduler.add_node(node)
+
+    def hold_until(self, now: float) -> float:
+        b = self.engine.breaker
+        if not b.tripped or b.since is None:
+            return now
+        return max(now, (b.since - EPOCH).total_seconds() + self.operator_response)
+
+    def _operator(self, now: float) -> None:
+        """The on-call operator resets a breaker that has been tripped for ``operator_response``."""
+        b = self.engine.breaker
+        if b.tripped and self.hold_until(now) <= now:
+            t = self.when(now)
+            self.resets += 1
+            plan = self.engine.reset_breaker("sim-oncall", t, discard_held=False)
+            self._carry_out(plan, t)
+            for tr in plan.transitions:
+                if tr.to_state == NodeState.DRAINING:
+                    self._settle(tr.node, t)
 
     def _event(self, node: str, category: FailureCategory, t: datetime, severity: Severity | None) -> HealthEvent:
         self._seq += 1
@@ -142,6 +185,7 @@ class LifecycleControl:
         for d in plan.decisions:
             if d.status == DecisionStatus.HELD:
                 self.held += 1
+                verdict = Verdict.HELD
         for out in plan.actions:
             a = out.action
             if a.kind == ActionKind.DRAIN:
@@ -149,7 +193,7 @@ class LifecycleControl:
                 verdict = Verdict.DRAIN_NOW
             elif a.kind == ActionKind.DRAIN_AFTER_CHECKPOINT:
                 self._waiting[a.node] = (out.decision_id, a.kind, a.reason)
-                if verdict is Verdict.KEEP:
+                if verdict in (Verdict.KEEP, Verdict.HELD):
                     verdict = Verdict.DRAIN_AT_CHECKPOINT
             elif a.kind == ActionKind.RESUME:
                 self.scheduler.resume(a.node)
@@ -167,6 +211,7 @@ class LifecycleControl:
         self.calls += 1
         if category.scope is Scope.JOB:
             return Verdict.KEEP
+        self._operator(now)
         t = self.when(now)
         self._ensure(node, t)
         self.engine.sync({node: SchedObservation(has_jobs=in_job, drained_empty=False)}, t)
@@ -183,6 +228,7 @@ class LifecycleControl:
         self.calls += 1
         if not self.proactive_drain:
             return Verdict.KEEP
+        self._operator(now)
         t = self.when(now)
         self._ensure(node, t)
         self.engine.sync({node: SchedObservation(has_jobs=in_job, drained_empty=False)}, t)
@@ -205,10 +251,16 @@ class LifecycleControl:
 
     def repaired(self, node: str, now: float) -> bool:
         self.calls += 1
+        self._operator(now)
         t = self.when(now)
         rec = self.engine.nodes.get(node)
         if rec is None:
             return True
+        if rec.state == NodeState.DRAINING:
+            self._settle(node, t)
+        if rec.state == NodeState.SUSPECT:  # repaired while its drain was still held: clear it
+            self.engine.operator(node, OperatorOp.RESUME, "sim-technician", "repair finished", t)
+            self._waiting.pop(node, None)
         if rec.state in (NodeState.DRAINED, NodeState.REPAIR):
             self.engine.operator(node, OperatorOp.RESUME, "sim-technician", "repair finished", t)
         if self.engine.nodes[node].state == NodeState.REVALIDATE:

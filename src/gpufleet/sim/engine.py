@@ -48,6 +48,7 @@ class ReplicaResult:
     control_calls: int
     node_waits: int  # restarts that had to wait for a repaired node
     peak_in_repair: int  # most nodes away for repair at once (spares needed never to wait)
+    held_faults: int = 0  # faults whose drain the blast-radius breaker held
 
 
 class _Replica:
@@ -80,6 +81,7 @@ class _Replica:
         self.in_repair = 0
         self.peak_in_repair = 0
         self.trace_repair: dict[int, float] = {}
+        self.held_faults = 0
         # Job.
         self.phase = _WAIT
         self.gen = 0
@@ -178,9 +180,19 @@ class _Replica:
         d = self.cfg.repair.sample(self.rng) if duration is None else duration
         self.push(t + d, _REPAIRED, node, self.epoch[node])
 
-    def fill(self) -> bool:
+    def domains(self, node: int, slot: int) -> frozenset[str]:
+        """A node's failure domains: its rack (job slots fill racks in order; spares sit apart)."""
+        per = self.cfg.nodes_per_rack
+        if per <= 0:
+            return frozenset()
+        if slot >= 0:
+            return frozenset({f"rack:r{slot // per:05d}"})
+        return frozenset({f"rack:s{node // per:05d}"})
+
+    def fill(self, t: float) -> bool:
         """Put spares into empty job slots; True when the job has all its nodes."""
         while self.empty:
+            slot = self.empty[-1]
             if self.spares:
                 node = self.spares.pop()
             elif self.unlimited:
@@ -188,9 +200,10 @@ class _Replica:
                 self.status.append(_SPARE)
                 self.epoch.append(0)
                 self.slot_of.append(-1)
+                self.control.added(self.name(node), self.domains(node, slot), t)
             else:
                 return False
-            slot = self.empty.pop()
+            self.empty.pop()
             self.slots[slot] = node
             self.slot_of[node] = slot
             self.status[node] = _IN_JOB
@@ -204,7 +217,7 @@ class _Replica:
             return
         self.status[node] = _SPARE
         self.spares.append(node)
-        if self.waiting_nodes and self.fill():
+        if self.waiting_nodes and self.fill(t):
             self.waiting_nodes = False
             self.job_at(t + self.cfg.requeue, _A_START)
 
@@ -287,7 +300,7 @@ class _Replica:
         return t + limit
 
     def ready(self, t: float) -> None:
-        if self.fill():
+        if self.fill(t):
             self.job_at(t + self.cfg.requeue, _A_START)
         else:
             self.waiting_nodes = True
@@ -371,14 +384,21 @@ class _Replica:
         verdict = self.control.fault(self.name(node), cat, t, in_job)
         if in_job and self.running:
             self.fail(t, cat, cause)
-        if verdict is not Verdict.KEEP:
+        if verdict is Verdict.HELD:
+            # The node is dead to the job (the scheduler marks it down), but the controller's drain
+            # is held by the blast-radius breaker: repair starts only once an operator releases it.
+            wait = max(0.0, self.control.hold_until(t) - t)
+            d = self.cfg.repair.sample(self.rng) if duration is None else duration
+            self.held_faults += 1
+            self.to_repair(t, node, wait + d)
+        elif verdict is not Verdict.KEEP:
             self.to_repair(t, node, duration)
 
     def on_warn(self, t: float, node: int, epoch: int, cat: FailureCategory) -> None:
         if self.epoch[node] != epoch or self.status[node] == _REPAIR:
             return
         verdict = self.control.warning(self.name(node), cat, t, self.status[node] == _IN_JOB)
-        if verdict is Verdict.KEEP:
+        if verdict in (Verdict.KEEP, Verdict.HELD):
             return
         if self.status[node] == _SPARE or not self.running:
             if verdict is Verdict.DRAIN_AT_CHECKPOINT:
@@ -423,7 +443,8 @@ class _Replica:
             self.push(self.rng.expovariate(planned_rate), _PLANNED)
         if self.trace is not None:
             self._load_trace()
-        self.control.start([self.name(n) for n in range(len(self.status))], 0.0)
+        self.control.start([(self.name(n), self.domains(n, self.slot_of[n])) for n in range(len(self.status))],
+                           0.0)
         self.job_at(0.0, _A_START)
         heap = self.heap
         while heap:
@@ -455,7 +476,7 @@ class _Replica:
         self.emit(self.horizon, K.END)
         report = compute(JobTimeline(tuple(self.tl)))
         return ReplicaResult(0, report, self.events, len(self.tl), self.control.calls, self.node_waits,
-                             self.peak_in_repair)
+                             self.peak_in_repair, self.held_faults)
 
     def _load_trace(self) -> None:
         assert self.trace is not None
@@ -480,7 +501,8 @@ _TRACE_CATS: dict[str, FailureCategory] = {}
 def run_replica(cfg: SimConfig, seed: int, *, control: NodeControl | None = None,
                 trace: FaultTrace | None = None) -> ReplicaResult:
     """Simulate one campaign with random seed ``seed``."""
-    ctl = control if control is not None else LifecycleControl(proactive_drain=cfg.proactive_drain)
+    ctl = control if control is not None else LifecycleControl(
+        proactive_drain=cfg.proactive_drain, operator_response=cfg.operator_response)
     res = _Replica(cfg, seed, ctl, trace).run()
     return ReplicaResult(seed, res.report, res.events, res.timeline_events, res.control_calls,
-                         res.node_waits, res.peak_in_repair)
+                         res.node_waits, res.peak_in_repair, res.held_faults)

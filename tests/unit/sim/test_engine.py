@@ -147,3 +147,18 @@ def test_bad_config_names_the_field(field: str, value: object) -> None:
     with pytest.raises(InvalidInput) as err:
         SimConfig(**{field: value})  # type: ignore[arg-type]
     assert err.value.field == field
+
+
+def test_breaker_holds_drains_in_small_racks_until_the_operator_resets_it() -> None:
+    cfg = poisson_cfg(days=30, hot_spares=8, repair=FixedRepair(2 * 86400.0), nodes_per_rack=4,
+                      operator_response=12 * 3600.0, categories=uniform_node_rate(0.01, 8))
+    ctl = LifecycleControl(operator_response=cfg.operator_response)
+    held = run_replica(cfg, 9, control=ctl)
+    free = run_replica(cfg.with_(nodes_per_rack=0), 9, control=LifecycleControl())
+    # Two nodes of one 4-node rack out at once exceed the default 25 % domain budget.
+    assert held.held_faults > 0
+    assert ctl.resets > 0
+    assert free.held_faults == 0
+    # Held nodes wait for the operator before repair starts, so spares run short more often.
+    assert held.node_waits >= free.node_waits
+    assert held.report.ettr <= free.report.ettr + 1e-9
