@@ -29,8 +29,10 @@ def _root() -> None:
 
 # One line per sub-command module (gpufleet.cli.<name>), in the order shown by --help.
 _COMMANDS: tuple[str, ...] = (
-    "version",
+    "demo",
     "controller",
+    "version",
+    "diagnose",
     "sim",
 )
 

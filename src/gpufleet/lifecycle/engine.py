@@ -22,7 +22,7 @@ from gpufleet.lifecycle.breaker import BreakerState, Budget
 from gpufleet.lifecycle.decisions import ActionKind, Decision, DecisionStatus, PlannedAction, action_id, decision_id
 from gpufleet.lifecycle.plan import AuditEntry, OutboxAction, Plan
 from gpufleet.lifecycle.policy import NodeView, Policy
-from gpufleet.lifecycle.states import UNAVAILABLE, Actor, NodeState, transition
+from gpufleet.lifecycle.states import SCHEDULABLE, UNAVAILABLE, Actor, NodeState, transition
 
 log = logging.getLogger(__name__)
 S = NodeState
@@ -101,10 +101,11 @@ class LifecycleEngine:
             rec = self._node(e.node)
             rec.recent.append(e)
             touched[e.node] = None
+        fresh = frozenset(e.id for e in events)
         for node in touched:
             rec = self.nodes[node]
             self._prune(rec, now)
-            decision = self.policy.evaluate(rec.view(), list(rec.recent), now)
+            decision = self.policy.evaluate(rec.view(), list(rec.recent), now, fresh_ids=fresh)
             if decision is not None:
                 plan.extend(self._apply(decision, now))
         return plan
@@ -212,6 +213,20 @@ class LifecycleEngine:
             plan.extend(self._apply(again, now))
         return plan
 
+    def cancel_held(self, node: str, actor_id: str, reason: str, now: datetime) -> Plan:
+        """Cancel the decision held for ``node`` (a false alarm); the node leaves suspect."""
+        d = self.held.pop(node, None)
+        if d is None:
+            raise NotFound("held decision for node", node)
+        plan = Plan(status_changes=[(d.id, DecisionStatus.CANCELLED)], audit=[AuditEntry(
+            now, Actor.OPERATOR, actor_id, "cancel_held", node, f"cancelled {d.id} ({d.reason}): {reason}")])
+        rec = self.nodes[node]
+        if rec.state == S.SUSPECT and not rec.committed:
+            back = S.IN_SERVICE if rec.has_jobs else S.READY
+            plan.extend(self._move(rec, back, now, f"held decision cancelled: {reason}", Actor.OPERATOR,
+                                   actor_id=actor_id, decision=d.id))
+        return plan
+
     def set_dry_run(self, on: bool, actor_id: str, now: datetime) -> Plan:
         self.dry_run = on
         return Plan(dry_run=on, audit=[AuditEntry(now, Actor.OPERATOR, actor_id, "dry_run", "mode",
@@ -228,7 +243,7 @@ class LifecycleEngine:
             d = replace(d, status=DecisionStatus.DRY_RUN)
             return Plan(decisions=[d], audit=[AuditEntry(now, Actor.POLICY, "policy", "dry_run_decision", d.node,
                                                          f"would move {d.from_state} -> {d.to_state}: {d.reason}")])
-        if d.takes_node_out:
+        if d.takes_node_out and d.from_state in SCHEDULABLE:  # a node that was serving goes out
             why = self.breaker.reason if self.breaker.tripped else self._violation(d.node)
             if why is not None:
                 return self._hold(d, why, now)
@@ -236,9 +251,11 @@ class LifecycleEngine:
 
     def _hold(self, d: Decision, why: str, now: datetime) -> Plan:
         rec = self.nodes[d.node]
+        old = self.held.get(d.node)
+        if old is not None and old.severity.rank >= d.severity.rank:
+            return Plan()  # already held for something at least as bad: nothing new to queue
         d = replace(d, status=DecisionStatus.HELD)
         plan = Plan(decisions=[d])
-        old = self.held.get(d.node)
         if old is not None:
             plan.status_changes.append((old.id, DecisionStatus.CANCELLED))
         self.held[d.node] = d
