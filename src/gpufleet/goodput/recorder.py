@@ -121,7 +121,7 @@ def parse_jsonl(text: str, source: str = "timeline") -> JobTimeline:
             raise InvalidInput(f"{where}.{sorted(extra)[0]}", doc[sorted(extra)[0]],
                                "only time, kind, cause, checkpoint, step")
         try:
-            kind = K(doc.get("kind"))
+            kind = K(str(doc.get("kind")))
         except ValueError:
             raise InvalidInput(f"{where}.kind", doc.get("kind"), f"one of {[k.value for k in K]}") from None
         rows.append((_time(doc.get("time"), f"{where}.time"), kind, _str(doc.get("cause", ""), f"{where}.cause"),
