@@ -28,7 +28,10 @@ def write_report(out: Path, summaries: Sequence[Summary], sweep: Sequence[Summar
     labels = [s.label for s in summaries]
 
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    ax.boxplot([s.ettrs for s in summaries], vert=False)
+    try:
+        ax.boxplot([s.ettrs for s in summaries], orientation="horizontal")
+    except TypeError:  # matplotlib < 3.10
+        ax.boxplot([s.ettrs for s in summaries], vert=False)
     ax.set_yticks(range(1, len(labels) + 1), labels)
     ax.set_xlabel("ETTR per replica")
     ax.set_title(f"{title}: ETTR by policy")

@@ -130,3 +130,32 @@ def test_cli_rejects_bad_durations_and_scenarios() -> None:
             finally:
                 sys.argv = old
         assert exc.value.code == 2
+
+
+def test_cli_policy_file_reaches_the_lifecycle_engine(tmp_path: Path) -> None:
+    # In dry-run the production policy records decisions but acts on none: no node is ever drained.
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[policy]\ndry_run = true\n")
+    args = ["sim", "--gpus", "512", "--days", "10", "--replicas", "2", "--json", "--node-failure-rate", "0.02"]
+    dry = json.loads(runner.invoke(app, [*args, "--policy", str(policy)]).output)
+    live = json.loads(runner.invoke(app, args).output)
+    assert live["spares"]["peak_in_repair_max"] > 0
+    assert dry["spares"]["peak_in_repair_max"] == 0
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[policy]\nevidence_window = 5\n[breaker]\nmax_unavailable_fleet = 3\n")
+    res = runner.invoke(app, [*args, "--policy", str(bad)])
+    assert res.exit_code != 0
+
+
+def test_cli_report_writes_the_page_and_plots(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "rep"
+    res = runner.invoke(app, ["sim", "--gpus", "128", "--days", "3", "--replicas", "2", "--json",
+                              "--control", "fixed", "--report", str(out)])
+    assert res.exit_code == 0, res.output
+    page = (out / "index.html").read_text()
+    for png in ("ettr.png", "badput.png", "interval.png"):
+        assert (out / png).stat().st_size > 1000
+        assert png in page
+    assert "daly interval" in page and "hot spares" in page
+    assert json.loads((out / "summary.json").read_text())[0]["label"] == "base"
