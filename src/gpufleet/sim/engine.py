@@ -11,7 +11,6 @@ from :func:`gpufleet.goodput.ettr.compute` — the same accounting a real job's 
 
 from __future__ import annotations
 
-import bisect
 import heapq
 import math
 import random
@@ -21,7 +20,8 @@ from gpufleet.goodput.ettr import GoodputReport, compute
 from gpufleet.goodput.timeline import JobTimeline, TimelineEvent, TimelineEventKind
 from gpufleet.sim.config import SimConfig
 from gpufleet.sim.control import LifecycleControl, NodeControl, Verdict
-from gpufleet.sim.failures import Detection, FailureCategory, Scope
+from gpufleet.sim.failures import Detection, FailureCategory, FailureMix, Scope
+from gpufleet.sim.nodes import IN_JOB, REPAIR, SPARE, NodePool
 from gpufleet.sim.trace import Effect, FaultTrace
 
 K = TimelineEventKind
@@ -33,7 +33,7 @@ _A_START, _A_INIT, _A_RESTORED, _A_CKPT, _A_SAVED, _A_CHECK, _A_CHECKED, _A_DETE
 # Job phases.
 _WAIT, _STARTING, _RESTORING, _TRAIN, _SAVE, _CHECK = range(6)
 # Node status.
-_IN_JOB, _SPARE, _REPAIR = range(3)
+_IN_JOB, _SPARE, _REPAIR = IN_JOB, SPARE, REPAIR
 
 PLANNED_CAUSE = "planned_maintenance"
 DRAIN_CAUSE = "proactive_drain"
@@ -64,22 +64,16 @@ class _Replica:
         self.interval = cfg.interval()
         self.asynchronous = cfg.checkpoint_persist > 0
         # Nodes.
-        self.j = cfg.nodes
-        self.unlimited = cfg.hot_spares is None
+        j = cfg.nodes
         if trace is not None:
-            self.j = min(self.j, trace.nodes - (cfg.hot_spares or 0))
-        total = self.j + (cfg.hot_spares or 0)
-        self.status = [_IN_JOB] * self.j + [_SPARE] * (total - self.j)
-        self.epoch = [0] * total
-        self.slot_of = list(range(self.j)) + [-1] * (total - self.j)
-        self.slots = list(range(self.j))
-        self.empty: list[int] = []
-        self.spares = list(range(self.j, total))
-        self.names: dict[int, str] = {}
+            j = min(j, trace.nodes - (cfg.hot_spares or 0))
+        self.j = j
+        self.unlimited = cfg.hot_spares is None
+        self.pool = NodePool(j, cfg.hot_spares or 0, unlimited=self.unlimited, nodes_per_rack=cfg.nodes_per_rack)
+        self.status = self.pool.status  # shared lists, read on the hot paths
+        self.epoch = self.pool.epoch
         self.waiting_nodes = False
         self.node_waits = 0
-        self.in_repair = 0
-        self.peak_in_repair = 0
         self.trace_repair: dict[int, float] = {}
         self.held_faults = 0
         # Job.
@@ -92,7 +86,6 @@ class _Replica:
         self.train_since = 0.0
         self.stop_saving = False
         self.pending: list[tuple[str, int, int]] = []  # (cause, node or -1, node epoch)
-        self.down_cause = ""
         self.events = 0
         self._failure_tables()
 
@@ -110,32 +103,15 @@ class _Replica:
         self.push(t, _JOB, self.gen, action)
 
     def name(self, node: int) -> str:
-        n = self.names.get(node)
-        if n is None:
-            n = self.names[node] = f"node{node:05d}"
-        return n
+        return self.pool.name(node)
 
     # ---- failure streams ------------------------------------------------------------------------
     def _failure_tables(self) -> None:
         cfg = self.cfg
-        exposed = self.j if self.unlimited else len(self.status)
-        self.exposed = exposed
-        weights: list[float] = []
-        self.cats: list[FailureCategory] = []
-        for c in cfg.categories:
-            if self.trace is not None and c.scope is Scope.NODE:
-                continue  # node faults come from the trace
-            per_s = c.per_gpu_hour / 3600.0
-            w = per_s * cfg.gpus_per_node * (exposed if c.scope is Scope.NODE else self.j)
-            if w > 0:
-                weights.append(w)
-                self.cats.append(c)
-        self.cum: list[float] = []
-        acc = 0.0
-        for w in weights:
-            acc += w
-            self.cum.append(acc)
-        self.total_rate = acc
+        self.exposed = self.pool.exposed()
+        self.mix = FailureMix(cfg.categories, cfg.gpus_per_node, self.exposed, self.j,
+                              skip_node_scope=self.trace is not None)
+        self.total_rate = self.mix.rate
         self.lead = cfg.warning_lead if cfg.warning_fraction > 0 else 0.0
 
     def draw_next(self, after: float) -> None:
@@ -146,77 +122,41 @@ class _Replica:
 
     def on_draw(self, now: float, t_arr: float) -> None:
         self.draw_next(t_arr)
-        i = bisect.bisect_right(self.cum, self.rng.random() * self.total_rate)
-        cat = self.cats[min(i, len(self.cats) - 1)]
+        cat = self.mix.pick(self.rng.random())
         if cat.scope is Scope.JOB:
             self.push(t_arr, _FAIL, -1, 0, cat)
             return
-        pick = int(self.rng.random() * self.exposed)
-        node = self.slots[pick] if self.unlimited else pick
-        if node < 0 or self.status[node] == _REPAIR:
-            return  # thinning: that node is not exposed right now
+        node = self.pool.at(int(self.rng.random() * self.exposed))
+        if node < 0:
+            return  # thinning: that position is not exposed right now
         if cat.warnable and self.cfg.warning_fraction > 0 and self.rng.random() < self.cfg.warning_fraction:
             self.push(now, _WARN, node, self.epoch[node], cat)
         self.push(t_arr, _FAIL, node, self.epoch[node], cat)
 
     # ---- nodes ----------------------------------------------------------------------------------
     def to_repair(self, t: float, node: int, duration: float | None = None) -> None:
-        if self.status[node] == _REPAIR:
+        if not self.pool.remove(node):
             return
-        if self.status[node] == _IN_JOB:
-            slot = self.slot_of[node]
-            self.slots[slot] = -1
-            self.slot_of[node] = -1
-            self.empty.append(slot)
-        else:
-            self.spares.remove(node)
-        self.status[node] = _REPAIR
-        self.epoch[node] += 1
-        self.in_repair += 1
-        self.peak_in_repair = max(self.peak_in_repair, self.in_repair)
         until = self.trace_repair.pop(node, None)
         if until is not None:
             duration = max(0.0, until - t)
         d = self.cfg.repair.sample(self.rng) if duration is None else duration
         self.push(t + d, _REPAIRED, node, self.epoch[node])
 
-    def domains(self, node: int, slot: int) -> frozenset[str]:
-        """A node's failure domains: its rack (job slots fill racks in order; spares sit apart)."""
-        per = self.cfg.nodes_per_rack
-        if per <= 0:
-            return frozenset()
-        if slot >= 0:
-            return frozenset({f"rack:r{slot // per:05d}"})
-        return frozenset({f"rack:s{node // per:05d}"})
-
     def fill(self, t: float) -> bool:
         """Put spares into empty job slots; True when the job has all its nodes."""
-        while self.empty:
-            slot = self.empty[-1]
-            if self.spares:
-                node = self.spares.pop()
-            elif self.unlimited:
-                node = len(self.status)
-                self.status.append(_SPARE)
-                self.epoch.append(0)
-                self.slot_of.append(-1)
-                self.control.added(self.name(node), self.domains(node, slot), t)
-            else:
-                return False
-            self.empty.pop()
-            self.slots[slot] = node
-            self.slot_of[node] = slot
-            self.status[node] = _IN_JOB
-        return True
+        complete, created = self.pool.fill()
+        for node, slot in created:
+            self.control.added(self.name(node), self.pool.domains(node, slot), t)
+        return complete
 
     def on_repaired(self, t: float, node: int, epoch: int) -> None:
         if self.epoch[node] != epoch or self.status[node] != _REPAIR:
             return
-        self.in_repair -= 1
+        self.pool.repair_over()
         if not self.control.repaired(self.name(node), t):
             return
-        self.status[node] = _SPARE
-        self.spares.append(node)
+        self.pool.returned(node)
         if self.waiting_nodes and self.fill(t):
             self.waiting_nodes = False
             self.job_at(t + self.cfg.requeue, _A_START)
@@ -415,7 +355,7 @@ class _Replica:
         if self.unlimited:
             if node >= self.j:
                 return
-            node = self.slots[node]
+            node = self.pool.slots[node]
             if node < 0:
                 return
         elif node >= len(self.status):
@@ -443,8 +383,8 @@ class _Replica:
             self.push(self.rng.expovariate(planned_rate), _PLANNED)
         if self.trace is not None:
             self._load_trace()
-        self.control.start([(self.name(n), self.domains(n, self.slot_of[n])) for n in range(len(self.status))],
-                           0.0)
+        pool = self.pool
+        self.control.start([(pool.name(n), pool.domains(n, pool.slot_of[n])) for n in range(len(pool))], 0.0)
         self.job_at(0.0, _A_START)
         heap = self.heap
         while heap:
@@ -476,7 +416,7 @@ class _Replica:
         self.emit(self.horizon, K.END)
         report = compute(JobTimeline(tuple(self.tl)))
         return ReplicaResult(0, report, self.events, len(self.tl), self.control.calls, self.node_waits,
-                             self.peak_in_repair, self.held_faults)
+                             self.pool.peak_in_repair, self.held_faults)
 
     def _load_trace(self) -> None:
         assert self.trace is not None

@@ -23,6 +23,7 @@ Each category says where it strikes and how it shows itself:
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -115,3 +116,32 @@ def uniform_node_rate(failures_per_node_day: float, gpus_per_node: int) -> tuple
 def unexpected_rate_per_s(categories: tuple[FailureCategory, ...], gpus: int) -> float:
     """The job's total unexpected failure rate (per second) for ``gpus`` GPUs."""
     return sum(c.per_gpu_hour for c in categories) * gpus / 3600.0
+
+
+class FailureMix:
+    """All failure categories merged into one Poisson stream over a fleet.
+
+    ``exposed`` node positions carry the node-scope categories (thinned over by the caller), the
+    job's ``job_nodes`` the job-scope ones; ``skip_node_scope`` drops node faults (a trace supplies
+    them).
+    """
+
+    def __init__(self, categories: tuple[FailureCategory, ...], gpus_per_node: int, exposed: int,
+                 job_nodes: int, *, skip_node_scope: bool = False) -> None:
+        self.categories: list[FailureCategory] = []
+        self.cumulative: list[float] = []
+        acc = 0.0
+        for c in categories:
+            if skip_node_scope and c.scope is Scope.NODE:
+                continue
+            w = c.per_gpu_hour / 3600.0 * gpus_per_node * (exposed if c.scope is Scope.NODE else job_nodes)
+            if w > 0:
+                acc += w
+                self.categories.append(c)
+                self.cumulative.append(acc)
+        self.rate = acc  # per second
+
+    def pick(self, u: float) -> FailureCategory:
+        """The category of an arrival, for ``u`` uniform in [0, 1)."""
+        i = bisect.bisect_right(self.cumulative, u * self.rate)
+        return self.categories[min(i, len(self.categories) - 1)]
