@@ -131,8 +131,12 @@ def register(app: typer.Typer) -> None:
                 "planned": sc.planned,
                 "by_cause": dict(sc.by_cause),
                 "ettr_claim": sc.ettr_claim,
+                "mfu_claim": sc.mfu_claim,
                 "claim_verified": sc.claim_verified,
             }
+            if sc.mfu_claim is not None:  # goodput ~ MFU x ETTR
+                ettr = doc["ettr"]["mean"]
+                doc["published"]["goodput_estimate"] = [sc.mfu_claim[0] * ettr, sc.mfu_claim[1] * ettr]
         if report is not None:
             doc["report"] = str(_report(cfg, report, max(2, min(replicas, 8)), seed, fault_trace, make_control))
         if as_json:
@@ -225,9 +229,18 @@ def _print(doc: dict[str, Any]) -> None:
         console.print(t)
     pub = doc.get("published")
     if pub:
-        claim = pub["ettr_claim"]
-        note = "" if pub["claim_verified"] else " (claimed, unverified)"
-        console.print(f"published: {pub['source']}; interruptions {pub['interruptions']}, "
-                      f"ETTR {claim}{note}")
+        parts = [f"published ({pub['source']}):"]
+        if pub["interruptions"] is not None:
+            parts.append(f"{pub['interruptions']} interruptions ({pub['planned']} planned);")
+        if pub["ettr_claim"]:
+            lo, hi = pub["ettr_claim"]
+            parts.append(f"ETTR {lo:.0%}" + (f"-{hi:.0%};" if hi < 1 else " or more;"))
+        if pub.get("mfu_claim"):
+            lo, hi = pub["mfu_claim"]
+            g_lo, g_hi = pub["goodput_estimate"]
+            parts.append(f"MFU {lo:.0%}-{hi:.0%}, so goodput ~ MFU x simulated ETTR = {g_lo:.1%}-{g_hi:.1%}")
+        if not pub["claim_verified"]:
+            parts.append("(claims unverified: primary source not found)")
+        console.print(" ".join(parts), markup=False, highlight=False)
     if "report" in doc:
         console.print(f"report: {doc['report']}")

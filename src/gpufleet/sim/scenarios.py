@@ -34,6 +34,7 @@ class Scenario:
     planned: int | None = None
     by_cause: tuple[tuple[str, int], ...] = ()
     ettr_claim: tuple[float, float] | None = None  # (low, high) as published or claimed
+    mfu_claim: tuple[float, float] | None = None  # model FLOPs utilisation (low, high)
     claim_verified: bool = True
 
 
@@ -61,6 +62,7 @@ def _llama() -> Scenario:
         by_cause=(("faulty_gpu", 148), ("gpu_hbm3", 72), ("software_bug", 54), ("network", 35),
                   ("host_maintenance", 32)),
         ettr_claim=(0.90, 1.0),
+        mfu_claim=(0.38, 0.43),  # Table 4, BF16, 8K-16K GPUs
     )
 
 
@@ -83,6 +85,7 @@ def _coreweave() -> Scenario:
         config=cfg,
         source="project seed material (CoreWeave, Aug 2025); primary document not found (shared reference §6)",
         ettr_claim=(0.97, 0.98),
+        mfu_claim=(0.51, 0.52),
         claim_verified=False,
     )
 
