@@ -114,8 +114,9 @@ class World:
     # ---- the world's actors -------------------------------------------------------------------
     def _inject(self, inj: Injection) -> list[HealthEvent]:
         now = self.clock.now()
-        self.log.append(f"{_hm(now)} inject {inj.kind}: {inj.note} on {', '.join(inj.nodes[:3])}"
-                        + (" ..." if len(inj.nodes) > 3 else ""))
+        if inj.kind != FaultKind.NOISE:  # background noise is not news
+            self.log.append(f"{_hm(now)} inject {inj.kind}: {inj.note} on {', '.join(inj.nodes[:3])}"
+                            + (" ..." if len(inj.nodes) > 3 else ""))
         evs: list[HealthEvent] = []
         gpu = self._rng.randrange(8)
         for node in inj.nodes:
