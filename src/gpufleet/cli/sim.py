@@ -35,6 +35,8 @@ def register(app: typer.Typer) -> None:
                                              help="drain warned nodes at an immediate checkpoint"),
         health_check_every: str = typer.Option(None, help="in-job health-check cadence (5m; 0: none)"),
         health_check_cost: str = typer.Option(None, help="training paused per health check"),
+        repair_escape: float = typer.Option(None, help="share of repairs that leave the fault in place"),
+        revalidation: str = typer.Option(None, help="post-repair validation time (30m; 0: none)"),
         nodes_per_rack: int = typer.Option(None, min=0, help="racks as failure domains for the breaker (0: none)"),
         operator_response: str = typer.Option(None, help="on-call resets a tripped breaker after (4h)"),
         verbose: bool = typer.Option(False, help="log every lifecycle transition and breaker trip"),
@@ -78,6 +80,10 @@ def register(app: typer.Typer) -> None:
                 changes[name] = secs(value, name.replace("_", "-"))
         if hot_spares is not None:
             changes["hot_spares"] = hot_spares
+        if repair_escape is not None:
+            changes["repair_escape"] = repair_escape
+        if revalidation is not None:
+            changes["revalidation"] = secs(revalidation, "revalidation")
         if nodes_per_rack is not None:
             changes["nodes_per_rack"] = nodes_per_rack
         if operator_response is not None:

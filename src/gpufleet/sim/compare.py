@@ -23,6 +23,8 @@ def variants(base: SimConfig) -> list[tuple[str, SimConfig]]:
     out.append(("proactive drain (50% warned)", base.with_(warning_fraction=0.5, proactive_drain=True)))
     out.append(("health checks every 5m (2s)", base.with_(health_check_every=300.0, health_check_cost=2.0)))
     out.append(("health checks every 30m (10s)", base.with_(health_check_every=1800.0, health_check_cost=10.0)))
+    if base.repair_escape > 0:
+        out.append(("30m revalidation after repair", base.with_(revalidation=1800.0)))
     return out
 
 

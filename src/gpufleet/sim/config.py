@@ -47,6 +47,10 @@ class SimConfig:
     health_check_cost: float = 0.0  # training paused per health check
     watchdog: float = 600.0  # collective watchdog timeout: how long a hang goes unnoticed
     silent_detection: float = 4 * 3600.0  # silent data corruption noticed (loss spike) without checks
+    repair_escape: float = 0.0  # share of repairs that return the node with its fault still there
+    escape_refail_mean: float = 6 * 3600.0  # such a node fails again after this long in service (mean)
+    revalidation: float = 0.0  # post-repair validation before the node serves again (0: none)
+    revalidation_catch: float = 0.9  # chance the validation finds a fault the repair left behind
     nodes_per_rack: int = 0  # > 0: racks are failure domains for the blast-radius breaker
     operator_response: float = 4 * 3600.0  # on-call resets a tripped breaker this long after the trip
     description: str = ""
@@ -66,13 +70,16 @@ class SimConfig:
             _pos("checkpoint_interval", self.checkpoint_interval)
         for name in ("maintenance_downtime", "checkpoint_write", "checkpoint_persist", "restart_overhead",
                      "restore", "requeue", "warning_lead", "health_check_every", "health_check_cost",
-                     "watchdog", "silent_detection", "planned_per_node_day", "operator_response"):
+                     "watchdog", "silent_detection", "planned_per_node_day", "operator_response", "revalidation"):
             _nonneg(name, getattr(self, name))
         _int("nodes_per_rack", self.nodes_per_rack, 0)
         if self.hot_spares is not None:
             _int("hot_spares", self.hot_spares, 0)
-        if not 0.0 <= self.warning_fraction <= 1.0:
-            raise InvalidInput("warning_fraction", self.warning_fraction, "a fraction in [0, 1]")
+        for name in ("warning_fraction", "repair_escape", "revalidation_catch"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+                raise InvalidInput(name, value, "a fraction in [0, 1]")
+        _pos("escape_refail_mean", self.escape_refail_mean)
         if self.health_check_cost > 0 and self.health_check_every <= 0:
             raise InvalidInput("health_check_cost", self.health_check_cost, "0 unless health_check_every is set")
         if self.health_check_every and self.health_check_cost >= self.health_check_every:

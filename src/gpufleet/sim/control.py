@@ -71,8 +71,12 @@ class NodeControl(Protocol):
         """The job reached its checkpoint and left ``node`` (a drain-at-checkpoint is carried out)."""
         ...
 
-    def repaired(self, node: str, now: float) -> bool:
-        """Repair of ``node`` finished; True to return it to the pool of spares."""
+    def repaired(self, node: str, now: float) -> None:
+        """Repair of ``node`` finished (the technician reports done); validation follows."""
+        ...
+
+    def validated(self, node: str, now: float, passed: bool) -> bool:
+        """The post-repair validation of ``node`` passed or failed; True to return it to service."""
         ...
 
 
@@ -105,9 +109,12 @@ class FixedControl:
     def drained(self, node: str, now: float) -> None:
         self.calls += 1
 
-    def repaired(self, node: str, now: float) -> bool:
+    def repaired(self, node: str, now: float) -> None:
         self.calls += 1
-        return True
+
+    def validated(self, node: str, now: float, passed: bool) -> bool:
+        self.calls += 1
+        return passed
 
 
 class LifecycleControl:
@@ -136,6 +143,7 @@ class LifecycleControl:
         self.calls = 0
         self.held = 0  # decisions the blast-radius breaker held
         self.resets = 0  # breaker resets by the simulated operator
+        self.failed_validations = 0  # revalidations that sent a node back to repair
         self.operator_response = operator_response
         self._seq = 0
         self._waiting: dict[str, tuple[str, ActionKind, str]] = {}  # node -> pending drain-after-checkpoint
@@ -249,13 +257,13 @@ class LifecycleControl:
         self.engine.action_done(PlannedAction(kind, node, reason), did, t)
         self._settle(node, t)
 
-    def repaired(self, node: str, now: float) -> bool:
+    def repaired(self, node: str, now: float) -> None:
         self.calls += 1
         self._operator(now)
         t = self.when(now)
         rec = self.engine.nodes.get(node)
         if rec is None:
-            return True
+            return
         if rec.state == NodeState.DRAINING:
             self._settle(node, t)
         if rec.state == NodeState.SUSPECT:  # repaired while its drain was still held: clear it
@@ -263,9 +271,19 @@ class LifecycleControl:
             self._waiting.pop(node, None)
         if rec.state in (NodeState.DRAINED, NodeState.REPAIR):
             self.engine.operator(node, OperatorOp.RESUME, "sim-technician", "repair finished", t)
-        if self.engine.nodes[node].state == NodeState.REVALIDATE:
+
+    def validated(self, node: str, now: float, passed: bool) -> bool:
+        self.calls += 1
+        rec = self.engine.nodes.get(node)
+        if rec is None:
+            return passed
+        if rec.state == NodeState.REVALIDATE:
+            t = self.when(now) + _TICK
             self._seq += 1
-            ok = HealthEvent(id=f"sim-{self._seq}", node=node, kind=EventKind.CHECK_PASSED, time=t + _TICK,
-                             source="sim", message="revalidation passed")
-            self._carry_out(self.engine.observe([ok], t + _TICK), t)
+            kind = EventKind.CHECK_PASSED if passed else EventKind.CHECK_FAILED
+            result = HealthEvent(id=f"sim-{self._seq}", node=node, kind=kind, time=t, source="sim",
+                                 message="revalidation " + ("passed" if passed else "failed"))
+            self._carry_out(self.engine.observe([result], t), t)
+            if not passed:
+                self.failed_validations += 1
         return self.engine.nodes[node].state in (NodeState.READY, NodeState.IN_SERVICE)

@@ -27,7 +27,7 @@ from gpufleet.sim.trace import Effect, FaultTrace
 K = TimelineEventKind
 
 # Event types (heap entries are (time, seq, type, a, b, c)).
-_DRAW, _FAIL, _WARN, _PLANNED, _JOB, _PERSIST, _REPAIRED, _TRACE = range(8)
+_DRAW, _FAIL, _WARN, _PLANNED, _JOB, _PERSIST, _REPAIRED, _TRACE, _VALIDATED = range(9)
 # Job actions.
 _A_START, _A_INIT, _A_RESTORED, _A_CKPT, _A_SAVED, _A_CHECK, _A_CHECKED, _A_DETECTED, _A_READY = range(9)
 # Job phases.
@@ -49,6 +49,7 @@ class ReplicaResult:
     node_waits: int  # restarts that had to wait for a repaired node
     peak_in_repair: int  # most nodes away for repair at once (spares needed never to wait)
     held_faults: int = 0  # faults whose drain the blast-radius breaker held
+    escapes: int = 0  # repaired nodes that returned to service with their fault still there
 
 
 class _Replica:
@@ -76,6 +77,8 @@ class _Replica:
         self.node_waits = 0
         self.trace_repair: dict[int, float] = {}
         self.held_faults = 0
+        self.escapes = 0
+        self.last_fault: dict[int, FailureCategory] = {}
         # Job.
         self.phase = _WAIT
         self.gen = 0
@@ -153,10 +156,29 @@ class _Replica:
     def on_repaired(self, t: float, node: int, epoch: int) -> None:
         if self.epoch[node] != epoch or self.status[node] != _REPAIR:
             return
-        self.pool.repair_over()
-        if not self.control.repaired(self.name(node), t):
+        self.control.repaired(self.name(node), t)
+        cfg = self.cfg
+        escaped = cfg.repair_escape > 0 and self.rng.random() < cfg.repair_escape
+        if cfg.revalidation > 0:
+            self.push(t + cfg.revalidation, _VALIDATED, node, epoch, escaped)
+        else:
+            self.on_validated(t, node, epoch, escaped, checked=False)
+
+    def on_validated(self, t: float, node: int, epoch: int, escaped: bool, *, checked: bool = True) -> None:
+        """The post-repair validation ends (``checked=False``: there is none, the node just returns)."""
+        if self.epoch[node] != epoch or self.status[node] != _REPAIR:
             return
+        caught = checked and escaped and self.rng.random() < self.cfg.revalidation_catch
+        if not self.control.validated(self.name(node), t, not caught):
+            if caught:  # back to the bench
+                self.push(t + self.cfg.repair.sample(self.rng), _REPAIRED, node, epoch)
+            return  # refused without a finding: the node stays out (retired)
+        self.pool.repair_over()
         self.pool.returned(node)
+        if escaped and not caught:
+            self.escapes += 1
+            cat = self.last_fault.get(node, _ESCAPE)
+            self.push(t + self.rng.expovariate(1.0 / self.cfg.escape_refail_mean), _FAIL, node, epoch, cat)
         if self.waiting_nodes and self.fill(t):
             self.waiting_nodes = False
             self.job_at(t + self.cfg.requeue, _A_START)
@@ -321,6 +343,8 @@ class _Replica:
     def node_fault(self, t: float, node: int, cat: FailureCategory, duration: float | None = None,
                    cause: str | None = None) -> None:
         in_job = self.status[node] == _IN_JOB
+        if self.cfg.repair_escape > 0:
+            self.last_fault[node] = cat
         verdict = self.control.fault(self.name(node), cat, t, in_job)
         if in_job and self.running:
             self.fail(t, cat, cause)
@@ -404,6 +428,8 @@ class _Replica:
                     self.have_ckpt = True
             elif kind == _REPAIRED:
                 self.on_repaired(t, a, b)
+            elif kind == _VALIDATED:
+                self.on_validated(t, a, b, bool(c))
             elif kind == _WARN:
                 assert isinstance(c, FailureCategory)
                 self.on_warn(t, a, b, c)
@@ -416,7 +442,7 @@ class _Replica:
         self.emit(self.horizon, K.END)
         report = compute(JobTimeline(tuple(self.tl)))
         return ReplicaResult(0, report, self.events, len(self.tl), self.control.calls, self.node_waits,
-                             self.pool.peak_in_repair, self.held_faults)
+                             self.pool.peak_in_repair, self.held_faults, self.escapes)
 
     def _load_trace(self) -> None:
         assert self.trace is not None
@@ -426,6 +452,9 @@ class _Replica:
         where = {nid: positions[i] for i, nid in enumerate(ids)}
         for f in self.trace.faults:
             self.push(f.start, _TRACE, where[f.node], 0, (f.category, f.effect, f.duration))
+
+
+_ESCAPE = FailureCategory("repair_escape", "Repair", 0.0)
 
 
 def _trace_category(name: str) -> FailureCategory:
@@ -445,4 +474,4 @@ def run_replica(cfg: SimConfig, seed: int, *, control: NodeControl | None = None
         proactive_drain=cfg.proactive_drain, operator_response=cfg.operator_response)
     res = _Replica(cfg, seed, ctl, trace).run()
     return ReplicaResult(seed, res.report, res.events, res.timeline_events, res.control_calls,
-                         res.node_waits, res.peak_in_repair, res.held_faults)
+                         res.node_waits, res.peak_in_repair, res.held_faults, res.escapes)

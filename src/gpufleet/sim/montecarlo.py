@@ -118,10 +118,13 @@ class Summary:
                 "health_check_every_s": cfg.health_check_every,
                 "health_check_cost_s": cfg.health_check_cost,
                 "repair_model": cfg.repair.name,
+                "repair_escape": cfg.repair_escape,
+                "revalidation_s": cfg.revalidation,
             },
             "spares": {
                 "peak_in_repair_max": max((r.peak_in_repair for r in self.replicas), default=0),
                 "restarts_waiting_for_nodes": _mean([float(r.node_waits) for r in self.replicas]),
+                "escaped_repairs": _mean([float(r.escapes) for r in self.replicas]),
             },
             "theory": self.theory(),
         }

@@ -162,3 +162,23 @@ def test_breaker_holds_drains_in_small_racks_until_the_operator_resets_it() -> N
     # Held nodes wait for the operator before repair starts, so spares run short more often.
     assert held.node_waits >= free.node_waits
     assert held.report.ettr <= free.report.ettr + 1e-9
+
+
+def test_revalidation_catches_faults_that_repairs_leave_behind() -> None:
+    cfg = poisson_cfg(days=30, hot_spares=8, repair=FixedRepair(86400.0),
+                      categories=uniform_node_rate(0.02, 8), repair_escape=0.5, escape_refail_mean=2 * 3600.0)
+    clean = run_many(cfg.with_(repair_escape=0.0), 4, 5, control_factory=fixed)
+    leaky = run_many(cfg, 4, 5, control_factory=fixed)
+    controls: list[LifecycleControl] = []
+
+    def lifecycle(c: SimConfig) -> LifecycleControl:
+        controls.append(LifecycleControl())
+        return controls[-1]
+
+    checked = run_many(cfg.with_(revalidation=1800.0, revalidation_catch=1.0), 4, 5, control_factory=lifecycle)
+    assert sum(r.escapes for r in leaky.replicas) > 10
+    assert leaky.mean_interruptions()["unexpected"] > clean.mean_interruptions()["unexpected"] + 5
+    # Every escaped fault is found by the production policy's validation path (revalidate -> repair).
+    assert sum(r.escapes for r in checked.replicas) == 0
+    assert sum(c.failed_validations for c in controls) > 10
+    assert checked.ettr_mean() > leaky.ettr_mean()
