@@ -142,7 +142,8 @@ def test_llama3_categories_use_table5_counts() -> None:
 
 @pytest.mark.parametrize(("field", "value"), [("gpus", 0), ("days", -1.0), ("warning_fraction", 1.5),
                                               ("checkpoint_interval", "hourly"), ("hot_spares", -2),
-                                              ("checkpoint_write", float("nan"))])
+                                              ("checkpoint_write", float("nan")), ("repair_escape", 2.0),
+                                              ("nodes_per_rack", -1), ("escape_refail_mean", 0.0)])
 def test_bad_config_names_the_field(field: str, value: object) -> None:
     with pytest.raises(InvalidInput) as err:
         SimConfig(**{field: value})  # type: ignore[arg-type]
