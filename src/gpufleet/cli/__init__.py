@@ -33,6 +33,7 @@ _COMMANDS: tuple[str, ...] = (
     "controller",
     "version",
     "diagnose",
+    "agent",
     "sim",
 )
 
