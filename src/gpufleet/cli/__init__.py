@@ -34,6 +34,7 @@ _COMMANDS: tuple[str, ...] = (
     "version",
     "diagnose",
     "agent",
+    "sim",
 )
 
 for _name in _COMMANDS:
