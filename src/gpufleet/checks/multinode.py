@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 
 Progress = Callable[[str, int, int], None]
 
+# Pairs cross the network, whose spread between healthy pairs is wider than between the GPUs of one
+# node: a pair fails more than 25 % below the best pair (or the SKU's wider tolerance, e.g. the CPU path).
+PAIR_TOLERANCE = 0.25
+
 
 def node_results(loc: Localisation, nodes: Sequence[str], unit: str = "GB/s") -> list[CheckResult]:
     """One ``multinode_pair`` result per node (and one ``multinode_link`` per blamed link). Pure."""
@@ -104,11 +108,12 @@ def run_multinode(
     baselines: Baselines,
     *,
     device: str = "auto",
-    tolerance: float = 0.25,
+    tolerance: float | None = None,
     progress: Progress | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> Report:
-    """Run the multi-node level as rank ``env.rank`` of ``env.world_size``."""
+    """Run the multi-node level as rank ``env.rank`` of ``env.world_size``. ``tolerance``: how far
+    below the best pair a pair may be (default: ``PAIR_TOLERANCE`` or the SKU's wider tolerance)."""
     torch = require_torch()
     dist = torch.distributed
     environ = os.environ if environ is None else environ
@@ -183,7 +188,8 @@ def run_multinode(
                 return {p: bus_bandwidth(sizes.pair_bytes, out[p], ranks[p]) for p in pairs}
 
             bar = baselines.lookup(sku, "multinode_pair", sizes.pair_bytes)
-            loc = localise(nodes, measure, floor=bar.floor if bar else 0.0, tolerance=tolerance)
+            tol = tolerance if tolerance is not None else max(PAIR_TOLERANCE, baselines.tolerance(sku))
+            loc = localise(nodes, measure, floor=bar.floor if bar else 0.0, tolerance=tol)
             results += node_results(loc, nodes)
             if progress:
                 progress("pairwise localisation", 2, total)

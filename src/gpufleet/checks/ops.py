@@ -9,6 +9,7 @@ counted in full.
 from __future__ import annotations
 
 import hashlib
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,17 +28,24 @@ def sync(device: str) -> None:
 
 
 def timed(fn: Callable[[], object], device: str, iters: int, warmup: int) -> float:
-    """Seconds per call of ``fn`` on ``device`` (after ``warmup`` untimed calls)."""
+    """Seconds per call of ``fn`` on ``device``: ``warmup`` untimed calls, then ``iters`` calls split
+    into up to three synchronised trials; the median trial counts, so one preempted trial on a busy
+    host does not decide the result."""
     if iters < 1:
         raise InvalidInput("iters", iters, "at least 1")
     for _ in range(warmup):
         fn()
     sync(device)
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    sync(device)
-    return (time.perf_counter() - t0) / iters
+    trials = min(3, iters)
+    per_trial = max(1, iters // trials)
+    times = []
+    for _ in range(trials):
+        t0 = time.perf_counter()
+        for _ in range(per_trial):
+            fn()
+        sync(device)
+        times.append((time.perf_counter() - t0) / per_trial)
+    return statistics.median(times)
 
 
 def gemm_supported(device: str, dtype: str) -> str | None:

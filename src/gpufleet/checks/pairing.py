@@ -3,8 +3,12 @@
 Google's cluster-health-scanner runs NCCL in two passes; we do the same:
 
 1. **First pass.** Pair the nodes (0-1, 2-3, ...; an odd last node is paired with node 0 in a second
-   round) and measure every pair's all-reduce bus bandwidth, the pairs of a round at the same time.
-   A pair fails when it is below ``bar = max(floor, (1 - tolerance) * median of all first-pass pairs)``.
+   round; three nodes are measured in all three pairs) and measure every pair's all-reduce bus
+   bandwidth, the pairs of a round at the same time. A pair fails when it is below
+   ``bar = max(floor, (1 - tolerance) * best first-pass pair)``. The best pair, not the median, is the
+   reference (gpu-fryer's rule within a node, applied to pairs): a link cannot run faster than it is
+   built for, so the best pair is a healthy one, while a slow node sits in up to two first-pass pairs
+   and could drag a median down with it.
 2. **Second pass.** Both nodes of a failed pair are only *suspects*: each is re-paired with a node
    from a passing pair (known good) and measured again. A suspect that fails again with a good
    partner is blamed; one that now passes is cleared. A failed pair whose two nodes are both cleared
@@ -18,7 +22,6 @@ Google's cluster-health-scanner runs NCCL in two passes; we do the same:
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -39,7 +42,7 @@ class PairResult:
 
 @dataclass(frozen=True, slots=True)
 class Localisation:
-    reference: float | None  # median busbw of the first pass
+    reference: float | None  # the best first-pass pair's busbw
     bar: float  # what a pair had to reach
     pairs: tuple[PairResult, ...]
     good: tuple[str, ...]
@@ -54,11 +57,15 @@ class Localisation:
 
 
 def first_pass_rounds(nodes: Sequence[str]) -> list[list[Pair]]:
-    """Disjoint pairs covering every node; an odd last node joins node 0 in a second round."""
+    """Disjoint pairs covering every node; an odd last node joins node 0 in a second round (three
+    nodes: all three pairs, or a slow node 0 would be in every pair)."""
     if len(nodes) < 2:
         raise InvalidInput("nodes", list(nodes), "at least 2 nodes to pair")
     if len(set(nodes)) != len(nodes):
         raise InvalidInput("nodes", list(nodes), "distinct node names")
+    if len(nodes) == 3:
+        a, b, c = nodes
+        return [[(a, b)], [(c, a)], [(b, c)]]
     rounds = [[(nodes[i], nodes[i + 1]) for i in range(0, len(nodes) - 1, 2)]]
     if len(nodes) % 2:
         rounds.append([(nodes[-1], nodes[0])])
@@ -118,7 +125,7 @@ def localise(
     if floor < 0:
         raise InvalidInput("floor", floor, "a non-negative bandwidth")
     first = _run(first_pass_rounds(nodes), measure)
-    reference = statistics.median(first.values())
+    reference = max(first.values())
     bar = max(floor, (1.0 - tolerance) * reference)
     results = [PairResult(a, b, bw, bw >= bar, "first") for (a, b), bw in first.items()]
     good = [n for n in nodes if any(r.ok and n in (r.a, r.b) for r in results)]

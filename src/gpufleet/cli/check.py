@@ -45,6 +45,7 @@ def _table(report: Report) -> None:
             r.message,
         )
     console = Console()
+    console.width = max(console.width, 120)  # a pipe or CI log gets 80 columns by default: too narrow
     console.print(table)
     for s in report.skipped:
         console.print(f"[dim]skipped {s}[/]")
@@ -66,7 +67,9 @@ def register(app: typer.Typer) -> None:
         dtypes: Annotated[str | None, typer.Option(help="GEMM dtypes, e.g. bf16,fp8")] = None,
         baselines: Annotated[Path | None, typer.Option(help="per-SKU bars (TOML); default: shipped")] = None,
         node: Annotated[str | None, typer.Option(help="node name (default: host name)")] = None,
-        tolerance: Annotated[float, typer.Option(help="multinode: pair tolerance below the median")] = 0.25,
+        tolerance: Annotated[
+            float | None, typer.Option(help="multinode: how far below the best pair a pair may be (0.25)")
+        ] = None,
         controller: Annotated[str | None, typer.Option(help="post results to this controller URL")] = None,
         token_file: Annotated[
             Path | None, typer.Option(help="file holding the controller's bearer token")

@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from gpufleet.checks.model import Status
+from gpufleet.checks.soak import SoakWindow, judge_soak, run_soak
+from gpufleet.checks.telemetry import NullWatcher, Sample, throttle_names
+
+
+def _w(
+    gpu: int,
+    tflops: float,
+    throttle: tuple[str, ...] = (),
+    xids: tuple[int, ...] = (),
+    temp: float | None = 60.0,
+) -> SoakWindow:
+    return SoakWindow(gpu=gpu, seconds=6.0, tflops=tflops, sample=Sample(1980.0, temp, throttle), xids=xids)
+
+
+def test_steady_gpu_passes() -> None:
+    meas, results = judge_soak({0: [_w(0, 700.0), _w(0, 702.0), _w(0, 698.0)]})
+    assert meas[0].check == "soak_gemm" and meas[0].value == 700.0
+    assert all(r.status is Status.PASS for r in results)
+    throttle = next(r for r in results if r.check == "soak_throttle")
+    assert dict(throttle.attrs)["max_temperature_c"] == "60"
+
+
+def test_throttling_xids_and_sagging_throughput_fail() -> None:
+    windows = [
+        _w(0, 700.0),
+        _w(0, 690.0, ("hw_thermal_slowdown",), temp=92.0),
+        _w(0, 520.0, ("hw_slowdown",)),
+        _w(0, 700.0, xids=(79,)),
+    ]
+    _, results = judge_soak({0: windows})
+    by = {r.check: r for r in results}
+    assert by["soak_stability"].status is Status.FAIL  # 520 / 695 = 75 %
+    assert by["soak_throttle"].status is Status.FAIL and by["soak_throttle"].value == 5.0  # 2 per 24 s
+    assert "hw_slowdown" in dict(by["soak_throttle"].attrs)["throttle_reasons"]
+    assert by["soak_xid"].status is Status.FAIL and by["soak_xid"].fatal and "79" in by["soak_xid"].message
+
+
+def test_mild_sag_warns() -> None:
+    _, results = judge_soak({0: [_w(0, 700.0), _w(0, 700.0), _w(0, 600.0)]})
+    assert next(r for r in results if r.check == "soak_stability").status is Status.WARN
+
+
+def test_nvml_throttle_bits() -> None:
+    assert throttle_names(0x8 | 0x40 | 0x1) == ("hw_slowdown", "hw_thermal_slowdown")  # 0x1 = idle, harmless
+    assert throttle_names(0x4) == ()  # the ordinary software power cap is not protective throttling
+
+
+def test_real_cpu_soak_produces_windows_for_every_device() -> None:
+    windows = run_soak(
+        ["cpu", "cpu"], dtype="fp32", n=64, duration_s=0.3, window_s=0.05, watcher=NullWatcher()
+    )
+    assert set(windows) == {0, 1}
+    assert all(len(ws) >= 1 and all(w.tflops > 0 for w in ws) for ws in windows.values())
