@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -60,14 +61,19 @@ def timed_allreduce(
     if device.startswith("cuda"):
         torch.cuda.synchronize(device)
     dist.barrier(group=group)
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        dist.all_reduce(buf, group=group)
-        if delay_s:
-            time.sleep(delay_s)
-    if device.startswith("cuda"):
-        torch.cuda.synchronize(device)
-    return (time.perf_counter() - t0) / iters
+    trials = min(3, iters)
+    per_trial = max(1, iters // trials)
+    times = []
+    for _ in range(trials):  # median of up to three trials: one preempted trial does not decide
+        t0 = time.perf_counter()
+        for _ in range(per_trial):
+            dist.all_reduce(buf, group=group)
+            if delay_s:
+                time.sleep(delay_s)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize(device)
+        times.append((time.perf_counter() - t0) / per_trial)
+    return statistics.median(times)
 
 
 def worker_main(argv: list[str] | None = None) -> int:

@@ -52,7 +52,7 @@ _CPU = {
     Level.FULL: Sizes(
         256, 10, 2, 16 * MiB, 10, 16 * MiB, 10, 128, 3, 4 * MiB, 10, 2, 3.0, 0.5, 128, MiB, MiB
     ),
-    Level.MULTINODE: Sizes(128, 5, 1, 4 * MiB, 5, 4 * MiB, 5, 64, 2, 1 * MiB, 5, 1, 0.0, 0.5, 128, MiB, MiB),
+    Level.MULTINODE: Sizes(128, 5, 1, 4 * MiB, 5, 4 * MiB, 5, 64, 2, 1 * MiB, 9, 1, 0.0, 0.5, 128, MiB, MiB),
 }
 _CUDA[Level.BURNIN] = replace(_CUDA[Level.FULL], soak_s=3600.0, soak_window_s=30.0)
 _CPU[Level.BURNIN] = replace(_CPU[Level.FULL], soak_s=10.0, soak_window_s=1.0)
