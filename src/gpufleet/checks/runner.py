@@ -151,7 +151,12 @@ def run_node_checks(
             )
         finally:
             watcher.close()
-        soak_m, soak_r = soak.judge_soak(windows)
+        if target.cuda:
+            soak_m, soak_r = soak.judge_soak(windows)
+        else:
+            soak_m, soak_r = soak.judge_soak(
+                windows, warn_pct=soak.CPU_STABILITY_WARN_PCT, fail_pct=soak.CPU_STABILITY_FAIL_PCT
+            )
         measurements += soak_m
         extra += soak_r
         steps.step("soak")

@@ -26,6 +26,9 @@ from gpufleet.domain.errors import InvalidInput
 
 STABILITY_WARN_PCT = 90.0
 STABILITY_FAIL_PCT = 80.0
+# The CPU path runs on shared CI cores where another tenant can take a whole window: looser bars.
+CPU_STABILITY_WARN_PCT = 50.0
+CPU_STABILITY_FAIL_PCT = 20.0
 THROTTLE_FAIL_PER_MIN = 0.6
 
 
@@ -103,8 +106,14 @@ def run_soak(
     return out
 
 
-def judge_soak(windows: Mapping[int, Sequence[SoakWindow]]) -> tuple[list[Measurement], list[CheckResult]]:
-    """(measurements to judge against the node's best GPU, results judged here)."""
+def judge_soak(
+    windows: Mapping[int, Sequence[SoakWindow]],
+    *,
+    warn_pct: float = STABILITY_WARN_PCT,
+    fail_pct: float = STABILITY_FAIL_PCT,
+) -> tuple[list[Measurement], list[CheckResult]]:
+    """(measurements to judge against the node's best GPU, results judged here). ``warn_pct`` /
+    ``fail_pct``: the stability bars (the CPU path passes looser ones: it shares cores with others)."""
     measurements: list[Measurement] = []
     results: list[CheckResult] = []
     for gpu in sorted(windows):
@@ -117,10 +126,10 @@ def judge_soak(windows: Mapping[int, Sequence[SoakWindow]]) -> tuple[list[Measur
             Measurement("soak_gemm", gpu, median, "TFLOPS", attrs=(("windows", str(len(ws))),))
         )
         stability = 100.0 * min(rates) / median if median > 0 else 0.0
-        if stability < STABILITY_FAIL_PCT:
-            st, why = Status.FAIL, f"worst window {stability:.0f}% of the median (< {STABILITY_FAIL_PCT:g}%)"
-        elif stability < STABILITY_WARN_PCT:
-            st, why = Status.WARN, f"worst window {stability:.0f}% of the median (< {STABILITY_WARN_PCT:g}%)"
+        if stability < fail_pct:
+            st, why = Status.FAIL, f"worst window {stability:.0f}% of the median (< {fail_pct:g}%)"
+        elif stability < warn_pct:
+            st, why = Status.WARN, f"worst window {stability:.0f}% of the median (< {warn_pct:g}%)"
         else:
             st, why = Status.PASS, ""
         results.append(

@@ -29,8 +29,8 @@ def _table(report: Report) -> None:
     from rich.table import Table
 
     table = Table(title=f"gpufleet check {report.level} on {report.node} ({report.sku}, {report.device})")
-    for col in ("check", "gpu", "value", "unit", "expected", "margin", "status", "note"):
-        table.add_column(col, justify="right" if col in ("value", "expected", "margin", "gpu") else "left")
+    for col in ("check", "gpu/node", "value", "unit", "expected", "margin", "status", "note"):
+        table.add_column(col, justify="right" if col in ("value", "expected", "margin", "gpu/node") else "left")
     for r in report.results:
         where = r.node if r.node is not None else ("-" if r.gpu is None else str(r.gpu))
         style = _STATUS_STYLE[str(r.status)]

@@ -54,3 +54,11 @@ def test_real_cpu_soak_produces_windows_for_every_device() -> None:
     )
     assert set(windows) == {0, 1}
     assert all(len(ws) >= 1 and all(w.tflops > 0 for w in ws) for ws in windows.values())
+
+
+def test_stability_bars_are_parameters() -> None:
+    windows = {0: [_w(0, 700.0), _w(0, 700.0), _w(0, 300.0)]}  # 43 %
+    _, strict = judge_soak(windows)
+    _, loose = judge_soak(windows, warn_pct=50.0, fail_pct=20.0)
+    assert next(r for r in strict if r.check == "soak_stability").status is Status.FAIL
+    assert next(r for r in loose if r.check == "soak_stability").status is Status.WARN
