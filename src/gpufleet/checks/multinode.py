@@ -128,9 +128,12 @@ def run_multinode(
     delay = injected_delay(environ, env.rank)
     t0 = time.perf_counter()
     try:
+        # Under torchrun the agent already serves a store on MASTER_PORT: env:// joins it (as a client
+        # when TORCHELASTIC_USE_AGENT_STORE is set); under srun, rank 0 hosts the store itself.
+        init = "env://" if env.launcher == "torchrun" else f"tcp://{env.master_addr}:{env.master_port}"
         dist.init_process_group(
             "nccl" if cuda else "gloo",
-            init_method=f"tcp://{env.master_addr}:{env.master_port}",
+            init_method=init,
             rank=env.rank,
             world_size=env.world_size,
             timeout=INIT_TIMEOUT,
@@ -195,6 +198,7 @@ def run_multinode(
                 progress("pairwise localisation", 2, total)
     finally:
         dist.destroy_process_group()
+    skipped = () if len(nodes) >= 2 else ("multinode_pair: needs at least 2 nodes in the allocation",)
     return Report(
         node=env.node,
         level=Level.MULTINODE,
@@ -202,5 +206,6 @@ def run_multinode(
         sku=sku,
         gpus=env.world_size,
         results=tuple(results),
+        skipped=skipped,
         wall_s=time.perf_counter() - t0,
     )

@@ -67,6 +67,34 @@ def test_four_process_gloo_run_localises_the_injected_slow_peer(tmp_path: Path) 
     assert allreduce["value"] > 0 and allreduce["unit"] == "GB/s"
 
 
+def test_runs_under_real_torchrun_with_its_agent_store() -> None:
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    cmd = [
+        torchrun,
+        "--nnodes=1",
+        "--nproc-per-node=2",
+        f"--master-port={free_port()}",
+        "--no-python",
+        GPUFLEET,
+        "check",
+        "--level",
+        "multinode",
+        "--device",
+        "cpu",
+        "--json",
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    report = json.loads(proc.stdout)  # only rank 0 printed
+    (res,) = report["results"]
+    assert (
+        res["check"] == "multinode_allreduce"
+        and res["attrs"]["ranks"] == "2"
+        and res["attrs"]["nodes"] == "1"
+    )
+    assert report["skipped"] == ["multinode_pair: needs at least 2 nodes in the allocation"]
+
+
 def test_node_results_report_blame_clearance_and_links() -> None:
     loc = Localisation(
         reference=100.0,
