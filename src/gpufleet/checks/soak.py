@@ -71,18 +71,20 @@ def run_soak(
     while time.perf_counter() < t_end:
         per_dev: list[float] = []
         if cuda:
-            events = []
-            for (a, b, c), dev in zip(bufs, devices, strict=True):
-                with torch.cuda.device(dev):
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    for _ in range(k):
-                        torch.matmul(a, b, out=c)
-                    end.record()
-                    events.append((start, end))
+            # Interleave the launches (one GEMM per GPU in turn) so every GPU is busy at once: issuing
+            # one GPU's whole window first would block on its launch queue while the others idle.
+            starts = [torch.cuda.Event(enable_timing=True) for _ in devices]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in devices]
+            for ev, dev in zip(starts, devices, strict=True):
+                ev.record(torch.cuda.current_stream(dev))
+            for _ in range(k):
+                for a, b, c in bufs:
+                    torch.matmul(a, b, out=c)
+            for ev, dev in zip(ends, devices, strict=True):
+                ev.record(torch.cuda.current_stream(dev))
             for dev in devices:
                 torch.cuda.synchronize(dev)
-            per_dev = [s.elapsed_time(e) / 1000.0 for s, e in events]
+            per_dev = [s.elapsed_time(e) / 1000.0 for s, e in zip(starts, ends, strict=True)]
         else:
             for a, b, c in bufs:
                 t0 = time.perf_counter()

@@ -62,18 +62,24 @@ class NvmlWatcher:
     """NVML telemetry for GPUs ``0..count-1`` (CUDA index order is assumed to match NVML's; set
     ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` for that)."""
 
-    def __init__(self, count: int) -> None:
-        import pynvml
+    def __init__(self, count: int, nvml: Any = None) -> None:
+        """``nvml``: the pynvml module (imported when None; tests pass a fake with the same API)."""
+        if nvml is None:
+            import pynvml
 
-        self._nvml: Any = pynvml
-        pynvml.nvmlInit()
-        self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            nvml = pynvml
+        self._nvml: Any = nvml
+        nvml.nvmlInit()
+        self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        # Renamed in newer NVML ("clocks event reasons"); the old name stays as an alias.
+        reasons = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        self._reasons: Any = reasons or nvml.nvmlDeviceGetCurrentClocksThrottleReasons
         self._events: list[Any] = []
         for h in self._handles:
-            es = pynvml.nvmlEventSetCreate()
+            es = nvml.nvmlEventSetCreate()
             try:
-                pynvml.nvmlDeviceRegisterEvents(h, pynvml.nvmlEventTypeXidCriticalError, es)
-            except pynvml.NVMLError as err:
+                nvml.nvmlDeviceRegisterEvents(h, nvml.nvmlEventTypeXidCriticalError, es)
+            except nvml.NVMLError as err:
                 log.warning("XID events unavailable on this GPU: %s", err)
             self._events.append(es)
 
@@ -82,7 +88,7 @@ class NvmlWatcher:
         try:
             clock = float(nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM))
             temp = float(nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU))
-            mask = int(nv.nvmlDeviceGetCurrentClocksThrottleReasons(h))
+            mask = int(self._reasons(h))
         except nv.NVMLError as err:
             log.warning("gpu%d: NVML read failed: %s", gpu, err)
             return Sample(None, None, ())

@@ -62,3 +62,66 @@ def test_stability_bars_are_parameters() -> None:
     _, loose = judge_soak(windows, warn_pct=50.0, fail_pct=20.0)
     assert next(r for r in strict if r.check == "soak_stability").status is Status.FAIL
     assert next(r for r in loose if r.check == "soak_stability").status is Status.WARN
+
+
+class FakeNvml:
+    """The slice of the pynvml API the watcher uses, with scripted answers."""
+
+    NVML_CLOCK_SM = 1
+    NVML_TEMPERATURE_GPU = 0
+    nvmlEventTypeXidCriticalError = 8  # noqa: N815 (pynvml's name)
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self) -> None:
+        self.pending_xids: dict[int, list[int]] = {0: [], 1: [79, 94]}
+        self.freed = 0
+        self.shut = False
+
+    def nvmlInit(self) -> None:
+        return None
+
+    def nvmlShutdown(self) -> None:
+        self.shut = True
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlEventSetCreate(self) -> list[int]:
+        return []
+
+    def nvmlDeviceRegisterEvents(self, handle: int, kind: int, es: list[int]) -> None:
+        es.append(handle)
+
+    def nvmlEventSetWait_v2(self, es: list[int], timeout_ms: int) -> object:
+        queue = self.pending_xids[es[0]]
+        if not queue:
+            raise self.NVMLError("timeout")
+        return type("Data", (), {"eventData": queue.pop(0)})()
+
+    def nvmlEventSetFree(self, es: list[int]) -> None:
+        self.freed += 1
+
+    def nvmlDeviceGetClockInfo(self, h: int, kind: int) -> int:
+        return 1980 if h == 0 else 1410
+
+    def nvmlDeviceGetTemperature(self, h: int, kind: int) -> int:
+        return 61 if h == 0 else 88
+
+    def nvmlDeviceGetCurrentClocksThrottleReasons(self, h: int) -> int:
+        return 0x1 if h == 0 else 0x8 | 0x40
+
+
+def test_nvml_watcher_reads_telemetry_and_drains_xids() -> None:
+    from gpufleet.checks.telemetry import NvmlWatcher
+
+    fake = FakeNvml()
+    w = NvmlWatcher(2, nvml=fake)
+    assert w.sample(0) == Sample(1980.0, 61.0, ())
+    assert w.sample(1) == Sample(1410.0, 88.0, ("hw_slowdown", "hw_thermal_slowdown"))
+    assert w.xids(1) == [79, 94]
+    assert w.xids(1) == []  # drained
+    assert w.xids(0) == []
+    w.close()
+    assert fake.freed == 2 and fake.shut
