@@ -8,11 +8,17 @@ GEMM and HBM numbers read as "% of what this device does at large sizes".
 
 from __future__ import annotations
 
+import json
+import os
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 from gpufleet.checks import ops
 from gpufleet.checks.baselines import load_baselines
+from gpufleet.checks.collective import free_port
 from gpufleet.checks.model import Level, Report
 from gpufleet.checks.runner import CheckOptions, resolve_target, run_node_checks
 
@@ -37,6 +43,36 @@ def _level(level: Level, device: str, soak_s: float | None = None) -> tuple[Repo
         CheckOptions(level, device=device, soak_s=soak_s), load_baselines(), socket.gethostname()
     )
     return report, time.perf_counter() - t0
+
+
+def _multinode_cpu(nodes: int) -> dict[str, object]:
+    """``nodes`` local processes launched like torchrun, one per pretend node, over gloo."""
+    exe = str(Path(sys.executable).parent / "gpufleet")
+    port = free_port()
+    t0 = time.perf_counter()
+    procs = []
+    for rank in range(nodes):
+        env = dict(
+            os.environ,
+            RANK=str(rank),
+            WORLD_SIZE=str(nodes),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+            GPUFLEET_NODE_NAME=f"bench-n{rank}",
+        )
+        cmd = [exe, "check", "--level", "multinode", "--device", "cpu", "--json"]
+        procs.append(
+            subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        )
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    wall = time.perf_counter() - t0
+    report = json.loads(outs[0])
+    return {
+        "nodes": nodes,
+        "wall_s_with_process_start": round(wall, 2),
+        "wall_s_checks": report["wall_s"],
+        "status": report["status"],
+    }
 
 
 def _best(report: Report, check: str) -> float:
@@ -72,6 +108,15 @@ def run(quick: bool) -> dict[str, object]:
             "results": len(full_report.results),
             "status": str(full_report.status),
         }
+        burnin_report, burnin_s = _level(Level.BURNIN, "auto", soak_s=60.0 if target.cuda else 5.0)
+        levels["burnin"] = {
+            "wall_s": round(burnin_s, 2),
+            "soak_s": 60.0 if target.cuda else 5.0,
+            "results": len(burnin_report.results),
+            "status": str(burnin_report.status),
+        }
+        if not target.cuda:
+            levels["multinode"] = _multinode_cpu(4)
     out["levels"] = levels
     ceil = _ceilings(target.cuda, device)
     gemm_check = "gemm_bf16" if target.cuda else "gemm_fp32"
