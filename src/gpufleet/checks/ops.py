@@ -69,11 +69,21 @@ def gemm_supported(device: str, dtype: str) -> str | None:
     return None
 
 
+def random_pair(device: str, n: int, seed: int) -> tuple[Any, Any]:
+    """Two seeded n x n float32 normal matrices generated on ``device`` itself (an 8192^2 randn on
+    the host takes longer than the GEMM check)."""
+    torch = require_torch()
+    gen = torch.Generator(device=device).manual_seed(seed)
+    a = torch.randn(n, n, generator=gen, device=device)
+    b = torch.randn(n, n, generator=gen, device=device)
+    return a, b
+
+
 def _gemm_call(torch: Any, device: str, dtype: str, n: int) -> Callable[[], object]:
-    gen = torch.Generator(device="cpu").manual_seed(1234)
+    a, b = random_pair(device, n, seed=1234)
     if dtype == "fp8":
-        a = torch.randn(n, n, generator=gen).to(device=device, dtype=torch.float8_e4m3fn)
-        b = torch.randn(n, n, generator=gen).to(device=device, dtype=torch.float8_e4m3fn).t()
+        a = a.to(torch.float8_e4m3fn)
+        b = b.to(torch.float8_e4m3fn).t()
         one = torch.tensor(1.0, device=device)
         return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
     torch_dtype = {
@@ -82,8 +92,7 @@ def _gemm_call(torch: Any, device: str, dtype: str, n: int) -> Callable[[], obje
         "tf32": torch.float32,
         "fp32": torch.float32,
     }[dtype]
-    a = torch.randn(n, n, generator=gen).to(device=device, dtype=torch_dtype)
-    b = torch.randn(n, n, generator=gen).to(device=device, dtype=torch_dtype)
+    a, b = a.to(torch_dtype), b.to(torch_dtype)
     out = torch.empty(n, n, device=device, dtype=torch_dtype)
     return lambda: torch.matmul(a, b, out=out)
 

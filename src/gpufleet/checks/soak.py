@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from gpufleet.checks._torch import require_torch
 from gpufleet.checks.judge import Measurement
 from gpufleet.checks.model import CheckResult, Status
+from gpufleet.checks.ops import random_pair
 from gpufleet.checks.telemetry import Sample, Watcher
 from gpufleet.domain.errors import InvalidInput
 
@@ -57,11 +58,10 @@ def run_soak(
     if duration_s <= 0 or window_s <= 0:
         raise InvalidInput("soak duration", duration_s, "a positive duration and window")
     torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
-    gen = torch.Generator(device="cpu").manual_seed(7)
     bufs = []
     for dev in devices:
-        a = torch.randn(n, n, generator=gen).to(device=dev, dtype=torch_dtype)
-        b = torch.randn(n, n, generator=gen).to(device=dev, dtype=torch_dtype)
+        a, b = random_pair(dev, n, seed=7)
+        a, b = a.to(torch_dtype), b.to(torch_dtype)
         bufs.append((a, b, torch.empty(n, n, device=dev, dtype=torch_dtype)))
     flops = 2.0 * n**3
     cuda = devices[0].startswith("cuda")
