@@ -29,8 +29,9 @@ def _table(report: Report) -> None:
     from rich.table import Table
 
     table = Table(title=f"gpufleet check {report.level} on {report.node} ({report.sku}, {report.device})")
+    right = ("gpu/node", "value", "expected", "margin")
     for col in ("check", "gpu/node", "value", "unit", "expected", "margin", "status", "note"):
-        table.add_column(col, justify="right" if col in ("value", "expected", "margin", "gpu/node") else "left")
+        table.add_column(col, justify="right" if col in right else "left")
     for r in report.results:
         where = r.node if r.node is not None else ("-" if r.gpu is None else str(r.gpu))
         style = _STATUS_STYLE[str(r.status)]
