@@ -6,7 +6,10 @@ Mapping (docs/checks.md):
 * warn -> ``check_passed``, severity ``info`` (above the fail bar; ``attrs.status`` says ``warn`` so the
   fleet view still shows it, but it must not hold a node out of service);
 * fail -> ``check_failed``, severity ``fatal`` when the result means wrong answers or a dying GPU
-  (silent data corruption, an XID during soak), else ``degraded`` (slow, but correct).
+  (silent data corruption, an XID during soak), else ``degraded`` (slow, but correct);
+* a failed result about a whole allocation (``attrs.scope == "allocation"``: the multi-node all-reduce)
+  is ``check_failed`` with severity ``info``: it is filed against the reporting node but blames no
+  node by itself; the pairwise results that follow it name the slow node.
 
 The event ``id`` is the idempotency key: ``check:<node>:<run>:<check>:<gpu|node>``, so a re-post of
 the same run is deduplicated by the controller.
@@ -20,6 +23,8 @@ from datetime import datetime
 from gpufleet.checks.model import CheckResult, Status
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
+
+ALLOCATION = "allocation"
 
 
 def gpu_slot(node: str, gpu: int | None) -> str | None:
@@ -43,6 +48,8 @@ def result_to_event(result: CheckResult, *, node: str, run_id: str, time: dateti
     node = result.node or node
     failed = result.status is Status.FAIL
     severity = (Severity.FATAL if result.fatal else Severity.DEGRADED) if failed else Severity.INFO
+    if dict(result.attrs).get("scope") == ALLOCATION:
+        severity = Severity.INFO
     where = "node" if result.gpu is None else f"gpu{result.gpu}"
     summary = (
         f"{result.check} {where}: {result.value:.4g} {result.unit}"

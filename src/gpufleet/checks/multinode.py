@@ -20,6 +20,7 @@ from typing import Any
 from gpufleet.checks._torch import require_torch
 from gpufleet.checks.baselines import CPU_SKU, Baselines
 from gpufleet.checks.collective import INIT_TIMEOUT, bus_bandwidth, timed_allreduce
+from gpufleet.checks.events import ALLOCATION
 from gpufleet.checks.judge import Measurement, judge_node
 from gpufleet.checks.launch import LaunchEnv, injected_delay
 from gpufleet.checks.model import CheckResult, Level, Report, Status
@@ -119,6 +120,8 @@ def run_multinode(
     environ = os.environ if environ is None else environ
     if env.world_size < 2:
         raise InvalidInput("WORLD_SIZE", env.world_size, "at least 2 ranks (launch with srun or torchrun)")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InvalidInput("--device", device, "a machine where torch sees a CUDA GPU (use --device cpu)")
     cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
     if cuda:
         torch.cuda.set_device(env.local_rank)
@@ -156,7 +159,7 @@ def run_multinode(
             bw,
             "GB/s",
             message_bytes=sizes.multinode_bytes,
-            attrs=(("ranks", str(env.world_size)), ("nodes", str(len(nodes)))),
+            attrs=(("ranks", str(env.world_size)), ("nodes", str(len(nodes))), ("scope", ALLOCATION)),
         )
         results = judge_node([meas], baselines, sku)
         if progress:

@@ -52,7 +52,7 @@ def gemm_supported(device: str, dtype: str) -> str | None:
     """None when ``dtype`` GEMM runs on ``device``; else why not."""
     torch = require_torch()
     if dtype not in GEMM_DTYPES:
-        raise InvalidInput("dtype", dtype, f"one of {GEMM_DTYPES}")
+        raise InvalidInput("--dtypes", dtype, f"one of {', '.join(GEMM_DTYPES)}")
     if device.startswith("cuda"):
         major, minor = torch.cuda.get_device_capability(device)
         if dtype == "fp8" and (major, minor) < (8, 9):

@@ -65,6 +65,8 @@ def test_table_output_and_bad_input_exit_codes() -> None:
     assert "nccl_allreduce: needs at least 2 GPUs" in proc.stdout
     bad = _run("--level", "extreme")
     assert bad.returncode == 2 and "--level: got 'extreme'" in bad.stderr
+    bad_dtype = _run("--device", "cpu", "--dtypes", "fp64")
+    assert bad_dtype.returncode == 2 and "--dtypes: got 'fp64'" in bad_dtype.stderr
     no_token = _run("--controller", "http://127.0.0.1:9")
     assert no_token.returncode == 2 and "--token-file" in no_token.stderr
 

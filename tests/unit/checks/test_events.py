@@ -75,3 +75,11 @@ def test_bad_input_is_clear() -> None:
     with pytest.raises(InvalidInput) as err2:
         result_to_event(_r(Status.PASS), node="", run_id="r", time=T)
     assert err2.value.field == "node"
+
+
+def test_a_failed_allocation_wide_result_blames_no_node() -> None:
+    r = CheckResult(
+        "multinode_allreduce", None, 40.0, "GB/s", 100.0, Status.FAIL, attrs=(("scope", "allocation"),)
+    )
+    ev = result_to_event(r, node="r01-n001", run_id="r", time=T)
+    assert ev.kind is EventKind.CHECK_FAILED and ev.severity is Severity.INFO
