@@ -31,10 +31,11 @@ def _root() -> None:
 _COMMANDS: tuple[str, ...] = (
     "demo",
     "controller",
-    "version",
-    "diagnose",
     "agent",
+    "diagnose",
+    "check",
     "sim",
+    "version",
 )
 
 for _name in _COMMANDS:
