@@ -31,8 +31,11 @@ def _root() -> None:
 _COMMANDS: tuple[str, ...] = (
     "demo",
     "controller",
-    "version",
+    "agent",
     "diagnose",
+    "check",
+    "sim",
+    "version",
     "topology",
     "correlate",
 )

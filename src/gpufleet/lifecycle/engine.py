@@ -76,6 +76,11 @@ class LifecycleEngine:
         self.held: dict[str, Decision] = {d.node: d for d in held}
         self.dry_run = policy.config.dry_run if dry_run is None else dry_run
         self._members: dict[str, frozenset[str]] | None = None
+        # Kept up to date on every move so budget checks cost O(domains), not O(fleet).
+        self._out: set[str] = set()
+        self._retired: set[str] = set()
+        for rec in self.nodes.values():
+            self._refresh(rec)
 
     # ---- inventory --------------------------------------------------------------------------
     def add_node(self, node: str, domains: frozenset[str], state: NodeState, now: datetime, actor_id: str) -> Plan:
@@ -85,6 +90,7 @@ class LifecycleEngine:
             raise InvalidInput("state", state, "new or ready (the states a node can be registered in)")
         self.nodes[node] = NodeRecord(node, state, now, domains)
         self._members = None
+        self._refresh(self.nodes[node])
         return Plan(audit=[AuditEntry(now, Actor.OPERATOR, actor_id, "register", node, f"registered as {state}")])
 
     def remember(self, events: Iterable[HealthEvent]) -> None:
@@ -141,6 +147,7 @@ class LifecycleEngine:
             return Plan()
         if action.kind in (ActionKind.DRAIN, ActionKind.DRAIN_AFTER_CHECKPOINT):
             rec.committed = False
+            self._refresh(rec)
             if rec.state == S.SUSPECT:
                 return self._move(rec, S.DRAINING, now, f"drained: {action.reason}", Actor.SYSTEM, decision=decision)
         return Plan()
@@ -235,7 +242,7 @@ class LifecycleEngine:
 
     # ---- internals --------------------------------------------------------------------------
     def unavailable(self) -> set[str]:
-        return {n for n, r in self.nodes.items() if r.state in UNAVAILABLE or r.committed}
+        return set(self._out)
 
     def _apply(self, d: Decision, now: datetime) -> Plan:
         """Policy decisions pass the dry-run switch and the breaker; operator ones go to _commit."""
@@ -284,6 +291,7 @@ class LifecycleEngine:
             plan.actions.append(OutboxAction(action_id(d.id, a.kind), d.id, a, now))
             if a.kind in (ActionKind.DRAIN, ActionKind.DRAIN_AFTER_CHECKPOINT):
                 rec.committed = a.kind == ActionKind.DRAIN_AFTER_CHECKPOINT
+                self._refresh(rec)
         return plan
 
     def _move(self, rec: NodeRecord, to: NodeState, now: datetime, reason: str, actor: Actor, *,
@@ -296,7 +304,18 @@ class LifecycleEngine:
         rec.state, rec.since = to, now
         if to in UNAVAILABLE or to == S.RETIRED:
             rec.committed = False
+        self._refresh(rec)
         return Plan(transitions=[t])
+
+    def _refresh(self, rec: NodeRecord) -> None:
+        if rec.state != S.RETIRED and (rec.state in UNAVAILABLE or rec.committed):
+            self._out.add(rec.node)
+        else:
+            self._out.discard(rec.node)
+        if rec.state == S.RETIRED:
+            self._retired.add(rec.node)
+        else:
+            self._retired.discard(rec.node)
 
     def _violation(self, node: str) -> str | None:
         if self._members is None:
@@ -305,9 +324,11 @@ class LifecycleEngine:
                 for dom in r.domains:
                     members.setdefault(dom, set()).add(r.node)
             self._members = {k: frozenset(v) for k, v in members.items()}
-        active = [r for r in self.nodes.values() if r.state != S.RETIRED]
-        domains = {r.node: r.domains for r in active}
-        return self.budget.violation(node, self.unavailable(), domains, self._members, len(active))
+        rec = self.nodes[node]
+        members_active = {d: m - self._retired if self._retired else m for d, m in self._members.items()
+                          if d in rec.domains}
+        return self.budget.violation(node, self._out, {node: rec.domains}, members_active,
+                                     len(self.nodes) - len(self._retired))
 
     def _prune(self, rec: NodeRecord, now: datetime) -> None:
         horizon = now - self.policy.lookback()

@@ -31,7 +31,7 @@ def main(workdir: Path) -> None:
     scheduler = SimScheduler([n.id for n in fleet], state_file=workdir / "scheduler.json")
     rt = build(settings, scheduler, policy=policy)
     rt.controller.register_fleet(fleet, NodeState.READY)
-    rt.start_reconciler(interval=0.01)
+    rt.start_reconciler(interval=0.05)
     rt.start_api(on_started=lambda port: (workdir / "port.tmp").write_text(str(port)))
     (workdir / "port.tmp").replace(workdir / "port")
     threading.Event().wait()

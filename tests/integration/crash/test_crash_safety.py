@@ -86,12 +86,12 @@ def test_kill_dash_nine_during_a_burst_loses_nothing_and_repeats_nothing(child: 
     kills = 0
     child.start()
     while pending:
-        # Kill at a random moment while the next few batches are in flight (mid-request, mid-commit,
-        # mid-reconcile): a timer thread pulls the trigger.
-        timer = threading.Timer(rng.uniform(0.005, 0.25), child.kill9)
-        timer.start()
+        # Each cycle: one batch is acknowledged first (so every restart makes progress), then a timer
+        # kills the controller at a random moment while more batches are in flight — mid-request,
+        # mid-commit or mid-reconcile.
         with httpx.Client(base_url=child.url, headers=headers, timeout=10) as http:
-            for _ in range(rng.randint(1, 6)):
+            timer: threading.Timer | None = None
+            for i in range(rng.randint(2, 8)):
                 if not pending:
                     break
                 try:
@@ -100,7 +100,11 @@ def test_kill_dash_nine_during_a_burst_loses_nothing_and_repeats_nothing(child: 
                     break  # not acknowledged: resent after the restart
                 assert r.status_code == 202, r.text
                 accepted.update(str(e["id"]) for e in pending.pop(0))
-        timer.join()
+                if i == 0:
+                    timer = threading.Timer(rng.uniform(0.0, 0.3), child.kill9)
+                    timer.start()
+            if timer is not None:
+                timer.join()
         if child.proc is not None and child.proc.poll() is not None:
             kills += 1
         child.kill9()

@@ -66,6 +66,6 @@ def test_bad_options_name_the_flag(kw: dict[str, object], field: str) -> None:
 
 def test_cli_bad_duration_exits_2_with_the_field() -> None:
     out = subprocess.run([sys.executable, "-m", "gpufleet.cli", "demo", "--headless", "--duration", "soon"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+                         cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 2
     assert "--duration" in out.stderr and "soon" in out.stderr
