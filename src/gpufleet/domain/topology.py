@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.domain.errors import InvalidInput, NotFound
-from gpufleet.domain.fleet import ComponentKind
+from gpufleet.domain.fleet import ComponentKind, Fleet, Gpu, Nic, Node
 
 FORMAT = "gpufleet.topology/v1"
 
@@ -246,6 +246,42 @@ class Topology:
         return tuple(sorted(hosts))
 
 
+def to_fleet(topo: Topology, sku: str = "") -> Fleet:
+    """The inventory view of a topology: one :class:`Node` per node / compute tray, its GPUs and NICs
+    in id order (index = position), each NIC's leaf from its ``ib`` link, the rack from the
+    ancestors. ``Node.domains`` then names the same racks and leaves the correlation engine blames.
+    ``sku`` defaults to H100-SXM for HGX nodes and GB200 for NVL72 compute trays; PCI addresses are
+    not in the topology and stay empty."""
+    nodes: list[Node] = []
+    for comp in topo.components.values():
+        if comp.kind not in HOST_KINDS:
+            continue
+        kids = sorted(topo.children(comp.id), key=_natural)
+        gpu_ids = [k for k in kids if topo.components[k].kind == ComponentKind.GPU]
+        nic_ids = [k for k in kids if topo.components[k].kind == ComponentKind.NIC]
+        model = sku or ("H100-SXM" if comp.kind == ComponentKind.NODE else "GB200")
+        gpus = tuple(Gpu(g, i, topo.components[g].serial, sku=model) for i, g in enumerate(gpu_ids))
+        nics = tuple(Nic(n, i, topo.components[n].serial, _leaf_of(topo, n)) for i, n in enumerate(nic_ids))
+        rack = next((a for a in topo.ancestors(comp.id) if topo.components[a].kind == ComponentKind.RACK), "")
+        nodes.append(Node(comp.id, rack, comp.serial, gpus, nics))
+    return Fleet.of(nodes)
+
+
+def _leaf_of(topo: Topology, nic: str) -> str:
+    for lid in topo.links_of(nic):
+        far = topo.links[lid].other(nic)
+        if topo.components[far].kind == ComponentKind.LEAF_SWITCH:
+            return far
+    return ""
+
+
+def _natural(ident: str) -> tuple[str, int]:
+    """``gpu10`` after ``gpu9``: the trailing number compares as a number."""
+    head = ident.rstrip("0123456789")
+    tail = ident[len(head) :]
+    return head, int(tail) if tail else -1
+
+
 def _check_acyclic(by_id: Mapping[str, Component]) -> None:
     state: dict[str, int] = {}
     for i, start in enumerate(by_id):
@@ -256,9 +292,7 @@ def _check_acyclic(by_id: Mapping[str, Component]) -> None:
             path.append(cur)
             cur = by_id[cur].parent
         if cur is not None and state.get(cur) == 1:
-            raise InvalidInput(
-                f"components[{i}].parent", by_id[start].parent, "a parent chain without a cycle"
-            )
+            raise InvalidInput(f"components[{i}].parent", by_id[start].parent, "a parent chain without a cycle")
         for p in path:
             state[p] = 2
 
@@ -279,9 +313,7 @@ def load_topology(source: str | Path) -> Topology:
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as err:
-        raise InvalidInput(
-            "topology", f"line {err.lineno} col {err.colno}", f"valid JSON ({err.msg})"
-        ) from None
+        raise InvalidInput("topology", f"line {err.lineno} col {err.colno}", f"valid JSON ({err.msg})") from None
     return parse_topology(doc)
 
 
@@ -325,18 +357,14 @@ def parse_topology(doc: Any) -> Topology:
         if not isinstance(rl, dict):
             raise InvalidInput(path, rl, "an object with id, kind, a, b")
         _only(rl, path, {"id", "kind", "a", "b"})
-        links.append(
-            Link(_str(rl, "id", path), _str(rl, "kind", path), _str(rl, "a", path), _str(rl, "b", path))
-        )
+        links.append(Link(_str(rl, "id", path), _str(rl, "kind", path), _str(rl, "a", path), _str(rl, "b", path)))
     return Topology.of(comps, links)
 
 
 def dump_topology(topo: Topology) -> str:
     """The ``gpufleet.topology/v1`` JSON text of ``topo`` (one component or link per line)."""
     comp_lines = [
-        json.dumps(
-            {"id": c.id, "kind": c.kind.value, "parent": c.parent, "serial": c.serial}, separators=(",", ":")
-        )
+        json.dumps({"id": c.id, "kind": c.kind.value, "parent": c.parent, "serial": c.serial}, separators=(",", ":"))
         for c in topo.components.values()
     ]
     link_lines = [

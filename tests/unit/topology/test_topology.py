@@ -106,3 +106,21 @@ def test_queries_on_nvl72() -> None:
     assert set(topo.descendants("r01-ct01")) == {f"r01-ct01-gpu{i}" for i in range(4)} | {
         f"r01-ct01-nic{i}" for i in range(4)
     }
+
+
+def test_to_fleet_names_the_same_racks_and_leaves() -> None:
+    from gpufleet.domain.topology import to_fleet
+
+    topo = generate_hgx(40)
+    fleet = to_fleet(topo)
+    assert len(fleet) == 40
+    node = fleet.nodes["r03-n02"]
+    assert node.rack == "r03"
+    assert [g.slot for g in node.gpus] == [f"r03-n02-gpu{i}" for i in range(8)]
+    assert node.gpus[5].serial == topo.components["r03-n02-gpu5"].serial
+    assert node.leaves == {f"leaf-su1-r{i}" for i in range(8)}
+    assert "switch:leaf-su1-r5" in node.domains and "rack:r03" in node.domains
+    # the leaf's failure domain holds exactly the nodes the topology puts behind it
+    assert fleet.domain_members()["switch:leaf-su2-r5"] == frozenset(topo.nodes_behind("leaf-su2-r5"))
+    trays = to_fleet(generate_nvl72(1))
+    assert len(trays) == 18 and trays.nodes["r01-ct07"].gpus[0].sku == "GB200"
