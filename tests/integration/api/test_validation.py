@@ -99,3 +99,11 @@ def test_an_event_for_an_unknown_node_is_refused_with_its_field(api: Api) -> Non
     assert (d["field"], d["value"]) == ("events[1].node", "r99-n99")
     assert "registered node" in d["expected"]
 
+
+def test_a_body_that_is_not_json_is_reported_against_the_body(api: Api) -> None:
+    r = api.client.post("/v1/events", content=b'{"events": [', headers=auth("agent") | {
+        "content-type": "application/json"})
+    d = _detail(r)
+    assert d["field"] == "body"
+    assert "JSON" in d["expected"]
+    assert "character 12" in d["expected"]
