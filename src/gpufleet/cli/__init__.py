@@ -31,7 +31,13 @@ def _root() -> None:
 _COMMANDS: tuple[str, ...] = (
     "demo",
     "controller",
+    "agent",
+    "diagnose",
+    "check",
+    "sim",
     "version",
+    "topology",
+    "correlate",
 )
 
 for _name in _COMMANDS:

@@ -105,7 +105,8 @@ def print_summary(summary: dict[str, object], console: Console) -> None:
 
     t = Table(title="demo summary", show_header=False)
     for key in ("nodes", "job_nodes", "interruptions", "drained", "repaired", "returned_to_service",
-                "breaker_trips", "decisions", "detect_to_drain_s", "ettr", "badput_hours", "final_states"):
+                "breaker_trips", "decisions", "detect_to_drain_s", "ettr", "mttf_hours", "badput_hours",
+                "final_states"):
         value = summary[key]
         if key == "ettr":
             value = f"{float(str(value)):.2%}"

@@ -58,10 +58,11 @@ def render(world: World, api: str) -> RenderableType:
                     Text(d.status.value, style=style), d.reason)
 
     job = world.job
+    ettr = job.report(now).ettr
     job_text = Text.assemble(
         ("training job ", "bold"), (f"{job.phase.value} on {len(job.nodes())}/{job.size} nodes   ", ""),
         (f"interruptions {job.interruptions}   ", "yellow" if job.interruptions else ""),
-        (f"ETTR so far {job.ettr:.1%}", "bold green" if job.ettr >= 0.9 else "bold yellow"),
+        (f"ETTR so far {ettr:.1%}", "bold green" if ettr >= 0.9 else "bold yellow"),
     )
     log = Text("\n".join(world.log[-5:]), style="dim")
     return Panel(Group(head, breaker, nodes, dec, job_text, log), title="gpufleet", border_style="blue")

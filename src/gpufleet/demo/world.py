@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import statistics
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from gpufleet.controller.clock import ManualClock
@@ -114,8 +114,9 @@ class World:
     # ---- the world's actors -------------------------------------------------------------------
     def _inject(self, inj: Injection) -> list[HealthEvent]:
         now = self.clock.now()
-        self.log.append(f"{_hm(now)} inject {inj.kind}: {inj.note} on {', '.join(inj.nodes[:3])}"
-                        + (" ..." if len(inj.nodes) > 3 else ""))
+        if inj.kind != FaultKind.NOISE:  # background noise is not news
+            self.log.append(f"{_hm(now)} inject {inj.kind}: {inj.note} on {', '.join(inj.nodes[:3])}"
+                            + (" ..." if len(inj.nodes) > 3 else ""))
         evs: list[HealthEvent] = []
         gpu = self._rng.randrange(8)
         for node in inj.nodes:
@@ -233,6 +234,7 @@ class World:
             if n in self.scheduler.drained_at and self.scheduler.drained_at[n] >= t0:
                 d2d[fatal].append((self.scheduler.drained_at[n] - t0).total_seconds())
         status = Counter(d.status.value for d in self.decisions)
+        report = self.job.report(self.clock.now())
         return {
             "seed": self.seed,
             "duration_hours": self.duration.total_seconds() / 3600,
@@ -249,8 +251,9 @@ class World:
                 for kind, v in (("fatal", d2d[True]), ("degraded_after_checkpoint", d2d[False]))},
             "breaker_trips": self.breaker_trips,
             "decisions": dict(status),
-            "ettr": round(self.job.ettr, 4),
-            "badput_hours": {k: round(v / 3600, 3) for k, v in self.job.badput.items()},
+            "ettr": round(report.ettr, 4),
+            "mttf_hours": round(report.mttf / 3600, 2) if report.mttf else None,
+            "badput_hours": {k: round(v / 3600, 3) for k, v in asdict(report.badput).items() if v},
             "final_states": dict(Counter(self.controller.state_of(n.id).value for n in self.fleet)),
         }
 
@@ -262,5 +265,5 @@ def _hm(t: datetime) -> str:
 
 def build_world(controller: Controller, fleet: Fleet, clock: ManualClock, scheduler: DemoScheduler,
                 duration: timedelta, seed: int, job_size: int) -> World:
-    job = TrainingJob(scheduler, job_size)
+    job = TrainingJob(scheduler, job_size, START)
     return World(fleet, controller, scheduler, clock, duration, seed, job, schedule(fleet, duration, seed))

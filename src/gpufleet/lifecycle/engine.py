@@ -19,13 +19,22 @@ from enum import StrEnum
 from gpufleet.domain.errors import Conflict, InvalidInput, NotFound
 from gpufleet.domain.events import HealthEvent, Severity
 from gpufleet.lifecycle.breaker import BreakerState, Budget
-from gpufleet.lifecycle.decisions import ActionKind, Decision, DecisionStatus, PlannedAction, action_id, decision_id
+from gpufleet.lifecycle.decisions import (
+    ActionKind,
+    ComponentFault,
+    Decision,
+    DecisionStatus,
+    PlannedAction,
+    action_id,
+    decision_id,
+)
 from gpufleet.lifecycle.plan import AuditEntry, OutboxAction, Plan
 from gpufleet.lifecycle.policy import NodeView, Policy
-from gpufleet.lifecycle.states import UNAVAILABLE, Actor, NodeState, transition
+from gpufleet.lifecycle.states import SCHEDULABLE, UNAVAILABLE, Actor, NodeState, transition
 
 log = logging.getLogger(__name__)
 S = NodeState
+_NONE = Decision("", "", datetime.min, NodeState.NEW, NodeState.NEW, "", "", Severity.INFO, actor_id="")
 _MAX_RECENT = 512
 
 
@@ -76,6 +85,11 @@ class LifecycleEngine:
         self.held: dict[str, Decision] = {d.node: d for d in held}
         self.dry_run = policy.config.dry_run if dry_run is None else dry_run
         self._members: dict[str, frozenset[str]] | None = None
+        # Kept up to date on every move so budget checks cost O(domains), not O(fleet).
+        self._out: set[str] = set()
+        self._retired: set[str] = set()
+        for rec in self.nodes.values():
+            self._refresh(rec)
 
     # ---- inventory --------------------------------------------------------------------------
     def add_node(self, node: str, domains: frozenset[str], state: NodeState, now: datetime, actor_id: str) -> Plan:
@@ -85,6 +99,7 @@ class LifecycleEngine:
             raise InvalidInput("state", state, "new or ready (the states a node can be registered in)")
         self.nodes[node] = NodeRecord(node, state, now, domains)
         self._members = None
+        self._refresh(self.nodes[node])
         return Plan(audit=[AuditEntry(now, Actor.OPERATOR, actor_id, "register", node, f"registered as {state}")])
 
     def remember(self, events: Iterable[HealthEvent]) -> None:
@@ -101,13 +116,81 @@ class LifecycleEngine:
             rec = self._node(e.node)
             rec.recent.append(e)
             touched[e.node] = None
+        fresh = frozenset(e.id for e in events)
         for node in touched:
             rec = self.nodes[node]
             self._prune(rec, now)
-            decision = self.policy.evaluate(rec.view(), list(rec.recent), now)
+            decision = self.policy.evaluate(rec.view(), list(rec.recent), now, fresh_ids=fresh)
             if decision is not None:
                 plan.extend(self._apply(decision, now))
         return plan
+
+    def observe_component_fault(self, fault: ComponentFault, now: datetime) -> Plan:
+        """Take every serving node behind a faulty shared component out as ONE decision.
+
+        All of them fit the budget together, or none is taken: the whole group is held, the breaker
+        trips naming the component, and an operator approves (``approve_held``) or cancels it.
+        """
+        targets = [n for n in fault.affected_nodes if n in self.nodes and self.nodes[n].state in SCHEDULABLE
+                   and not self.nodes[n].committed and self.held.get(n, _NONE).actor_id != fault.group]
+        if not targets:
+            return Plan()
+        plan = Plan()
+        for n in targets:  # the group decision supersedes a node's own held decision
+            if n in self.held:
+                plan.status_changes.append((self.held.pop(n).id, DecisionStatus.CANCELLED))
+        reason = f"{fault.kind} {fault.component} faulty: {fault.reason}"
+        decisions = []
+        for n in targets:
+            rec = self.nodes[n]
+            if rec.has_jobs and fault.severity != Severity.FATAL:
+                acts: tuple[PlannedAction, ...] = (PlannedAction(ActionKind.DRAIN_AFTER_CHECKPOINT, n, reason),)
+                to = S.SUSPECT
+            else:
+                acts = (PlannedAction(ActionKind.DRAIN, n, reason),)
+                if rec.has_jobs:
+                    acts += (PlannedAction(ActionKind.REQUEUE_JOBS, n, reason),)
+                to = S.DRAINING
+            did = decision_id(n, "component_fault", rec.state, to, (fault.component, *fault.evidence))
+            decisions.append(Decision(did, n, now, rec.state, to, "component_fault", reason, fault.severity,
+                                      Actor.POLICY, fault.group, fault.evidence, acts))
+        plan.audit.append(AuditEntry(now, Actor.POLICY, fault.group, "component_fault", fault.component,
+                                     f"{reason}: {len(targets)} node(s) as one decision"))
+        if self.dry_run:
+            for d in decisions:
+                plan.extend(self._apply(d, now))
+            return plan
+        why = self.breaker.reason if self.breaker.tripped else self._group_violation(targets)
+        if why is not None:
+            why = f"{fault.kind} {fault.component} would take {len(targets)} node(s) out: {why}"
+            for d in decisions:
+                plan.extend(self._hold(d, why, now))
+            return plan
+        for d in decisions:
+            plan.extend(self._commit(d, now))
+        return plan
+
+    def approve_held(self, nodes: Iterable[str], actor_id: str, now: datetime) -> Plan:
+        """An operator carries out held decisions despite the budget (e.g. a failed leaf switch)."""
+        plan = Plan()
+        for n in nodes:
+            d = self.held.pop(n, None)
+            if d is None:
+                raise NotFound("held decision for node", n)
+            rec = self.nodes[n]
+            plan.status_changes.append((d.id, DecisionStatus.CANCELLED))
+            plan.audit.append(AuditEntry(now, Actor.OPERATOR, actor_id, "approve_held", n,
+                                         f"approved {d.id} over the budget: {d.reason}"))
+            if rec.state not in SCHEDULABLE:
+                continue
+            again = replace(d, id=decision_id(n, d.rule, rec.state, d.to_state, (*d.evidence, "approved")),
+                            from_state=rec.state, time=now, actor=Actor.OPERATOR, actor_id=actor_id)
+            plan.extend(self._commit(again, now))
+        return plan
+
+    def held_group(self, group: str) -> list[str]:
+        """The nodes whose held decisions belong to ``group`` (e.g. ``correlate:leaf-su1-r3``)."""
+        return sorted(n for n, d in self.held.items() if d.actor_id == group)
 
     def sync(self, observed: Mapping[str, SchedObservation], now: datetime) -> Plan:
         """Reconcile ready <-> in_service and draining -> drained with what the scheduler reports."""
@@ -140,6 +223,7 @@ class LifecycleEngine:
             return Plan()
         if action.kind in (ActionKind.DRAIN, ActionKind.DRAIN_AFTER_CHECKPOINT):
             rec.committed = False
+            self._refresh(rec)
             if rec.state == S.SUSPECT:
                 return self._move(rec, S.DRAINING, now, f"drained: {action.reason}", Actor.SYSTEM, decision=decision)
         return Plan()
@@ -234,7 +318,7 @@ class LifecycleEngine:
 
     # ---- internals --------------------------------------------------------------------------
     def unavailable(self) -> set[str]:
-        return {n for n, r in self.nodes.items() if r.state in UNAVAILABLE or r.committed}
+        return set(self._out)
 
     def _apply(self, d: Decision, now: datetime) -> Plan:
         """Policy decisions pass the dry-run switch and the breaker; operator ones go to _commit."""
@@ -242,7 +326,7 @@ class LifecycleEngine:
             d = replace(d, status=DecisionStatus.DRY_RUN)
             return Plan(decisions=[d], audit=[AuditEntry(now, Actor.POLICY, "policy", "dry_run_decision", d.node,
                                                          f"would move {d.from_state} -> {d.to_state}: {d.reason}")])
-        if d.takes_node_out:
+        if d.takes_node_out and d.from_state in SCHEDULABLE:  # a node that was serving goes out
             why = self.breaker.reason if self.breaker.tripped else self._violation(d.node)
             if why is not None:
                 return self._hold(d, why, now)
@@ -283,6 +367,7 @@ class LifecycleEngine:
             plan.actions.append(OutboxAction(action_id(d.id, a.kind), d.id, a, now))
             if a.kind in (ActionKind.DRAIN, ActionKind.DRAIN_AFTER_CHECKPOINT):
                 rec.committed = a.kind == ActionKind.DRAIN_AFTER_CHECKPOINT
+                self._refresh(rec)
         return plan
 
     def _move(self, rec: NodeRecord, to: NodeState, now: datetime, reason: str, actor: Actor, *,
@@ -295,18 +380,40 @@ class LifecycleEngine:
         rec.state, rec.since = to, now
         if to in UNAVAILABLE or to == S.RETIRED:
             rec.committed = False
+        self._refresh(rec)
         return Plan(transitions=[t])
 
-    def _violation(self, node: str) -> str | None:
+    def _refresh(self, rec: NodeRecord) -> None:
+        if rec.state != S.RETIRED and (rec.state in UNAVAILABLE or rec.committed):
+            self._out.add(rec.node)
+        else:
+            self._out.discard(rec.node)
+        if rec.state == S.RETIRED:
+            self._retired.add(rec.node)
+        else:
+            self._retired.discard(rec.node)
+
+    def _violation(self, node: str, out: set[str] | None = None) -> str | None:
         if self._members is None:
             members: dict[str, set[str]] = {}
             for r in self.nodes.values():
                 for dom in r.domains:
                     members.setdefault(dom, set()).add(r.node)
             self._members = {k: frozenset(v) for k, v in members.items()}
-        active = [r for r in self.nodes.values() if r.state != S.RETIRED]
-        domains = {r.node: r.domains for r in active}
-        return self.budget.violation(node, self.unavailable(), domains, self._members, len(active))
+        rec = self.nodes[node]
+        members_active = {d: m - self._retired if self._retired else m for d, m in self._members.items()
+                          if d in rec.domains}
+        return self.budget.violation(node, self._out if out is None else out, {node: rec.domains}, members_active,
+                                     len(self.nodes) - len(self._retired))
+
+    def _group_violation(self, nodes: Sequence[str]) -> str | None:
+        out = set(self._out)
+        for n in nodes:
+            why = self._violation(n, out)
+            if why is not None:
+                return why
+            out.add(n)
+        return None
 
     def _prune(self, rec: NodeRecord, now: datetime) -> None:
         horizon = now - self.policy.lookback()

@@ -31,6 +31,8 @@ ACCESS: dict[tuple[str, str], set[str]] = {
     ("POST", "/v1/nodes/{node}/retire"): OPERATE,
     ("POST", "/v1/nodes/{node}/burn-in"): OPERATE,
     ("POST", "/v1/nodes/{node}/cancel-held"): OPERATE,
+    ("POST", "/v1/held/approve"): OPERATE,
+    ("GET", "/v1/verdicts"): READ,
     ("POST", "/v1/events"): REPORT,
     ("GET", "/v1/events"): READ,
     ("GET", "/v1/decisions"): READ,
@@ -59,6 +61,8 @@ def body_for(method: str, path: str, now: str) -> Any:
         return {"time": now}
     if path == "/v1/mode":
         return {"dry_run": True}
+    if path == "/v1/held/approve":
+        return {"nodes": ["r01-n01"]}
     if path == "/v1/breaker/reset":
         return {"discard_held": False}
     if path.endswith("/retry"):

@@ -23,6 +23,7 @@ from gpufleet.lifecycle.states import NodeState
 from . import errors
 from .auth import ADMINISTER, OPERATE, READ, REPORT, Caller, TokenRegistry, require
 from .schemas import (
+    ApproveIn,
     BreakerResetIn,
     CheckpointIn,
     EventBatch,
@@ -159,6 +160,20 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
     def cancel_held(node: str, body: ReasonIn, caller: Operator) -> dict[str, object]:
         plan = c.cancel_held(node, f"{caller.role}:{caller.name}", body.reason)
         return {"node": node, "state": c.state_of(node), "cancelled": [d for d, _ in plan.status_changes]}
+
+    @v1.post("/held/approve", summary="Carry out held decisions over the budget (operator)")
+    def approve_held(body: ApproveIn, caller: Operator) -> dict[str, object]:
+        nodes = list(body.nodes) or c.engine.held_group(f"correlate:{body.component}")
+        if not nodes:
+            raise NotFound("held decisions for", body.component or "the given nodes")
+        c.approve_held(nodes, f"{caller.role}:{caller.name}")
+        return {"approved": nodes, "states": {n: c.state_of(n) for n in nodes}}
+
+    @v1.get("/verdicts", summary="Current correlation suspects, most likely first (viewer)")
+    def verdicts(_: Reader) -> dict[str, object]:
+        ranked = sorted(c.verdicts, key=lambda s: -s.confidence)
+        return {"suspects": [{**s.to_dict(), "affected_nodes": list(s.affected_nodes), "reason": s.reason}
+                             for s in ranked]}
 
     @v1.get("/actions", response_model=list[ActionOut], summary="Outbox actions; status=pending|waiting|failed|done")
     def list_actions(_: Reader, node: str | None = None, status: str | None = None, limit: Limit = 100,
