@@ -105,3 +105,25 @@ def test_dry_run_records_decisions_and_creates_no_actions(api: Api) -> None:
     assert api.states()["r01-n01"] == "draining"
     _settle(api)
     assert ("drain", "r01-n01") in [(e[0], e[1]) for e in api.scheduler.effects]
+
+
+def test_approving_held_decisions_is_all_or_nothing(api: Api) -> None:
+    """A request naming a node with no held decision approves nothing, and forgets nothing."""
+    api.tick()
+    for i, node in enumerate(("r01-n01", "r02-n01", "r02-n02")):  # budget 1 of 8: the 2nd and 3rd are held
+        _ok(api.post("/v1/events", {"events": [api.event(f"f-{i}", node)]}, "agent"))
+    assert api.get("/v1/breaker")["held"] == 2
+    before = api.rows()
+
+    for nodes in (["r02-n01", "r99-n99"], ["r02-n01", "r01-n03"], ["r02-n01", "r02-n01", "r01-n03"]):
+        r = api.post("/v1/held/approve", {"nodes": nodes}, "operator")
+        assert r.status_code == 404, r.text
+        assert api.get("/v1/breaker")["held"] == 2
+        assert api.rows() == before
+        assert api.states()["r02-n01"] == "suspect"
+
+    approved = _ok(api.post("/v1/held/approve", {"nodes": ["r02-n01", "r02-n01"]}, "operator"))
+    assert approved["states"] == {"r02-n01": "draining"}
+    assert api.get("/v1/breaker")["held"] == 1
+    (entry,) = _audit_of(api, "approve_held", "r02-n01")
+    assert entry["actor_id"] == "operator:alice"
