@@ -28,9 +28,8 @@ from gpufleet.lifecycle.policy import Policy
 from gpufleet.lifecycle.states import NodeState
 
 from .clock import Clock
-from .store.repo import Page, Store
+from .store.repo import Store
 
-_ALL = Page(limit=1_000_000)
 _NO_DRAIN = frozenset({SuspectAction.OBSERVE, SuspectAction.ISOLATE_SWITCH})
 
 log = logging.getLogger(__name__)
@@ -245,12 +244,9 @@ class Controller:
         if not timeout:
             return []
         out = []
-        for row in self.store.nodes(page=_ALL):
-            hb = row.last_heartbeat
-            if hb is None or now - hb < timeout or row.state in ("retired", "repair", "drained"):
-                continue
-            eid = f"heartbeat_lost:{row.id}:{hb.isoformat()}"
-            out.append(HealthEvent(eid, row.id, EventKind.HEARTBEAT_LOST, now, source="controller",
+        for node, hb in self.store.silent_nodes(now - timeout, skip_states=("retired", "repair", "drained")):
+            eid = f"heartbeat_lost:{node}:{hb.isoformat()}"
+            out.append(HealthEvent(eid, node, EventKind.HEARTBEAT_LOST, now, source="controller",
                                    message=f"no heartbeat since {hb.isoformat()} (timeout {timeout})"))
         known = self.store.known_event_ids([e.id for e in out]) if out else set()
         return [e for e in out if e.id not in known]

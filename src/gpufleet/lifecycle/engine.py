@@ -172,11 +172,13 @@ class LifecycleEngine:
 
     def approve_held(self, nodes: Iterable[str], actor_id: str, now: datetime) -> Plan:
         """An operator carries out held decisions despite the budget (e.g. a failed leaf switch)."""
+        wanted = list(dict.fromkeys(nodes))
+        missing = next((n for n in wanted if n not in self.held), None)
+        if missing is not None:  # check all before changing anything: a refused request approves nothing
+            raise NotFound("held decision for node", missing)
         plan = Plan()
-        for n in nodes:
-            d = self.held.pop(n, None)
-            if d is None:
-                raise NotFound("held decision for node", n)
+        for n in wanted:
+            d = self.held.pop(n)
             rec = self.nodes[n]
             plan.status_changes.append((d.id, DecisionStatus.CANCELLED))
             plan.audit.append(AuditEntry(now, Actor.OPERATOR, actor_id, "approve_held", n,

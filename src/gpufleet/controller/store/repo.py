@@ -148,6 +148,17 @@ class Store:
         with self.session() as s:
             return list(s.scalars(q.limit(page.limit).offset(page.offset)))
 
+    def silent_nodes(self, cutoff: datetime, *, skip_states: Sequence[str] = ()) -> list[tuple[str, datetime]]:
+        """(node, last heartbeat) of every node last heard from at or before ``cutoff`` (nodes never heard
+        from are not silent), leaving out nodes in ``skip_states``. The filter runs in the database: the
+        reconciler asks every pass, and a fleet has thousands of nodes."""
+        q = (select(NodeRow.id, NodeRow.last_heartbeat)
+             .where(NodeRow.last_heartbeat.is_not(None), NodeRow.last_heartbeat <= cutoff,
+                    NodeRow.state.not_in(list(skip_states)))
+             .order_by(NodeRow.id))
+        with self.session() as s:
+            return [(node, hb) for node, hb in s.execute(q) if hb is not None]
+
     def node(self, node: str) -> NodeRow | None:
         with self.session() as s:
             return s.get(NodeRow, node)
