@@ -29,7 +29,7 @@ from gpufleet.lifecycle.decisions import (
     decision_id,
 )
 from gpufleet.lifecycle.plan import AuditEntry, OutboxAction, Plan
-from gpufleet.lifecycle.policy import NodeView, Policy
+from gpufleet.lifecycle.policy import TIMED_STATES, NodeView, Policy
 from gpufleet.lifecycle.states import SCHEDULABLE, UNAVAILABLE, Actor, NodeState, transition
 
 log = logging.getLogger(__name__)
@@ -88,6 +88,7 @@ class LifecycleEngine:
         # Kept up to date on every move so budget checks cost O(domains), not O(fleet).
         self._out: set[str] = set()
         self._retired: set[str] = set()
+        self._timed: set[str] = set()  # nodes in a state with a time-driven rule (see Policy.on_tick)
         for rec in self.nodes.values():
             self._refresh(rec)
 
@@ -212,7 +213,8 @@ class LifecycleEngine:
 
     def tick(self, now: datetime) -> Plan:
         plan = Plan()
-        for rec in list(self.nodes.values()):
+        for node in sorted(self._timed):  # only states with time-driven rules (drained, new)
+            rec = self.nodes[node]
             decision = self.policy.on_tick(rec.view(), now)
             if decision is not None:
                 plan.extend(self._apply(decision, now))
@@ -394,6 +396,10 @@ class LifecycleEngine:
             self._retired.add(rec.node)
         else:
             self._retired.discard(rec.node)
+        if rec.state in TIMED_STATES:
+            self._timed.add(rec.node)
+        else:
+            self._timed.discard(rec.node)
 
     def _violation(self, node: str, out: set[str] | None = None) -> str | None:
         if self._members is None:
