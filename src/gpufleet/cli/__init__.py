@@ -30,6 +30,7 @@ def _root() -> None:
 # One line per sub-command module (gpufleet.cli.<name>), in the order shown by --help.
 _COMMANDS: tuple[str, ...] = (
     "version",
+    "controller",
 )
 
 for _name in _COMMANDS:

@@ -1,0 +1,80 @@
+"""``gpufleet controller``: serve the API and the reconciler; migrate the database; make tokens."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+controller_app = typer.Typer(help="Run and administer the gpufleet controller.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(controller_app, name="controller")
+
+
+@controller_app.command()
+def serve(
+    config: Annotated[Path | None, typer.Option(help="controller TOML (database_url, tokens, policy_file...)")] = None,
+    database_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL; overrides the config")] = None,
+    host: Annotated[str | None, typer.Option()] = None,
+    port: Annotated[int | None, typer.Option()] = None,
+    policy: Annotated[Path | None, typer.Option(help="policy TOML (thresholds, budgets, overrides)")] = None,
+    sim_nodes: Annotated[int, typer.Option(help="with the sim scheduler: register this many simulated nodes")] = 0,
+    sim_state: Annotated[Path | None, typer.Option(help="persist the sim scheduler's state to this file")] = None,
+    log_level: Annotated[str, typer.Option()] = "INFO",
+) -> None:
+    """Serve the HTTP API and run the reconciler until interrupted."""
+    from gpufleet.controller.runtime import build
+    from gpufleet.controller.settings import load_settings
+    from gpufleet.domain.fleet import simulated_fleet
+    from gpufleet.schedulers.sim import SimScheduler
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = load_settings(config, database_url=database_url, host=host, port=port, policy_file=policy)
+    if settings.scheduler != "sim":
+        msg = f"scheduler {settings.scheduler!r}: only 'sim' is built in here"
+        raise typer.BadParameter(msg, param_hint="scheduler")
+    fleet = simulated_fleet(sim_nodes, max(1, min(4, sim_nodes))) if sim_nodes else None
+    scheduler = SimScheduler([n.id for n in fleet] if fleet else [], state_file=sim_state)
+    rt = build(settings, scheduler)
+    if fleet is not None:
+        rt.controller.register_fleet(fleet)
+    if not settings.tokens:
+        typer.echo("warning: no tokens configured: every /v1 request will be refused (see docs/api.md)", err=True)
+    rt.start_reconciler()
+    typer.echo(f"gpufleet controller on http://{settings.host}:{settings.port}/v1 (docs at /docs)", err=True)
+    try:
+        rt.start_api(in_thread=False)
+    finally:
+        rt.shutdown()
+
+
+@controller_app.command()
+def migrate(database_url: Annotated[str, typer.Option(help="SQLAlchemy URL")] = "sqlite:///gpufleet.db") -> None:
+    """Create or upgrade the database schema."""
+    from gpufleet.controller.store.db import make_engine
+    from gpufleet.controller.store.db import migrate as do_migrate
+
+    do_migrate(make_engine(database_url))
+    typer.echo("schema is at the newest revision")
+
+
+@controller_app.command()
+def token(name: Annotated[str, typer.Argument(help="who the token is for")],
+          role: Annotated[str, typer.Option(help="viewer | agent | operator | admin")] = "viewer") -> None:
+    """Print a new random token and the [[tokens]] entry (with its sha256) for controller.toml."""
+    import hashlib
+
+    from gpufleet.controller.settings import Role
+    from gpufleet.domain.errors import InvalidInput
+
+    if role not in {r.value for r in Role}:
+        raise InvalidInput("role", role, f"one of {[r.value for r in Role]}")
+    secret = secrets.token_urlsafe(32)
+    typer.echo(f"token (give this to {name}; it is not stored): {secret}")
+    digest = hashlib.sha256(secret.encode()).hexdigest()
+    typer.echo(f'\n[[tokens]]\nname = "{name}"\nrole = "{role}"\ntoken_sha256 = "{digest}"')

@@ -1,0 +1,218 @@
+"""The controller's HTTP API under ``/v1`` (OpenAPI at ``/openapi.json``, docs at ``/docs``).
+
+Every /v1 route needs a bearer token; the role needed is in each route's description.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, status
+
+from gpufleet import __version__
+from gpufleet.controller.reconciler import Reconciler
+from gpufleet.controller.service import Controller
+from gpufleet.controller.settings import TokenConfig
+from gpufleet.controller.store.repo import ActionStatus, Page
+from gpufleet.domain.errors import Conflict, NotFound
+from gpufleet.domain.fleet import Gpu, Nic, Node
+from gpufleet.lifecycle.engine import OperatorOp
+from gpufleet.lifecycle.states import NodeState
+
+from . import errors
+from .auth import ADMINISTER, OPERATE, READ, REPORT, Caller, TokenRegistry, require
+from .schemas import (
+    BreakerResetIn,
+    CheckpointIn,
+    EventBatch,
+    HeartbeatIn,
+    IngestOut,
+    ModeIn,
+    ReasonIn,
+    RegisterIn,
+)
+from .views import ActionOut, AuditOut, BreakerOut, DecisionOut, EventOut, NodeDetail, NodeOut, StatusOut, TransitionOut
+
+Reader = Annotated[Caller, Depends(require(READ))]
+Reporter = Annotated[Caller, Depends(require(REPORT))]
+Operator = Annotated[Caller, Depends(require(OPERATE))]
+Admin = Annotated[Caller, Depends(require(ADMINISTER))]
+Limit = Annotated[int, Query(ge=1, le=1000)]
+Offset = Annotated[int, Query(ge=0)]
+
+
+def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenConfig, ...],
+               reconciler: Reconciler | None = None) -> FastAPI:
+    app = FastAPI(title="gpufleet controller", version=__version__,
+                  description="Reliability control plane for GPU training clusters.")
+    app.state.tokens = TokenRegistry(tokens)
+    errors.install(app)
+    v1 = APIRouter(prefix="/v1")
+    c = controller
+    store = controller.store
+
+    # ---- health ------------------------------------------------------------------------------
+    @v1.get("/health", summary="Liveness (any valid token)")
+    def health(_: Reader) -> dict[str, str]:
+        return {"status": "ok", "version": __version__}
+
+    @v1.get("/ready", summary="Readiness: database reachable (any valid token)")
+    def ready(_: Reader) -> dict[str, object]:
+        counts = store.counts()
+        sched = reconciler.scheduler_ok if reconciler is not None else True
+        return {"status": "ready", "nodes": sum(counts["nodes"].values()), "scheduler_reachable": sched}
+
+    @v1.get("/status", response_model=StatusOut, summary="Fleet summary (viewer)")
+    def fleet_status(_: Reader) -> StatusOut:
+        counts = store.counts()
+        b = c.breaker
+        return StatusOut(nodes=counts["nodes"], actions=counts["actions"], events=counts["events"]["total"],
+                         breaker=BreakerOut(tripped=b.tripped, reason=b.reason, since=b.since,
+                                            held=len(c.engine.held)),
+                         dry_run=c.dry_run, scheduler_reachable=reconciler.scheduler_ok if reconciler else True)
+
+    # ---- nodes -------------------------------------------------------------------------------
+    @v1.get("/nodes", response_model=list[NodeOut], summary="List nodes, filtered (viewer)")
+    def list_nodes(_: Reader, state: NodeState | None = None, rack: str | None = None, limit: Limit = 100,
+                   offset: Offset = 0) -> list[NodeOut]:
+        rows = store.nodes(state=state.value if state else None, rack=rack, page=Page(limit, offset))
+        return [NodeOut.model_validate(r) for r in rows]
+
+    @v1.get("/nodes/{node}", response_model=NodeDetail, summary="A node with its history (viewer)")
+    def node_detail(node: str, _: Reader) -> NodeDetail:
+        row = store.node(node)
+        if row is None:
+            raise NotFound("node", node)
+        return NodeDetail(
+            node=NodeOut.model_validate(row),
+            history=[TransitionOut.model_validate(t) for t in store.transitions(node, limit=200)],
+            events=[EventOut.model_validate(e) for e in store.events(node=node, page=Page(100))],
+            decisions=[DecisionOut.model_validate(d) for d in store.decisions(node=node, page=Page(100))],
+            actions=[ActionOut.model_validate(a) for a in store.actions(node=node, page=Page(100))],
+        )
+
+    @v1.post("/nodes", status_code=status.HTTP_201_CREATED, summary="Register nodes (admin)")
+    def register(body: RegisterIn, caller: Admin) -> dict[str, int]:
+        if body.state not in (NodeState.NEW, NodeState.READY):
+            raise HTTPException(422, [{"field": "state", "value": body.state, "expected": "new or ready"}])
+        nodes = [Node(id=n.id, rack=n.rack, serial=n.serial,
+                      gpus=tuple(Gpu(f"{n.id}-gpu{g.index}", g.index, g.serial, g.pci, g.sku) for g in n.gpus),
+                      nics=()) for n in body.nodes]
+        leaves = {n.id: frozenset(n.leaves) for n in body.nodes}
+        added = c.register([_with_leaves(n, leaves[n.id]) for n in nodes], state=body.state, actor_id=caller.name)
+        return {"registered": added, "already_known": len(nodes) - added}
+
+    @v1.post("/nodes/{node}/heartbeat", summary="Agent heartbeat (agent for its nodes)")
+    def heartbeat(node: str, body: HeartbeatIn, caller: Reporter) -> dict[str, str]:
+        _may_report(caller, node, "node")
+        c.heartbeat(node, body.time, body.agent_version)
+        return {"status": "ok"}
+
+    def _operate(node: str, op: OperatorOp, body: ReasonIn, caller: Caller) -> dict[str, object]:
+        plan = c.operate(node, op, f"{caller.role}:{caller.name}", body.reason)
+        return {"node": node, "state": c.state_of(node), "decision": plan.decisions[0].id if plan.decisions else None}
+
+    @v1.post("/nodes/{node}/drain", summary="Drain now (operator; not subject to the breaker)")
+    def drain(node: str, body: ReasonIn, caller: Operator) -> dict[str, object]:
+        return _operate(node, OperatorOp.DRAIN, body, caller)
+
+    @v1.post("/nodes/{node}/resume", summary="Clear suspicion, or revalidate a drained/repaired node (operator)")
+    def resume(node: str, body: ReasonIn, caller: Operator) -> dict[str, object]:
+        return _operate(node, OperatorOp.RESUME, body, caller)
+
+    @v1.post("/nodes/{node}/repair-complete", summary="Repair finished: revalidate (operator)")
+    def repair_complete(node: str, body: ReasonIn, caller: Operator) -> dict[str, object]:
+        return _operate(node, OperatorOp.REPAIR_DONE, body, caller)
+
+    @v1.post("/nodes/{node}/retire", summary="Retire the node (operator)")
+    def retire(node: str, body: ReasonIn, caller: Operator) -> dict[str, object]:
+        return _operate(node, OperatorOp.RETIRE, body, caller)
+
+    @v1.post("/nodes/{node}/burn-in", summary="Start burn-in of a new node (operator)")
+    def burn_in(node: str, body: ReasonIn, caller: Operator) -> dict[str, object]:
+        return _operate(node, OperatorOp.BURN_IN, body, caller)
+
+    # ---- events ------------------------------------------------------------------------------
+    @v1.post("/events", status_code=status.HTTP_202_ACCEPTED, response_model=IngestOut,
+             summary="Ingest a batch of events, all or nothing (agent for its nodes)")
+    def ingest(body: EventBatch, caller: Reporter) -> IngestOut:
+        for i, e in enumerate(body.events):
+            _may_report(caller, e.node, f"events[{i}].node")
+        r = c.ingest([e.to_domain() for e in body.events])
+        return IngestOut(accepted=r.accepted, duplicates=r.duplicates, decisions=r.decisions)
+
+    @v1.get("/events", response_model=list[EventOut], summary="List events, newest first (viewer)")
+    def list_events(_: Reader, node: str | None = None, kind: str | None = None, since: datetime | None = None,
+                    limit: Limit = 100, offset: Offset = 0) -> list[EventOut]:
+        return [EventOut.model_validate(e) for e in store.events(node=node, kind=kind, since=since,
+                                                                  page=Page(limit, offset))]
+
+    # ---- decisions, actions, audit -----------------------------------------------------------
+    @v1.get("/decisions", response_model=list[DecisionOut], summary="Decisions, newest first (viewer)")
+    def list_decisions(_: Reader, node: str | None = None, status: str | None = None, limit: Limit = 100,
+                       offset: Offset = 0) -> list[DecisionOut]:
+        return [DecisionOut.model_validate(d) for d in store.decisions(node=node, status=status,
+                                                                       page=Page(limit, offset))]
+
+    @v1.get("/actions", response_model=list[ActionOut], summary="Outbox actions; status=pending|waiting|failed|done")
+    def list_actions(_: Reader, node: str | None = None, status: str | None = None, limit: Limit = 100,
+                     offset: Offset = 0) -> list[ActionOut]:
+        return [ActionOut.model_validate(a) for a in store.actions(node=node, status=status,
+                                                                   page=Page(limit, offset))]
+
+    @v1.post("/actions/{action_id}/retry", response_model=ActionOut, summary="Retry a failed action (operator)")
+    def retry_action(action_id: str, caller: Operator) -> ActionOut:
+        row = store.action(action_id)
+        if row is None:
+            raise NotFound("action", action_id)
+        if row.status != ActionStatus.FAILED:
+            raise Conflict(f"action {action_id} is {row.status}; only failed actions can be retried")
+        store.retry_action(action_id, c.clock.now(), f"{caller.role}:{caller.name}")
+        again = store.action(action_id)
+        assert again is not None
+        return ActionOut.model_validate(again)
+
+    @v1.get("/audit", response_model=list[AuditOut], summary="Audit log, newest first (viewer)")
+    def audit(_: Reader, target: str | None = None, limit: Limit = 100, offset: Offset = 0) -> list[AuditOut]:
+        return [AuditOut.model_validate(a) for a in store.audit(target=target, page=Page(limit, offset))]
+
+    # ---- breaker, mode, checkpoints ----------------------------------------------------------
+    @v1.get("/breaker", response_model=BreakerOut, summary="Blast-radius breaker (viewer)")
+    def breaker(_: Reader) -> BreakerOut:
+        b = c.breaker
+        return BreakerOut(tripped=b.tripped, reason=b.reason, since=b.since, held=len(c.engine.held))
+
+    @v1.post("/breaker/reset", response_model=BreakerOut, summary="Reset the breaker (operator)")
+    def reset_breaker(body: BreakerResetIn, caller: Operator) -> BreakerOut:
+        c.reset_breaker(f"{caller.role}:{caller.name}", discard_held=body.discard_held)
+        b = c.breaker
+        return BreakerOut(tripped=b.tripped, reason=b.reason, since=b.since, held=len(c.engine.held))
+
+    @v1.get("/mode", summary="Dry-run switch (viewer)")
+    def get_mode(_: Reader) -> dict[str, bool]:
+        return {"dry_run": c.dry_run}
+
+    @v1.put("/mode", summary="Toggle dry-run (operator)")
+    def set_mode(body: ModeIn, caller: Operator) -> dict[str, bool]:
+        c.set_dry_run(body.dry_run, f"{caller.role}:{caller.name}")
+        return {"dry_run": c.dry_run}
+
+    @v1.post("/jobs/{job_id}/checkpoint", status_code=status.HTTP_202_ACCEPTED,
+             summary="A job reports a completed checkpoint (agent/operator)")
+    def checkpoint(job_id: str, body: CheckpointIn, _: Reporter) -> dict[str, str]:
+        c.checkpoint(job_id, body.time)
+        return {"status": "recorded"}
+
+    app.include_router(v1)
+    return app
+
+
+def _may_report(caller: Caller, node: str, field: str) -> None:
+    if not caller.may_report_for(node):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"{field}: token {caller.name!r} may not report for {node!r}")
+
+
+def _with_leaves(node: Node, leaves: frozenset[str]) -> Node:
+    nics = tuple(Nic(f"{node.id}-nic{i}", i, "", leaf) for i, leaf in enumerate(sorted(leaves)))
+    return Node(node.id, node.rack, node.serial, node.gpus, nics)

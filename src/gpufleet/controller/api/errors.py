@@ -1,0 +1,55 @@
+"""How errors become HTTP responses (the one place that decides it).
+
+422: the body or a parameter is invalid — ``{"detail": [{"field", "value", "expected"}]}``;
+404: unknown node/action; 409: not allowed in the current state; 503: an external system failed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from gpufleet.domain.errors import Conflict, ExternalError, InvalidInput, NotFound
+
+
+def _field(loc: tuple[Any, ...]) -> str:
+    parts = [p for p in loc if p not in ("body", "query", "path")]
+    out = ""
+    for p in parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "body"
+
+
+def _value(v: Any) -> Any:
+    if isinstance(v, str | int | float | bool) or v is None:
+        return v
+    text = repr(v)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(RequestValidationError)
+    async def _invalid_body(_req: Request, err: RequestValidationError) -> JSONResponse:
+        detail = [{"field": _field(tuple(e["loc"])), "value": _value(e.get("input")), "expected": e["msg"]}
+                  for e in err.errors()]
+        return JSONResponse({"detail": detail}, status_code=422)
+
+    @app.exception_handler(InvalidInput)
+    async def _invalid(_req: Request, err: InvalidInput) -> JSONResponse:
+        return JSONResponse({"detail": [{"field": err.field, "value": _value(err.value), "expected": err.expected}]},
+                            status_code=422)
+
+    @app.exception_handler(NotFound)
+    async def _not_found(_req: Request, err: NotFound) -> JSONResponse:
+        return JSONResponse({"detail": str(err)}, status_code=404)
+
+    @app.exception_handler(Conflict)
+    async def _conflict(_req: Request, err: Conflict) -> JSONResponse:
+        return JSONResponse({"detail": str(err)}, status_code=409)
+
+    @app.exception_handler(ExternalError)
+    async def _external(_req: Request, err: ExternalError) -> JSONResponse:
+        return JSONResponse({"detail": str(err)}, status_code=503)

@@ -1,0 +1,94 @@
+"""API bodies (pydantic, ``extra="forbid"``): the edge where JSON becomes domain values."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+from gpufleet.domain.events import EventKind, HealthEvent, Severity
+from gpufleet.lifecycle.states import NodeState
+
+
+def _aware(v: datetime) -> datetime:
+    if v.tzinfo is None:
+        raise ValueError("time must include a timezone, e.g. 2026-11-21T12:00:00Z")
+    return v
+
+
+AwareTime = Annotated[datetime, AfterValidator(_aware)]
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class EventIn(_In):
+    id: str = Field(min_length=1, max_length=200, description="the producer's idempotency key")
+    node: str = Field(min_length=1, max_length=128)
+    kind: EventKind
+    time: AwareTime
+    component: str | None = Field(default=None, max_length=200)
+    code: int | None = Field(default=None, ge=0)
+    severity: Severity | None = None
+    link: str | None = Field(default=None, max_length=200)
+    message: str = Field(default="", max_length=4000)
+    source: str = Field(default="agent", max_length=64)
+    attrs: dict[str, str] = Field(default_factory=dict)
+
+    def to_domain(self) -> HealthEvent:
+        return HealthEvent(id=self.id, node=self.node, kind=self.kind, time=self.time, component=self.component,
+                           code=self.code, severity=self.severity, link=self.link, message=self.message,
+                           source=self.source, attrs=tuple(sorted(self.attrs.items())))
+
+
+class EventBatch(_In):
+    events: list[EventIn] = Field(min_length=1, max_length=10_000)
+
+
+class IngestOut(BaseModel):
+    accepted: int
+    duplicates: int
+    decisions: int
+
+
+class HeartbeatIn(_In):
+    time: AwareTime
+    agent_version: str = Field(default="", max_length=64)
+
+
+class GpuIn(_In):
+    index: int = Field(ge=0)
+    serial: str = ""
+    pci: str = ""
+    sku: str = "H100-SXM"
+
+
+class NodeIn(_In):
+    id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    rack: str = Field(min_length=1, max_length=128)
+    serial: str = ""
+    leaves: list[str] = Field(default_factory=list, description="leaf switches its NICs land on")
+    gpus: list[GpuIn] = Field(default_factory=list)
+
+
+class RegisterIn(_In):
+    nodes: list[NodeIn] = Field(min_length=1, max_length=10_000)
+    state: NodeState = Field(default=NodeState.NEW, description="new (burn-in first) or ready (adopt as is)")
+
+
+class ReasonIn(_In):
+    reason: str = Field(default="", max_length=500)
+
+
+class BreakerResetIn(_In):
+    discard_held: bool = Field(default=False, description="cancel the held decisions instead of re-admitting them")
+
+
+class ModeIn(_In):
+    dry_run: bool
+
+
+class CheckpointIn(_In):
+    time: AwareTime

@@ -1,0 +1,171 @@
+"""The reconciler: carries out outbox actions through the scheduler, idempotently, with retries.
+
+Loop (``run_once``): read the scheduler's view (ready <-> in_service, draining -> drained), run the
+engine's time-driven rules, then execute every due action. The action id is the dedup key: a ``done``
+action is never executed again, and every scheduler call is itself idempotent, so re-running an
+action after a crash (executed, not yet recorded) changes nothing. A failure is recorded and retried
+with capped exponential backoff; permanent failures (a foreign drain, an unknown node) and actions
+that exhaust their attempts are marked ``failed`` and logged at ERROR with the manual step to take.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from gpufleet.domain.errors import Conflict, ExternalError, InvalidInput, NotFound
+from gpufleet.lifecycle.decisions import ActionKind
+from gpufleet.lifecycle.engine import SchedObservation
+from gpufleet.schedulers.port import Job, SchedNodeState, Scheduler, drain_reason
+
+from .service import Controller
+from .store.convert import planned_of
+from .store.models import ActionRow
+from .store.repo import ActionStatus
+
+log = logging.getLogger(__name__)
+
+
+class Validator(Protocol):
+    """Starts active validation of a node (burn-in, revalidation). Results come back as events."""
+
+    def request(self, node: str, level: str) -> None: ...
+
+
+class Reconciler:
+    def __init__(self, controller: Controller, scheduler: Scheduler, validator: Validator | None = None) -> None:
+        self.controller = controller
+        self.scheduler = scheduler
+        self.validator = validator
+        self.cfg = controller.policy_file.config
+        self.scheduler_ok = True
+        self.last_error = ""
+
+    # ---- the loop ---------------------------------------------------------------------------
+    def run_once(self) -> int:
+        """One pass; returns how many actions were attempted."""
+        self.sync()
+        self.controller.tick()
+        due = self.controller.store.due_actions(self.controller.clock.now())
+        for row in due:
+            self.execute(row)
+        return len(due)
+
+    def run_forever(self, stop: threading.Event, interval: float = 1.0) -> None:
+        while not stop.is_set():
+            try:
+                self.run_once()
+            except Exception:  # one bad pass never stops the loop
+                log.exception("reconciler pass failed; retrying in %.1fs", interval)
+            stop.wait(interval)
+
+    def sync(self) -> bool:
+        try:
+            nodes = self.scheduler.list_nodes()
+        except ExternalError as err:
+            self._scheduler_down(err)
+            return False
+        self.scheduler_ok, self.last_error = True, ""
+        observed = {
+            n.name: SchedObservation(has_jobs=bool(n.jobs), drained_empty=n.state == SchedNodeState.DRAINED)
+            for n in nodes
+        }
+        self.controller.sync(observed)
+        return True
+
+    # ---- one action -------------------------------------------------------------------------
+    def execute(self, row: ActionRow) -> None:
+        now = self.controller.clock.now()
+        action = planned_of(row)
+        try:
+            outcome = self._carry_out(row, now)
+        except ExternalError as err:
+            self._retry(row, now, str(err))
+            return
+        except (Conflict, NotFound, InvalidInput) as err:
+            self._give_up(row, now, f"{type(err).__name__}: {err}")
+            return
+        if outcome is None:  # waiting (for a checkpoint)
+            return
+        log.info("%s: %s done (%s)", row.node, row.kind, outcome)
+        self.controller.action_finished(row.id, action, row.decision_id, result=outcome)
+
+    def _carry_out(self, row: ActionRow, now: datetime) -> str | None:
+        kind, node = ActionKind(row.kind), row.node
+        reason = drain_reason(row.decision_id, row.reason)
+        if kind == ActionKind.DRAIN:
+            self.scheduler.drain(node, reason)
+            return "drained"
+        if kind == ActionKind.DRAIN_AFTER_CHECKPOINT:
+            jobs = self.scheduler.jobs_on(node)
+            if not jobs:
+                self.scheduler.drain(node, reason)
+                return "drained: no job running"
+            ckpt = self._last_checkpoint(jobs)
+            if ckpt is not None and ckpt > row.created:
+                self.scheduler.drain(node, reason)
+                return f"drained after checkpoint at {ckpt.isoformat()}"
+            if now - row.created >= self.cfg.checkpoint_wait_timeout:
+                self.scheduler.drain(node, reason)
+                return f"drained: no checkpoint within {self.cfg.checkpoint_wait_timeout}"
+            self.controller.store.update_action(row.id, status=ActionStatus.WAITING, now=now,
+                                                next_attempt=now + self.cfg.checkpoint_poll,
+                                                result=f"waiting for a checkpoint of job(s) {_ids(jobs)}")
+            return None
+        if kind == ActionKind.REQUEUE_JOBS:
+            jobs = self.scheduler.jobs_on(node)
+            for job in jobs:
+                self.scheduler.requeue(job.id)
+            return f"requeued {_ids(jobs) or 'nothing (no job running)'}"
+        if kind == ActionKind.RESUME:
+            self.scheduler.resume(node)
+            return "resumed"
+        if kind == ActionKind.VALIDATE:
+            if self.validator is None:
+                return f"{row.level} validation requested: awaiting check results from the node"
+            self.validator.request(node, row.level)
+            return f"{row.level} validation started"
+        raise InvalidInput("action.kind", row.kind, f"one of {[k.value for k in ActionKind]}")
+
+    def _last_checkpoint(self, jobs: Sequence[Job]) -> datetime | None:
+        times = [j.last_checkpoint for j in jobs if j.last_checkpoint is not None]
+        stored = self.controller.store.last_checkpoint([j.id for j in jobs])
+        if stored is not None:
+            times.append(stored)
+        return max(times, default=None)
+
+    def _retry(self, row: ActionRow, now: datetime, error: str) -> None:
+        attempts = row.attempts + 1
+        if attempts >= self.cfg.max_attempts:
+            self._give_up(row, now, f"{error} (after {attempts} attempts)")
+            return
+        delay = backoff(row.id, attempts, self.cfg.retry_base, self.cfg.retry_cap)
+        log.warning("%s: %s failed (attempt %d), retrying in %s: %s", row.node, row.kind, attempts, delay, error)
+        self.controller.store.update_action(row.id, status=ActionStatus.PENDING, now=now, attempts=attempts,
+                                            next_attempt=now + delay, error=error)
+
+    def _give_up(self, row: ActionRow, now: datetime, error: str) -> None:
+        log.error("%s: giving up on %s (%s). Manual action: check the node in the scheduler, fix the cause, "
+                  "then retry it with POST /v1/actions/%s/retry", row.node, row.kind, error, row.id)
+        self.controller.store.update_action(row.id, status=ActionStatus.FAILED, now=now,
+                                            attempts=row.attempts + 1, error=error)
+
+    def _scheduler_down(self, err: ExternalError) -> None:
+        if self.scheduler_ok:
+            log.warning("scheduler unreachable: %s (actions stay queued and are retried)", err)
+        self.scheduler_ok, self.last_error = False, str(err)
+
+
+def backoff(key: str, attempt: int, base: timedelta, cap: timedelta) -> timedelta:
+    """Capped exponential backoff with deterministic jitter in [50 %, 100 %] of the step."""
+    step = min(cap.total_seconds(), base.total_seconds() * 2 ** max(0, attempt - 1))
+    jitter = int(hashlib.sha1(f"{key}:{attempt}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return timedelta(seconds=step * (0.5 + 0.5 * jitter))
+
+
+def _ids(jobs: Sequence[Job]) -> str:
+    return ", ".join(j.id for j in jobs)

@@ -1,0 +1,82 @@
+"""Assembling a running controller: store, engine, reconciler thread and HTTP server.
+
+Used by ``gpufleet controller serve``, by the demo and by the crash tests (which run it in a child
+process and kill it with SIGKILL).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import uvicorn
+
+from gpufleet.controller.api.app import create_app
+from gpufleet.controller.clock import Clock, SystemClock
+from gpufleet.controller.reconciler import Reconciler, Validator
+from gpufleet.controller.service import Controller
+from gpufleet.controller.settings import ControllerSettings
+from gpufleet.controller.store.db import make_engine, migrate
+from gpufleet.controller.store.repo import Store
+from gpufleet.lifecycle.config import load_policy
+from gpufleet.schedulers.port import Scheduler
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    settings: ControllerSettings
+    controller: Controller
+    reconciler: Reconciler
+    stop: threading.Event = field(default_factory=threading.Event)
+    server: uvicorn.Server | None = None
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def start_reconciler(self, interval: float | None = None) -> None:
+        t = threading.Thread(target=self.reconciler.run_forever,
+                             args=(self.stop, interval or self.settings.reconcile_interval),
+                             name="reconciler", daemon=True)
+        t.start()
+        self.threads.append(t)
+
+    def start_api(self, *, in_thread: bool = True, on_started: Callable[[int], None] | None = None) -> None:
+        app = create_app(self.controller, self.settings.tokens, self.reconciler)
+        config = uvicorn.Config(app, host=self.settings.host, port=self.settings.port, log_level="warning",
+                                access_log=False, lifespan="off")
+        self.server = uvicorn.Server(config)
+        if not in_thread:
+            self.server.run()
+            return
+        t = threading.Thread(target=self.server.run, name="api", daemon=True)
+        t.start()
+        self.threads.append(t)
+        if on_started is not None:
+            while not self.server.started and t.is_alive():
+                self.stop.wait(0.02)
+            on_started(self.bound_port())
+
+    def bound_port(self) -> int:
+        if self.server is None or not self.server.servers:
+            return self.settings.port
+        sock = self.server.servers[0].sockets[0]
+        return int(sock.getsockname()[1])
+
+    def shutdown(self) -> None:
+        self.stop.set()
+        if self.server is not None:
+            self.server.should_exit = True
+        for t in self.threads:
+            t.join(timeout=5)
+
+
+def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | None = None,
+          validator: Validator | None = None) -> Runtime:
+    engine = make_engine(settings.database_url)
+    migrate(engine)
+    policy = load_policy(settings.policy_file)
+    controller = Controller(Store(engine), policy, clock or SystemClock())
+    reconciler = Reconciler(controller, scheduler, validator)
+    return Runtime(settings, controller, reconciler)

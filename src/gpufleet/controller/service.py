@@ -1,0 +1,216 @@
+"""The controller: the lifecycle engine, its store and a clock, behind one lock.
+
+Every entry point validates first, then lets the engine decide, then persists the resulting plan in
+one transaction. If the write fails, the in-memory engine is rebuilt from the store so memory never
+runs ahead of what is durable.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from gpufleet.domain.errors import ExternalError, GpufleetError, InvalidInput, NotFound
+from gpufleet.domain.events import EventKind, HealthEvent
+from gpufleet.domain.fleet import Fleet, Node
+from gpufleet.lifecycle.breaker import BreakerState
+from gpufleet.lifecycle.config import PolicyFile
+from gpufleet.lifecycle.decisions import PlannedAction
+from gpufleet.lifecycle.engine import LifecycleEngine, NodeRecord, OperatorOp, SchedObservation
+from gpufleet.lifecycle.plan import Plan
+from gpufleet.lifecycle.policy import Policy
+from gpufleet.lifecycle.states import NodeState
+
+from .clock import Clock
+from .store.repo import Page, Store
+
+_ALL = Page(limit=1_000_000)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class IngestResult:
+    accepted: int
+    duplicates: int
+    decisions: int
+
+
+class Controller:
+    def __init__(self, store: Store, policy: PolicyFile, clock: Clock) -> None:
+        self.store = store
+        self.policy_file = policy
+        self.clock = clock
+        self.lock = threading.RLock()
+        self.engine = self._load()
+        self.on_plan: list[Callable[[Plan], None]] = []  # observers (the demo's live view)
+
+    # ---- inventory --------------------------------------------------------------------------
+    def register(self, nodes: Iterable[Node], *, state: NodeState = NodeState.NEW, actor_id: str = "system") -> int:
+        """Register nodes not yet known (known ones are left as they are). Returns how many were added."""
+        with self.lock:
+            now = self.clock.now()
+            plan, added = Plan(), []
+            for node in nodes:
+                if node.id in self.engine.nodes:
+                    continue
+                plan.extend(self.engine.add_node(node.id, node.domains, state, now, actor_id))
+                added.append((self.engine.nodes[node.id], node.rack, now))
+            if added:
+                self._persist(plan, new_nodes=added)
+            return len(added)
+
+    def register_fleet(self, fleet: Fleet, state: NodeState = NodeState.READY) -> int:
+        return self.register(iter(fleet), state=state)
+
+    # ---- evidence ---------------------------------------------------------------------------
+    def ingest(self, events: Sequence[HealthEvent]) -> IngestResult:
+        """Accept a batch whole or reject it whole (InvalidInput names the first bad field)."""
+        with self.lock:
+            for i, e in enumerate(events):
+                if e.node not in self.engine.nodes:
+                    raise InvalidInput(f"events[{i}].node", e.node, "a registered node (POST /v1/nodes)")
+            ids = [e.id for e in events]
+            seen: set[str] = set()
+            for i, eid in enumerate(ids):
+                if eid in seen:
+                    raise InvalidInput(f"events[{i}].id", eid, "an id not repeated within the batch")
+                seen.add(eid)
+            known = self.store.known_event_ids(ids)
+            fresh = [e for e in events if e.id not in known]
+            now = self.clock.now()
+            plan = self.engine.observe(fresh, now) if fresh else Plan()
+            if fresh or plan:
+                self._persist(plan, events=fresh, received=now)
+            return IngestResult(len(fresh), len(events) - len(fresh), len(plan.decisions))
+
+    def heartbeat(self, node: str, time: datetime, version: str = "") -> None:
+        with self.lock:
+            if node not in self.engine.nodes:
+                raise NotFound("node", node)
+            self.store.commit(Plan(), heartbeat=(node, time, version))
+
+    def checkpoint(self, job_id: str, time: datetime) -> None:
+        if not job_id:
+            raise InvalidInput("job_id", job_id, "a non-empty job id")
+        self.store.add_checkpoint(job_id, time, self.clock.now())
+
+    # ---- operators --------------------------------------------------------------------------
+    def operate(self, node: str, op: OperatorOp, actor_id: str, reason: str = "") -> Plan:
+        with self.lock:
+            plan = self.engine.operator(node, op, actor_id, reason, self.clock.now())
+            self._persist(plan)
+            return plan
+
+    def reset_breaker(self, actor_id: str, *, discard_held: bool = False) -> Plan:
+        with self.lock:
+            plan = self.engine.reset_breaker(actor_id, self.clock.now(), discard_held=discard_held)
+            self._persist(plan)
+            return plan
+
+    def set_dry_run(self, on: bool, actor_id: str) -> Plan:
+        with self.lock:
+            plan = self.engine.set_dry_run(on, actor_id, self.clock.now())
+            self._persist(plan)
+            return plan
+
+    # ---- time and the scheduler -------------------------------------------------------------
+    def tick(self) -> Plan:
+        """Time-driven work: auto-repair, auto-burn-in, and heartbeat-loss detection."""
+        with self.lock:
+            now = self.clock.now()
+            plan = self.engine.tick(now)
+            if plan:
+                self._persist(plan)
+            lost = self._silent_nodes(now)
+            if lost:
+                self.ingest(lost)
+            return plan
+
+    def sync(self, observed: dict[str, SchedObservation]) -> Plan:
+        with self.lock:
+            plan = self.engine.sync(observed, self.clock.now())
+            self._persist(plan)
+            return plan
+
+    def action_finished(self, action_id: str, action: PlannedAction, decision: str, *, result: str) -> None:
+        with self.lock:
+            now = self.clock.now()
+            plan = self.engine.action_done(action, decision, now)
+            touched = [self.engine.nodes[action.node]] if action.node in self.engine.nodes else []
+            try:
+                self.store.update_action(action_id, status="done", now=now, result=result, plan=plan, nodes=touched)
+            except GpufleetError:
+                raise
+            except Exception as err:
+                self.engine = self._load()
+                raise ExternalError("database", f"recording action {action_id}: {err}") from err
+            self._notify(plan)
+
+    # ---- views ------------------------------------------------------------------------------
+    @property
+    def breaker(self) -> BreakerState:
+        return self.engine.breaker
+
+    @property
+    def dry_run(self) -> bool:
+        return self.engine.dry_run
+
+    def state_of(self, node: str) -> NodeState:
+        with self.lock:
+            rec = self.engine.nodes.get(node)
+            if rec is None:
+                raise NotFound("node", node)
+            return rec.state
+
+    # ---- internals --------------------------------------------------------------------------
+    def _persist(
+        self,
+        plan: Plan,
+        *,
+        events: Sequence[HealthEvent] = (),
+        received: datetime | None = None,
+        new_nodes: Sequence[tuple[NodeRecord, str, datetime]] = (),
+    ) -> None:
+        touched = {t.node for t in plan.transitions} | {a.action.node for a in plan.actions}
+        records = [self.engine.nodes[n] for n in sorted(touched) if n in self.engine.nodes]
+        try:
+            self.store.commit(plan, nodes=records, events=events, received=received, new_nodes=new_nodes)
+        except Exception as err:
+            log.error("could not persist a plan (%s); reloading state from the store", err)
+            self.engine = self._load()
+            raise ExternalError("database", f"write failed: {err}") from err
+        self._notify(plan)
+
+    def _notify(self, plan: Plan) -> None:
+        if plan:
+            for cb in self.on_plan:
+                cb(plan)
+
+    def _load(self) -> LifecycleEngine:
+        cfg, catalog = self.policy_file.config, self.policy_file.catalog
+        policy = Policy(cfg, catalog)
+        breaker, dry_run = self.store.load_settings()
+        records = [rec for rec, _rack in self.store.load_nodes()]
+        engine = LifecycleEngine(policy, records, breaker=breaker, held=self.store.load_held(), dry_run=dry_run)
+        engine.remember(self.store.events_since(self.clock.now() - policy.lookback()))
+        return engine
+
+    def _silent_nodes(self, now: datetime) -> list[HealthEvent]:
+        timeout = self.policy_file.config.heartbeat_timeout
+        if not timeout:
+            return []
+        out = []
+        for row in self.store.nodes(page=_ALL):
+            hb = row.last_heartbeat
+            if hb is None or now - hb < timeout or row.state in ("retired", "repair", "drained"):
+                continue
+            eid = f"heartbeat_lost:{row.id}:{hb.isoformat()}"
+            out.append(HealthEvent(eid, row.id, EventKind.HEARTBEAT_LOST, now, source="controller",
+                                   message=f"no heartbeat since {hb.isoformat()} (timeout {timeout})"))
+        known = self.store.known_event_ids([e.id for e in out]) if out else set()
+        return [e for e in out if e.id not in known]
+

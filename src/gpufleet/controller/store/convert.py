@@ -1,0 +1,68 @@
+"""Row <-> domain conversions (kept apart so the repository reads as queries)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from gpufleet.domain.events import EventKind, HealthEvent, Severity
+from gpufleet.lifecycle.decisions import ActionKind, Decision, DecisionStatus, PlannedAction
+from gpufleet.lifecycle.engine import NodeRecord
+from gpufleet.lifecycle.plan import AuditEntry
+from gpufleet.lifecycle.states import Actor, NodeState, Transition
+
+from .models import ActionRow, AuditRow, DecisionRow, EventRow, NodeRow, TransitionRow
+
+
+def event_row(e: HealthEvent, received: datetime) -> EventRow:
+    return EventRow(
+        id=e.id, node=e.node, kind=e.kind.value, time=e.time, component=e.component, code=e.code,
+        severity=e.severity.value if e.severity else None, link=e.link, message=e.message, source=e.source,
+        attrs=dict(e.attrs), received=received,
+    )
+
+
+def event_of(r: EventRow) -> HealthEvent:
+    return HealthEvent(
+        id=r.id, node=r.node, kind=EventKind(r.kind), time=r.time, component=r.component, code=r.code,
+        severity=Severity(r.severity) if r.severity else None, link=r.link, message=r.message, source=r.source,
+        attrs=tuple(sorted((str(k), str(v)) for k, v in (r.attrs or {}).items())),
+    )
+
+
+def decision_row(d: Decision) -> DecisionRow:
+    return DecisionRow(
+        id=d.id, node=d.node, time=d.time, from_state=d.from_state.value, to_state=d.to_state.value, rule=d.rule,
+        reason=d.reason, severity=d.severity.value, actor=d.actor.value, actor_id=d.actor_id,
+        evidence=list(d.evidence), actions=[[a.kind.value, a.node, a.reason, a.level] for a in d.actions],
+        status=d.status.value,
+    )
+
+
+def decision_of(r: DecisionRow) -> Decision:
+    return Decision(
+        id=r.id, node=r.node, time=r.time, from_state=NodeState(r.from_state), to_state=NodeState(r.to_state),
+        rule=r.rule, reason=r.reason, severity=Severity(r.severity), actor=Actor(r.actor), actor_id=r.actor_id,
+        evidence=tuple(r.evidence), actions=tuple(PlannedAction(ActionKind(a[0]), a[1], a[2], a[3]) for a in r.actions),
+        status=DecisionStatus(r.status),
+    )
+
+
+def transition_row(t: Transition) -> TransitionRow:
+    return TransitionRow(
+        node=t.node, from_state=t.from_state.value, to_state=t.to_state.value, time=t.time, reason=t.reason,
+        actor=t.actor.value, actor_id=t.actor_id, evidence=list(t.evidence), decision_id=t.decision_id,
+    )
+
+
+def audit_row(a: AuditEntry) -> AuditRow:
+    return AuditRow(time=a.time, actor=a.actor.value, actor_id=a.actor_id, action=a.action, target=a.target,
+                    detail=a.detail)
+
+
+def record_of(r: NodeRow) -> NodeRecord:
+    return NodeRecord(node=r.id, state=NodeState(r.state), since=r.since, domains=frozenset(r.domains),
+                      has_jobs=r.has_jobs, committed=r.committed)
+
+
+def planned_of(r: ActionRow) -> PlannedAction:
+    return PlannedAction(ActionKind(r.kind), r.node, r.reason, r.level)

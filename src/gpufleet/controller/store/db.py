@@ -1,0 +1,76 @@
+"""Database engines and migrations: SQLite file by default, PostgreSQL by URL."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.pool import StaticPool
+
+from gpufleet.domain.errors import ExternalError, InvalidInput
+
+log = logging.getLogger(__name__)
+MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+
+
+def make_engine(url: str) -> Engine:
+    """An engine for ``url`` (``sqlite:///path.db``, ``postgresql+psycopg://...``).
+
+    SQLite runs in WAL mode with ``synchronous=FULL`` so a committed transaction survives kill -9.
+    """
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url.removeprefix("postgresql://")
+    try:
+        if url.startswith("sqlite"):
+            engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+            event.listen(engine, "connect", _sqlite_pragmas)
+        else:
+            engine = create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+    except (ArgumentError, ImportError) as err:
+        expected = f"a SQLAlchemy URL such as sqlite:///gpufleet.db or postgresql://... ({err})"
+        raise InvalidInput("database_url", _redact(url), expected) from None
+    return engine
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=FULL")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.close()
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest revision (idempotent)."""
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    try:
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "head")
+    except OperationalError as err:
+        raise ExternalError("database", f"cannot migrate {_redact(str(engine.url))}: {err.orig}") from None
+    log.info("database schema at head (%s)", _redact(str(engine.url)))
+
+
+def tables(engine: Engine) -> list[str]:
+    return sorted(inspect(engine).get_table_names())
+
+
+def _redact(url: str) -> str:
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+    return url
+
+
+def throwaway_engine() -> Engine:
+    """An in-memory SQLite engine for unit tests and the simulator (one shared connection)."""
+    return create_engine("sqlite://", poolclass=StaticPool, connect_args={"check_same_thread": False})

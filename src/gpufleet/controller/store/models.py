@@ -1,0 +1,142 @@
+"""SQLAlchemy 2 table models. Schema changes go through Alembic migrations (``migrations/``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, Dialect, Index, Integer, String, Text, TypeDecorator
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"naive datetime {value!r} cannot be stored; use an aware UTC time")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {datetime: UTCDateTime, dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    rack: Mapped[str] = mapped_column(String(128), default="")
+    domains: Mapped[list[Any]] = mapped_column(default=list)
+    state: Mapped[str] = mapped_column(String(32), index=True)
+    since: Mapped[datetime]
+    has_jobs: Mapped[bool] = mapped_column(Boolean, default=False)
+    committed: Mapped[bool] = mapped_column(Boolean, default=False)
+    last_heartbeat: Mapped[datetime | None] = mapped_column(default=None)
+    agent_version: Mapped[str] = mapped_column(String(64), default="")
+    registered: Mapped[datetime]
+
+
+class EventRow(Base):
+    __tablename__ = "events"
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(200), unique=True)
+    node: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[str] = mapped_column(String(32))
+    time: Mapped[datetime]
+    component: Mapped[str | None] = mapped_column(String(200), default=None)
+    code: Mapped[int | None] = mapped_column(Integer, default=None)
+    severity: Mapped[str | None] = mapped_column(String(16), default=None)
+    link: Mapped[str | None] = mapped_column(String(200), default=None)
+    message: Mapped[str] = mapped_column(Text, default="")
+    source: Mapped[str] = mapped_column(String(64), default="")
+    attrs: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    received: Mapped[datetime]
+    __table_args__ = (Index("ix_events_node_time", "node", "time"),)
+
+
+class DecisionRow(Base):
+    __tablename__ = "decisions"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    node: Mapped[str] = mapped_column(String(128), index=True)
+    time: Mapped[datetime]
+    from_state: Mapped[str] = mapped_column(String(32))
+    to_state: Mapped[str] = mapped_column(String(32))
+    rule: Mapped[str] = mapped_column(String(64))
+    reason: Mapped[str] = mapped_column(Text)
+    severity: Mapped[str] = mapped_column(String(16))
+    actor: Mapped[str] = mapped_column(String(32))
+    actor_id: Mapped[str] = mapped_column(String(128))
+    evidence: Mapped[list[Any]] = mapped_column(default=list)
+    actions: Mapped[list[Any]] = mapped_column(default=list)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+
+
+class TransitionRow(Base):
+    __tablename__ = "transitions"
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node: Mapped[str] = mapped_column(String(128), index=True)
+    from_state: Mapped[str] = mapped_column(String(32))
+    to_state: Mapped[str] = mapped_column(String(32))
+    time: Mapped[datetime]
+    reason: Mapped[str] = mapped_column(Text)
+    actor: Mapped[str] = mapped_column(String(32))
+    actor_id: Mapped[str] = mapped_column(String(128))
+    evidence: Mapped[list[Any]] = mapped_column(default=list)
+    decision_id: Mapped[str | None] = mapped_column(String(64), default=None)
+
+
+class ActionRow(Base):
+    """The outbox. ``id`` (decision id + kind) is the dedup key; ``status`` walks
+    pending -> (waiting ->)* done | failed | cancelled."""
+
+    __tablename__ = "actions"
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    decision_id: Mapped[str] = mapped_column(String(64), index=True)
+    node: Mapped[str] = mapped_column(String(128), index=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    level: Mapped[str] = mapped_column(String(16), default="")
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt: Mapped[datetime]
+    last_error: Mapped[str] = mapped_column(Text, default="")
+    result: Mapped[str] = mapped_column(Text, default="")
+    created: Mapped[datetime]
+    updated: Mapped[datetime]
+
+
+class AuditRow(Base):
+    __tablename__ = "audit"
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    time: Mapped[datetime]
+    actor: Mapped[str] = mapped_column(String(32))
+    actor_id: Mapped[str] = mapped_column(String(128))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(String(200))
+    detail: Mapped[str] = mapped_column(Text)
+
+
+class CheckpointRow(Base):
+    __tablename__ = "checkpoints"
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(128), index=True)
+    time: Mapped[datetime]
+    received: Mapped[datetime]
+
+
+class SettingRow(Base):
+    """Small controller-wide state: the breaker and the dry-run switch."""
+
+    __tablename__ = "settings"
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[dict[str, Any]] = mapped_column(default=dict)

@@ -1,0 +1,253 @@
+"""The store: every read and write the controller makes, over SQLAlchemy sessions.
+
+Writes that belong together (new events, the decisions they caused, the transitions, the outbox
+entries, the audit lines, the node rows) go through :meth:`Store.commit` in ONE transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import Engine, func, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from gpufleet.domain.events import HealthEvent
+from gpufleet.lifecycle.breaker import BreakerState
+from gpufleet.lifecycle.decisions import Decision, DecisionStatus
+from gpufleet.lifecycle.engine import NodeRecord
+from gpufleet.lifecycle.plan import Plan
+
+from .convert import audit_row, decision_of, decision_row, event_of, event_row, record_of, transition_row
+from .models import ActionRow, AuditRow, CheckpointRow, DecisionRow, EventRow, NodeRow, SettingRow, TransitionRow
+
+_CHUNK = 500
+
+
+class ActionStatus:
+    PENDING = "pending"
+    WAITING = "waiting"  # e.g. for a job's checkpoint
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    OPEN = (PENDING, WAITING)
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    limit: int = 100
+    offset: int = 0
+
+
+class Store:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.session = sessionmaker(engine, expire_on_commit=False)
+
+    # ---- the one write path -----------------------------------------------------------------
+    def commit(
+        self,
+        plan: Plan,
+        *,
+        events: Sequence[HealthEvent] = (),
+        received: datetime | None = None,
+        nodes: Iterable[NodeRecord] = (),
+        new_nodes: Iterable[tuple[NodeRecord, str, datetime]] = (),
+        heartbeat: tuple[str, datetime, str] | None = None,
+    ) -> None:
+        """Persist ``plan`` (and the events and node rows it came from) atomically."""
+        with self.session.begin() as s:
+            self._write(s, plan, events=events, received=received, nodes=nodes, new_nodes=new_nodes,
+                        heartbeat=heartbeat)
+
+    def _write(
+        self,
+        s: Session,
+        plan: Plan,
+        *,
+        events: Sequence[HealthEvent] = (),
+        received: datetime | None = None,
+        nodes: Iterable[NodeRecord] = (),
+        new_nodes: Iterable[tuple[NodeRecord, str, datetime]] = (),
+        heartbeat: tuple[str, datetime, str] | None = None,
+    ) -> None:
+        for rec, rack, when in new_nodes:
+            s.add(NodeRow(id=rec.node, rack=rack, domains=sorted(rec.domains), state=rec.state.value,
+                          since=rec.since, has_jobs=rec.has_jobs, committed=rec.committed, registered=when))
+        if events:
+            assert received is not None
+            s.add_all(event_row(e, received) for e in events)
+        for d in plan.decisions:
+            s.merge(decision_row(d))
+        for did, status in plan.status_changes:
+            s.execute(update(DecisionRow).where(DecisionRow.id == did).values(status=status.value))
+        s.add_all(transition_row(t) for t in plan.transitions)
+        for a in plan.actions:
+            if s.get(ActionRow, a.id) is None:
+                s.add(ActionRow(id=a.id, decision_id=a.decision_id, node=a.action.node, kind=a.action.kind.value,
+                                reason=a.action.reason, level=a.action.level, status=ActionStatus.PENDING,
+                                attempts=0, next_attempt=a.created, last_error="", result="",
+                                created=a.created, updated=a.created))
+        s.add_all(audit_row(a) for a in plan.audit)
+        if plan.breaker is not None:
+            b = plan.breaker
+            s.merge(SettingRow(key="breaker", value={"tripped": b.tripped, "reason": b.reason,
+                                                     "since": b.since.isoformat() if b.since else None}))
+        if plan.dry_run is not None:
+            s.merge(SettingRow(key="dry_run", value={"on": plan.dry_run}))
+        for rec in nodes:
+            s.execute(update(NodeRow).where(NodeRow.id == rec.node).values(
+                state=rec.state.value, since=rec.since, has_jobs=rec.has_jobs, committed=rec.committed))
+        if heartbeat is not None:
+            node, when, version = heartbeat
+            s.execute(update(NodeRow).where(NodeRow.id == node).values(last_heartbeat=when,
+                                                                        agent_version=version))
+
+    def known_event_ids(self, ids: Sequence[str]) -> set[str]:
+        found: set[str] = set()
+        with self.session() as s:
+            for i in range(0, len(ids), _CHUNK):
+                chunk = list(ids[i:i + _CHUNK])
+                found.update(s.scalars(select(EventRow.id).where(EventRow.id.in_(chunk))))
+        return found
+
+    # ---- loading the engine after a (re)start -----------------------------------------------
+    def load_nodes(self) -> list[tuple[NodeRecord, str]]:
+        with self.session() as s:
+            return [(record_of(r), r.rack) for r in s.scalars(select(NodeRow).order_by(NodeRow.id))]
+
+    def load_held(self) -> list[Decision]:
+        with self.session() as s:
+            rows = s.scalars(select(DecisionRow).where(DecisionRow.status == DecisionStatus.HELD.value))
+            return [decision_of(r) for r in rows]
+
+    def load_settings(self) -> tuple[BreakerState, bool | None]:
+        with self.session() as s:
+            b = s.get(SettingRow, "breaker")
+            d = s.get(SettingRow, "dry_run")
+            breaker = BreakerState()
+            if b is not None:
+                since = b.value.get("since")
+                breaker = BreakerState(bool(b.value.get("tripped")), str(b.value.get("reason", "")),
+                                       datetime.fromisoformat(since) if since else None)
+            return breaker, (bool(d.value.get("on")) if d is not None else None)
+
+    def events_since(self, since: datetime) -> list[HealthEvent]:
+        with self.session() as s:
+            rows = s.scalars(select(EventRow).where(EventRow.time >= since).order_by(EventRow.time))
+            return [event_of(r) for r in rows]
+
+    # ---- reads for the API ------------------------------------------------------------------
+    def nodes(self, *, state: str | None = None, rack: str | None = None, page: Page = Page()) -> list[NodeRow]:
+        q = select(NodeRow).order_by(NodeRow.id)
+        if state:
+            q = q.where(NodeRow.state == state)
+        if rack:
+            q = q.where(NodeRow.rack == rack)
+        with self.session() as s:
+            return list(s.scalars(q.limit(page.limit).offset(page.offset)))
+
+    def node(self, node: str) -> NodeRow | None:
+        with self.session() as s:
+            return s.get(NodeRow, node)
+
+    def transitions(self, node: str | None = None, limit: int = 100) -> list[TransitionRow]:
+        q = select(TransitionRow).order_by(TransitionRow.seq.desc()).limit(limit)
+        if node:
+            q = q.where(TransitionRow.node == node)
+        with self.session() as s:
+            return list(s.scalars(q))
+
+    def events(self, *, node: str | None = None, kind: str | None = None, since: datetime | None = None,
+               page: Page = Page()) -> list[EventRow]:
+        q = select(EventRow).order_by(EventRow.time.desc(), EventRow.seq.desc())
+        if node:
+            q = q.where(EventRow.node == node)
+        if kind:
+            q = q.where(EventRow.kind == kind)
+        if since:
+            q = q.where(EventRow.time >= since)
+        with self.session() as s:
+            return list(s.scalars(q.limit(page.limit).offset(page.offset)))
+
+    def decisions(
+        self, *, node: str | None = None, status: str | None = None, page: Page = Page()
+    ) -> list[DecisionRow]:
+        q = select(DecisionRow).order_by(DecisionRow.time.desc(), DecisionRow.id)
+        if node:
+            q = q.where(DecisionRow.node == node)
+        if status:
+            q = q.where(DecisionRow.status == status)
+        with self.session() as s:
+            return list(s.scalars(q.limit(page.limit).offset(page.offset)))
+
+    def actions(self, *, node: str | None = None, status: str | None = None, page: Page = Page()) -> list[ActionRow]:
+        q = select(ActionRow).order_by(ActionRow.created.desc(), ActionRow.id)
+        if node:
+            q = q.where(ActionRow.node == node)
+        if status:
+            q = q.where(ActionRow.status == status)
+        with self.session() as s:
+            return list(s.scalars(q.limit(page.limit).offset(page.offset)))
+
+    def audit(self, *, target: str | None = None, page: Page = Page()) -> list[AuditRow]:
+        q = select(AuditRow).order_by(AuditRow.seq.desc())
+        if target:
+            q = q.where(AuditRow.target == target)
+        with self.session() as s:
+            return list(s.scalars(q.limit(page.limit).offset(page.offset)))
+
+    def counts(self) -> dict[str, dict[str, int]]:
+        with self.session() as s:
+            states = dict(s.execute(select(NodeRow.state, func.count()).group_by(NodeRow.state)).tuples().all())
+            acts = dict(s.execute(select(ActionRow.status, func.count()).group_by(ActionRow.status)).tuples().all())
+            events = s.scalar(select(func.count()).select_from(EventRow)) or 0
+        return {"nodes": states, "actions": acts, "events": {"total": events}}
+
+    # ---- the outbox -------------------------------------------------------------------------
+    def due_actions(self, now: datetime, limit: int = 100) -> list[ActionRow]:
+        q = (select(ActionRow).where(ActionRow.status.in_(ActionStatus.OPEN), ActionRow.next_attempt <= now)
+             .order_by(ActionRow.created, ActionRow.id).limit(limit))
+        with self.session() as s:
+            return list(s.scalars(q))
+
+    def action(self, action_id: str) -> ActionRow | None:
+        with self.session() as s:
+            return s.get(ActionRow, action_id)
+
+    def update_action(self, action_id: str, *, status: str, now: datetime, attempts: int | None = None,
+                      next_attempt: datetime | None = None, error: str | None = None, result: str | None = None,
+                      plan: Plan | None = None, nodes: Iterable[NodeRecord] = ()) -> None:
+        """Record an action's outcome — and the plan it caused — in one transaction."""
+        values: dict[str, object] = {"status": status, "updated": now}
+        if attempts is not None:
+            values["attempts"] = attempts
+        if next_attempt is not None:
+            values["next_attempt"] = next_attempt
+        if error is not None:
+            values["last_error"] = error
+        if result is not None:
+            values["result"] = result
+        with self.session.begin() as s:
+            s.execute(update(ActionRow).where(ActionRow.id == action_id).values(**values))
+            if plan is not None:
+                self._write(s, plan, nodes=nodes)
+
+    def retry_action(self, action_id: str, now: datetime, actor_id: str) -> None:
+        with self.session.begin() as s:
+            s.execute(update(ActionRow).where(ActionRow.id == action_id).values(
+                status=ActionStatus.PENDING, attempts=0, next_attempt=now, updated=now))
+            s.add(AuditRow(time=now, actor="operator", actor_id=actor_id, action="retry_action", target=action_id,
+                           detail="failed action re-queued"))
+
+    # ---- checkpoints ------------------------------------------------------------------------
+    def add_checkpoint(self, job_id: str, time: datetime, received: datetime) -> None:
+        with self.session.begin() as s:
+            s.add(CheckpointRow(job_id=job_id, time=time, received=received))
+
+    def last_checkpoint(self, job_ids: Sequence[str]) -> datetime | None:
+        if not job_ids:
+            return None
+        with self.session() as s:
+            return s.scalar(select(func.max(CheckpointRow.time)).where(CheckpointRow.job_id.in_(list(job_ids))))

@@ -1,0 +1,131 @@
+"""The policy file (TOML): thresholds, windows, budgets and catalog overrides — never hard-coded.
+
+Every key has a documented default (docs/policy.md); an unknown key or a bad value is rejected with
+the key's path, the value and what was expected. Example::
+
+    [policy]
+    evidence_window = "24h"
+    checkpoint_wait_timeout = "2h"
+
+    [breaker]
+    max_unavailable_fleet = 0.10
+    max_unavailable_domain = 0.25
+
+    [[escalation]]
+    kind = "xid"
+    code = 94
+    count = 2
+    window = "24h"
+    severity = "fatal"
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from gpufleet.domain.catalog import Catalog, load_default_catalog
+from gpufleet.domain.durations import parse_duration
+from gpufleet.domain.errors import InvalidInput
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyConfig:
+    dry_run: bool = False
+    # How far back the policy looks at a node's events (escalation windows may look further).
+    evidence_window: timedelta = timedelta(hours=24)
+    # "drain after checkpoint" stops waiting and drains after this long.
+    checkpoint_wait_timeout: timedelta = timedelta(hours=2)
+    # How often the reconciler re-checks a node waiting for its job's checkpoint.
+    checkpoint_poll: timedelta = timedelta(seconds=30)
+    # Drained nodes are handed to repair without an operator.
+    auto_repair: bool = True
+    # New nodes start burn-in without an operator.
+    auto_burn_in: bool = True
+    # An agent silent for this long produces a heartbeat_lost event (0 disables).
+    heartbeat_timeout: timedelta = timedelta(minutes=2)
+    # Blast-radius budget: at most this share of the fleet / of any rack or switch domain unavailable.
+    max_unavailable_fleet: float = 0.10
+    max_unavailable_domain: float = 0.25
+    # Reconciler retry policy for failed scheduler actions.
+    retry_base: timedelta = timedelta(seconds=2)
+    retry_cap: timedelta = timedelta(minutes=5)
+    max_attempts: int = 50
+
+
+_POLICY_KEYS: dict[str, str] = {
+    "dry_run": "bool",
+    "evidence_window": "duration",
+    "checkpoint_wait_timeout": "duration",
+    "checkpoint_poll": "duration",
+    "auto_repair": "bool",
+    "auto_burn_in": "bool",
+    "heartbeat_timeout": "duration",
+}
+_BREAKER_KEYS = {"max_unavailable_fleet": "share", "max_unavailable_domain": "share"}
+_RECONCILER_KEYS = {"retry_base": "duration", "retry_cap": "duration", "max_attempts": "count"}
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyFile:
+    config: PolicyConfig
+    catalog: Catalog
+
+
+def parse_policy(doc: Mapping[str, Any], base: Catalog | None = None) -> PolicyFile:
+    """Validate a parsed policy document. Nothing is applied unless everything is valid."""
+    allowed = {"policy", "breaker", "reconciler", "override", "escalation"}
+    for key in doc:
+        if key not in allowed:
+            raise InvalidInput(key, doc[key], f"one of the sections {sorted(allowed)}")
+    values: dict[str, Any] = {}
+    for section, keys in (("policy", _POLICY_KEYS), ("breaker", _BREAKER_KEYS), ("reconciler", _RECONCILER_KEYS)):
+        table = doc.get(section, {})
+        if not isinstance(table, dict):
+            raise InvalidInput(section, table, "a table")
+        for key, value in table.items():
+            kind = keys.get(key)
+            path = f"{section}.{key}"
+            if kind is None:
+                raise InvalidInput(path, value, f"one of the keys {sorted(keys)}")
+            values[key] = _coerce(kind, value, path)
+    catalog = (base or load_default_catalog()).with_overrides(
+        {k: doc[k] for k in ("override", "escalation") if k in doc}, source="policy file"
+    )
+    return PolicyFile(config=PolicyConfig(**values), catalog=catalog)
+
+
+def load_policy(path: Path | str | None = None, base: Catalog | None = None) -> PolicyFile:
+    """Load a policy file (``None``: all defaults and the shipped catalog)."""
+    if path is None:
+        return parse_policy({}, base)
+    p = Path(path)
+    try:
+        doc = tomllib.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InvalidInput("policy_file", str(p), "an existing TOML file") from None
+    except tomllib.TOMLDecodeError as err:
+        raise InvalidInput("policy_file", str(p), f"valid TOML ({err})") from None
+    return parse_policy(doc, base)
+
+
+def _coerce(kind: str, value: Any, path: str) -> Any:
+    if kind == "bool":
+        if not isinstance(value, bool):
+            raise InvalidInput(path, value, "true or false")
+        return value
+    if kind == "duration":
+        return parse_duration(value, path)
+    if kind == "share":
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+            raise InvalidInput(path, value, "a fraction in (0, 1], e.g. 0.10 for 10 %")
+        return float(value)
+    if kind == "count":
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidInput(path, value, "an integer >= 1")
+        return value
+    raise AssertionError(kind)

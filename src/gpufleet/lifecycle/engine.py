@@ -1,0 +1,304 @@
+"""The lifecycle engine: the in-memory heart of the controller (and of the simulator).
+
+It holds every node's lifecycle state, the recent evidence per node, the breaker and the held
+decisions; each entry point (``observe``, ``sync``, ``tick``, ``action_done``, ``operator``,
+``reset_breaker``, ``set_dry_run``) returns a :class:`~gpufleet.lifecycle.plan.Plan` describing what
+changed. The controller persists each plan in one transaction before acting on it; the simulator
+just executes it. Pure: the caller passes the time in.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from enum import StrEnum
+
+from gpufleet.domain.errors import Conflict, InvalidInput, NotFound
+from gpufleet.domain.events import HealthEvent, Severity
+from gpufleet.lifecycle.breaker import BreakerState, Budget
+from gpufleet.lifecycle.decisions import ActionKind, Decision, DecisionStatus, PlannedAction, action_id, decision_id
+from gpufleet.lifecycle.plan import AuditEntry, OutboxAction, Plan
+from gpufleet.lifecycle.policy import NodeView, Policy
+from gpufleet.lifecycle.states import UNAVAILABLE, Actor, NodeState, transition
+
+log = logging.getLogger(__name__)
+S = NodeState
+_MAX_RECENT = 512
+
+
+class OperatorOp(StrEnum):
+    DRAIN = "drain"  # take the node out now (no budget check: a human decided)
+    RESUME = "resume"  # suspect -> back in service; drained/repair -> revalidate
+    REPAIR_DONE = "repair_done"  # repair -> revalidate
+    RETIRE = "retire"
+    BURN_IN = "burn_in"  # new -> burn_in
+
+
+@dataclass(slots=True)
+class NodeRecord:
+    node: str
+    state: NodeState
+    since: datetime
+    domains: frozenset[str] = frozenset()
+    has_jobs: bool = False
+    committed: bool = False  # a drain is queued or waiting for a checkpoint
+    recent: deque[HealthEvent] = field(default_factory=lambda: deque(maxlen=_MAX_RECENT))
+
+    def view(self) -> NodeView:
+        return NodeView(self.node, self.state, self.since, self.has_jobs)
+
+
+@dataclass(frozen=True, slots=True)
+class SchedObservation:
+    """What the scheduler says about one node (filled in by the controller from the scheduler port)."""
+
+    has_jobs: bool
+    drained_empty: bool  # drain flag set and no jobs left
+
+
+class LifecycleEngine:
+    def __init__(
+        self,
+        policy: Policy,
+        nodes: Iterable[NodeRecord] = (),
+        *,
+        breaker: BreakerState | None = None,
+        held: Iterable[Decision] = (),
+        dry_run: bool | None = None,
+    ) -> None:
+        self.policy = policy
+        self.budget = Budget(policy.config.max_unavailable_fleet, policy.config.max_unavailable_domain)
+        self.nodes: dict[str, NodeRecord] = {n.node: n for n in nodes}
+        self.breaker = breaker or BreakerState()
+        self.held: dict[str, Decision] = {d.node: d for d in held}
+        self.dry_run = policy.config.dry_run if dry_run is None else dry_run
+        self._members: dict[str, frozenset[str]] | None = None
+
+    # ---- inventory --------------------------------------------------------------------------
+    def add_node(self, node: str, domains: frozenset[str], state: NodeState, now: datetime, actor_id: str) -> Plan:
+        if node in self.nodes:
+            raise Conflict(f"node {node} is already registered")
+        if state not in (S.NEW, S.READY):
+            raise InvalidInput("state", state, "new or ready (the states a node can be registered in)")
+        self.nodes[node] = NodeRecord(node, state, now, domains)
+        self._members = None
+        return Plan(audit=[AuditEntry(now, Actor.OPERATOR, actor_id, "register", node, f"registered as {state}")])
+
+    def remember(self, events: Iterable[HealthEvent]) -> None:
+        """Load past evidence (after a restart) without deciding anything."""
+        for e in sorted(events, key=lambda e: e.time):
+            if e.node in self.nodes:
+                self.nodes[e.node].recent.append(e)
+
+    # ---- evidence ---------------------------------------------------------------------------
+    def observe(self, events: Sequence[HealthEvent], now: datetime) -> Plan:
+        plan = Plan()
+        touched: dict[str, None] = {}
+        for e in sorted(events, key=lambda e: e.time):
+            rec = self._node(e.node)
+            rec.recent.append(e)
+            touched[e.node] = None
+        for node in touched:
+            rec = self.nodes[node]
+            self._prune(rec, now)
+            decision = self.policy.evaluate(rec.view(), list(rec.recent), now)
+            if decision is not None:
+                plan.extend(self._apply(decision, now))
+        return plan
+
+    def sync(self, observed: Mapping[str, SchedObservation], now: datetime) -> Plan:
+        """Reconcile ready <-> in_service and draining -> drained with what the scheduler reports."""
+        plan = Plan()
+        for node, obs in observed.items():
+            rec = self.nodes.get(node)
+            if rec is None:
+                continue
+            rec.has_jobs = obs.has_jobs
+            if rec.state == S.READY and obs.has_jobs:
+                plan.extend(self._move(rec, S.IN_SERVICE, now, "scheduler placed a job", Actor.SCHEDULER))
+            elif rec.state == S.IN_SERVICE and not obs.has_jobs:
+                plan.extend(self._move(rec, S.READY, now, "no job running", Actor.SCHEDULER))
+            elif rec.state == S.DRAINING and obs.drained_empty:
+                plan.extend(self._move(rec, S.DRAINED, now, "drain complete: node empty", Actor.SCHEDULER))
+        return plan
+
+    def tick(self, now: datetime) -> Plan:
+        plan = Plan()
+        for rec in list(self.nodes.values()):
+            decision = self.policy.on_tick(rec.view(), now)
+            if decision is not None:
+                plan.extend(self._apply(decision, now))
+        return plan
+
+    def action_done(self, action: PlannedAction, decision: str, now: datetime) -> Plan:
+        """The reconciler carried ``action`` out: move a suspect node that was waiting to draining."""
+        rec = self.nodes.get(action.node)
+        if rec is None:
+            return Plan()
+        if action.kind in (ActionKind.DRAIN, ActionKind.DRAIN_AFTER_CHECKPOINT):
+            rec.committed = False
+            if rec.state == S.SUSPECT:
+                return self._move(rec, S.DRAINING, now, f"drained: {action.reason}", Actor.SYSTEM, decision=decision)
+        return Plan()
+
+    # ---- operators --------------------------------------------------------------------------
+    def operator(self, node: str, op: OperatorOp, actor_id: str, reason: str, now: datetime) -> Plan:
+        rec = self._node(node)
+        why = reason or f"operator {op}"
+        st = rec.state
+        acts: tuple[PlannedAction, ...] = ()
+        if op == OperatorOp.DRAIN:
+            if st not in (S.READY, S.IN_SERVICE, S.SUSPECT):
+                raise Conflict(f"node {node} is {st}: only ready, in_service or suspect nodes can be drained")
+            acts = (PlannedAction(ActionKind.DRAIN, node, why),)
+            to = S.DRAINING
+        elif op == OperatorOp.RESUME:
+            if st == S.SUSPECT:
+                to = S.IN_SERVICE if rec.has_jobs else S.READY
+            elif st in (S.DRAINED, S.REPAIR):
+                to = S.REVALIDATE
+                acts = (PlannedAction(ActionKind.VALIDATE, node, "revalidate before service", level="full"),)
+            else:
+                raise Conflict(f"node {node} is {st}: resume applies to suspect, drained or repair nodes "
+                               "(a drained node is revalidated before it returns)")
+        elif op == OperatorOp.REPAIR_DONE:
+            if st != S.REPAIR:
+                raise Conflict(f"node {node} is {st}, not in repair")
+            to = S.REVALIDATE
+            acts = (PlannedAction(ActionKind.VALIDATE, node, "revalidate after repair", level="full"),)
+        elif op == OperatorOp.RETIRE:
+            to = S.RETIRED
+            if st not in (S.DRAINING, S.DRAINED, S.REPAIR, S.RETIRED):
+                acts = (PlannedAction(ActionKind.DRAIN, node, why),)
+        elif op == OperatorOp.BURN_IN:
+            if st != S.NEW:
+                raise Conflict(f"node {node} is {st}: only new nodes start burn-in")
+            to = S.BURN_IN
+            acts = (PlannedAction(ActionKind.DRAIN, node, "burn-in before first use"),
+                    PlannedAction(ActionKind.VALIDATE, node, "burn-in", level="burnin"))
+        else:  # pragma: no cover - exhaustive over OperatorOp
+            raise InvalidInput("op", op, f"one of {[o.value for o in OperatorOp]}")
+        did = decision_id(node, f"operator_{op}", st, to, (actor_id, now.isoformat()))
+        d = Decision(did, node, now, st, to, f"operator_{op}", why, Severity.INFO, Actor.OPERATOR, actor_id,
+                     actions=acts)
+        plan = Plan()
+        if node in self.held:
+            plan.status_changes.append((self.held.pop(node).id, DecisionStatus.CANCELLED))
+        plan.extend(self._commit(d, now))
+        return plan
+
+    def reset_breaker(self, actor_id: str, now: datetime, *, discard_held: bool) -> Plan:
+        plan = Plan(breaker=BreakerState(), audit=[AuditEntry(
+            now, Actor.OPERATOR, actor_id, "breaker_reset", "breaker",
+            f"reset; {len(self.held)} held decision(s) {'discarded' if discard_held else 're-admitted'}")])
+        self.breaker = BreakerState()
+        held = sorted(self.held.values(), key=lambda d: (-d.severity.rank, d.time))
+        self.held.clear()
+        for d in held:
+            rec = self.nodes.get(d.node)
+            if discard_held or rec is None or rec.state not in (S.READY, S.IN_SERVICE, S.SUSPECT):
+                plan.status_changes.append((d.id, DecisionStatus.CANCELLED))
+                if discard_held and rec is not None and rec.state == S.SUSPECT:
+                    back = S.IN_SERVICE if rec.has_jobs else S.READY
+                    plan.extend(self._move(rec, back, now, "held decision discarded by operator",
+                                           Actor.OPERATOR, actor_id=actor_id, decision=d.id))
+                continue
+            plan.status_changes.append((d.id, DecisionStatus.CANCELLED))
+            again = replace(d, id=decision_id(d.node, d.rule, rec.state, d.to_state, (*d.evidence, "readmit")),
+                            from_state=rec.state, time=now)
+            plan.extend(self._apply(again, now))
+        return plan
+
+    def set_dry_run(self, on: bool, actor_id: str, now: datetime) -> Plan:
+        self.dry_run = on
+        return Plan(dry_run=on, audit=[AuditEntry(now, Actor.OPERATOR, actor_id, "dry_run", "mode",
+                                                  "dry-run on: decide and record, act on nothing" if on
+                                                  else "dry-run off: decisions are carried out")])
+
+    # ---- internals --------------------------------------------------------------------------
+    def unavailable(self) -> set[str]:
+        return {n for n, r in self.nodes.items() if r.state in UNAVAILABLE or r.committed}
+
+    def _apply(self, d: Decision, now: datetime) -> Plan:
+        """Policy decisions pass the dry-run switch and the breaker; operator ones go to _commit."""
+        if self.dry_run:
+            d = replace(d, status=DecisionStatus.DRY_RUN)
+            return Plan(decisions=[d], audit=[AuditEntry(now, Actor.POLICY, "policy", "dry_run_decision", d.node,
+                                                         f"would move {d.from_state} -> {d.to_state}: {d.reason}")])
+        if d.takes_node_out:
+            why = self.breaker.reason if self.breaker.tripped else self._violation(d.node)
+            if why is not None:
+                return self._hold(d, why, now)
+        return self._commit(d, now)
+
+    def _hold(self, d: Decision, why: str, now: datetime) -> Plan:
+        rec = self.nodes[d.node]
+        d = replace(d, status=DecisionStatus.HELD)
+        plan = Plan(decisions=[d])
+        old = self.held.get(d.node)
+        if old is not None:
+            plan.status_changes.append((old.id, DecisionStatus.CANCELLED))
+        self.held[d.node] = d
+        if not self.breaker.tripped:
+            self.breaker = BreakerState(True, why, now)
+            plan.breaker = self.breaker
+            plan.audit.append(AuditEntry(now, Actor.POLICY, "breaker", "breaker_trip", "breaker", why))
+            log.warning("blast-radius breaker tripped: %s; decisions are held until an operator resets it", why)
+        plan.audit.append(AuditEntry(now, Actor.POLICY, "breaker", "held", d.node,
+                                     f"held {d.from_state} -> {d.to_state} ({d.reason}): {why}"))
+        if rec.state in (S.READY, S.IN_SERVICE):
+            plan.extend(self._move(rec, S.SUSPECT, now, f"held by breaker: {d.reason}", Actor.POLICY, decision=d.id))
+        return plan
+
+    def _commit(self, d: Decision, now: datetime) -> Plan:
+        rec = self._node(d.node)
+        if rec.state != d.from_state:
+            raise Conflict(f"node {d.node} is {rec.state}, decision {d.id} expected {d.from_state}")
+        d = replace(d, status=DecisionStatus.APPLIED)
+        plan = Plan(decisions=[d])
+        plan.audit.append(AuditEntry(now, d.actor, d.actor_id, "decision", d.node,
+                                     f"{d.rule}: {d.from_state} -> {d.to_state}: {d.reason}"))
+        plan.extend(self._move(rec, d.to_state, now, d.reason, d.actor, actor_id=d.actor_id, decision=d.id,
+                               evidence=d.evidence))
+        for a in d.actions:
+            plan.actions.append(OutboxAction(action_id(d.id, a.kind), d.id, a, now))
+            if a.kind in (ActionKind.DRAIN, ActionKind.DRAIN_AFTER_CHECKPOINT):
+                rec.committed = a.kind == ActionKind.DRAIN_AFTER_CHECKPOINT
+        return plan
+
+    def _move(self, rec: NodeRecord, to: NodeState, now: datetime, reason: str, actor: Actor, *,
+              actor_id: str = "", decision: str | None = None, evidence: tuple[str, ...] = ()) -> Plan:
+        if rec.state == to:
+            return Plan()
+        t = transition(rec.node, rec.state, to, time=now, reason=reason, actor=actor,
+                       actor_id=actor_id or actor.value, evidence=evidence, decision_id=decision)
+        log.info("%s: %s -> %s (%s; %s)", rec.node, rec.state, to, reason, actor)
+        rec.state, rec.since = to, now
+        if to in UNAVAILABLE or to == S.RETIRED:
+            rec.committed = False
+        return Plan(transitions=[t])
+
+    def _violation(self, node: str) -> str | None:
+        if self._members is None:
+            members: dict[str, set[str]] = {}
+            for r in self.nodes.values():
+                for dom in r.domains:
+                    members.setdefault(dom, set()).add(r.node)
+            self._members = {k: frozenset(v) for k, v in members.items()}
+        active = [r for r in self.nodes.values() if r.state != S.RETIRED]
+        domains = {r.node: r.domains for r in active}
+        return self.budget.violation(node, self.unavailable(), domains, self._members, len(active))
+
+    def _prune(self, rec: NodeRecord, now: datetime) -> None:
+        horizon = now - self.policy.lookback()
+        while rec.recent and rec.recent[0].time < horizon:
+            rec.recent.popleft()
+
+    def _node(self, node: str) -> NodeRecord:
+        rec = self.nodes.get(node)
+        if rec is None:
+            raise NotFound("node", node)
+        return rec

@@ -1,0 +1,163 @@
+"""The remediation policy: from (node state, recent events, clock) to at most one decision.
+
+Pure: no I/O, no clock reads. Rules (catalog semantics; thresholds from the policy file):
+
+* fatal evidence on a schedulable node -> drain now, requeue its jobs;
+* degraded evidence on a ready/in-service node -> suspect; drain when the running job reaches its
+  next checkpoint or ends (at once when it runs nothing);
+* info -> recorded only; info events still count towards escalations ("N in window T");
+* a node in revalidation or burn-in goes to ready on a passing check and to repair on a failing one;
+* drained nodes go to repair (``auto_repair``), new nodes to burn-in (``auto_burn_in``).
+
+Only evidence newer than the node's last transition can trigger a decision, so a repaired node is
+not drained again for the fault it was repaired for; escalation counts look over the whole window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from gpufleet.domain.catalog import Catalog, Escalation
+from gpufleet.domain.events import EventKind, HealthEvent, Severity
+from gpufleet.lifecycle.config import PolicyConfig
+from gpufleet.lifecycle.decisions import ActionKind, Decision, PlannedAction, decision_id
+from gpufleet.lifecycle.states import NodeState
+
+S = NodeState
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """What the policy may know about a node."""
+
+    node: str
+    state: NodeState
+    since: datetime  # time of the last transition
+    has_jobs: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Judged:
+    event: HealthEvent
+    severity: Severity
+    why: str
+
+
+class Policy:
+    def __init__(self, config: PolicyConfig, catalog: Catalog) -> None:
+        self.config = config
+        self.catalog = catalog
+
+    # ---- judging events ---------------------------------------------------------------------
+    def judge(self, event: HealthEvent) -> Judged:
+        """The severity of one event on its own (the producer's, else the catalog's)."""
+        entry = self.catalog.lookup(event.kind, event.code)
+        if event.severity is not None:
+            return Judged(event, event.severity, f"{_label(event)} reported {event.severity}")
+        if entry.collateral:
+            return Judged(event, Severity.INFO, f"{_label(event)} is collateral of another error")
+        name = f" ({entry.name})" if entry.name and entry.code is not None else ""
+        return Judged(event, entry.severity, f"{_label(event)}{name}: {entry.severity}")
+
+    def escalate(self, fresh: Sequence[HealthEvent], history: Sequence[HealthEvent], now: datetime) -> list[Judged]:
+        """Escalations that fire because of at least one fresh event."""
+        out: list[Judged] = []
+        for esc in self.catalog.escalations:
+            trigger = next((e for e in reversed(fresh) if _matches(esc, e)), None)
+            if trigger is None:
+                continue
+            n = sum(1 for e in history if _matches(esc, e) and now - esc.window <= e.time <= now)
+            if n >= esc.count:
+                why = f"{_label(trigger)} seen {n} times within {esc.window} (threshold {esc.count})"
+                out.append(Judged(trigger, esc.severity, why))
+        return out
+
+    # ---- deciding ---------------------------------------------------------------------------
+    def evaluate(self, view: NodeView, events: Sequence[HealthEvent], now: datetime) -> Decision | None:
+        """At most one decision for ``view`` given its recent ``events`` (any order, any age)."""
+        history = sorted((e for e in events if e.time >= now - self.lookback()), key=lambda e: e.time)
+        fresh = [e for e in history if e.time > view.since]
+        judged = [self.judge(e) for e in fresh if e.kind not in (EventKind.CHECK_PASSED, EventKind.MOVED)]
+        judged += self.escalate(fresh, history, now)
+        worst = max(judged, key=lambda j: (j.severity.rank, j.event.time), default=None)
+        st = view.state
+
+        if st in (S.READY, S.IN_SERVICE, S.SUSPECT) and worst is not None:
+            bad = [j for j in judged if j.severity == worst.severity]
+            evidence = tuple(dict.fromkeys(j.event.id for j in bad))
+            if worst.severity == Severity.FATAL:
+                acts = [PlannedAction(ActionKind.DRAIN, view.node, worst.why)]
+                if view.has_jobs:
+                    acts.append(PlannedAction(ActionKind.REQUEUE_JOBS, view.node, worst.why))
+                return self._decide(view, S.DRAINING, "fatal_event", worst, evidence, tuple(acts), now)
+            if worst.severity == Severity.DEGRADED and st != S.SUSPECT:
+                if view.has_jobs:
+                    act = PlannedAction(ActionKind.DRAIN_AFTER_CHECKPOINT, view.node, worst.why)
+                    return self._decide(view, S.SUSPECT, "degraded_event", worst, evidence, (act,), now)
+                act = PlannedAction(ActionKind.DRAIN, view.node, worst.why)
+                return self._decide(view, S.DRAINING, "degraded_idle", worst, evidence, (act,), now)
+            return None
+
+        if st in (S.REVALIDATE, S.BURN_IN):
+            failed = [j for j in judged if j.severity in (Severity.FATAL, Severity.DEGRADED)]
+            if failed:
+                f = max(failed, key=lambda j: j.severity.rank)
+                evidence = tuple(j.event.id for j in failed)
+                return self._decide(view, S.REPAIR, "validation_failed", f, evidence, (), now)
+            passed = [e for e in fresh if e.kind == EventKind.CHECK_PASSED]
+            if passed:
+                j = Judged(passed[-1], Severity.INFO, f"{st} passed: {_label(passed[-1])}")
+                act = PlannedAction(ActionKind.RESUME, view.node, j.why)
+                return self._decide(view, S.READY, "validation_passed", j, (passed[-1].id,), (act,), now)
+        return None
+
+    def on_tick(self, view: NodeView, now: datetime) -> Decision | None:
+        """Time-driven moves that need no new evidence."""
+        if view.state == S.DRAINED and self.config.auto_repair:
+            return self._decide_plain(view, S.REPAIR, "auto_repair", "drained: handed to repair", (), now)
+        if view.state == S.NEW and self.config.auto_burn_in:
+            acts = (
+                PlannedAction(ActionKind.DRAIN, view.node, "burn-in before first use"),
+                PlannedAction(ActionKind.VALIDATE, view.node, "burn-in", level="burnin"),
+            )
+            return self._decide_plain(view, S.BURN_IN, "auto_burn_in", "new node: burn-in", acts, now)
+        return None
+
+    # ---- helpers ----------------------------------------------------------------------------
+    def lookback(self) -> timedelta:
+        """How far back evidence matters (the evidence window or the longest escalation window)."""
+        longest = max((e.window for e in self.catalog.escalations), default=self.config.evidence_window)
+        return max(longest, self.config.evidence_window)
+
+    def _decide(
+        self,
+        view: NodeView,
+        to: NodeState,
+        rule: str,
+        judged: Judged,
+        evidence: tuple[str, ...],
+        actions: tuple[PlannedAction, ...],
+        now: datetime,
+    ) -> Decision:
+        did = decision_id(view.node, rule, view.state, to, evidence)
+        return Decision(did, view.node, now, view.state, to, rule, judged.why, judged.severity,
+                        evidence=evidence, actions=actions)
+
+    def _decide_plain(
+        self, view: NodeView, to: NodeState, rule: str, reason: str, actions: tuple[PlannedAction, ...], now: datetime
+    ) -> Decision:
+        did = decision_id(view.node, rule, view.state, to, (view.since.isoformat(),))
+        return Decision(did, view.node, now, view.state, to, rule, reason, Severity.INFO, actions=actions)
+
+
+def _matches(esc: Escalation, e: HealthEvent) -> bool:
+    return e.kind == esc.kind and (esc.code is None or e.code == esc.code)
+
+
+def _label(e: HealthEvent) -> str:
+    where = f" on {e.component}" if e.component else ""
+    code = f" {e.code}" if e.code is not None else ""
+    return f"{e.kind}{code}{where}"
+
