@@ -31,6 +31,7 @@ def _root() -> None:
 _COMMANDS: tuple[str, ...] = (
     "version",
     "controller",
+    "slurm",
 )
 
 for _name in _COMMANDS:
