@@ -110,6 +110,14 @@ class SlurmLab:
                 return tok.split("=", 1)[1]
         return ""
 
+    def wait_saved(self, what: str, since: float) -> None:
+        """Wait until slurmctld has written its ``<what>_state`` file (job, node) after ``since``.
+
+        slurmctld saves state lazily (seconds after a change); a SIGKILL before that loses the change.
+        Tests that crash slurmctld on purpose call this first when they need the change to survive."""
+        path = self.root / "state" / f"{what}_state"
+        wait_for(lambda: path.exists() and path.stat().st_mtime >= since, f"slurmctld saved {path.name}")
+
     def hook(self, name: str, body: str, node: str | None = None) -> Path:
         """Install an executable hook (prolog, epilog, healthcheck), for one node or all."""
         path = self.root / "hooks" / (f"{name}.{node}" if node else name)

@@ -26,7 +26,8 @@ class ReplayRunner:
     """Answers each argv with a recording; commands that change state succeed silently unless a
     recording is given for them. Every call is kept in ``calls``."""
 
-    def __init__(self, answers: dict[tuple[str, ...], str]) -> None:
+    def __init__(self, answers: dict[tuple[str, ...], str | list[str]]) -> None:
+        """``answers`` maps argv to a recording name, or to a list of names used in turn (the last sticks)."""
         self._answers = answers
         self.calls: list[tuple[str, ...]] = []
 
@@ -34,7 +35,9 @@ class ReplayRunner:
         key = tuple(argv)
         self.calls.append(key)
         if key in self._answers:
-            rec = recording(self._answers[key])
+            names = self._answers[key]
+            name = names if isinstance(names, str) else (names.pop(0) if len(names) > 1 else names[0])
+            rec = recording(name)
             return CommandResult(key, rec.returncode, rec.stdout, rec.stderr)
         if key[:2] == ("scontrol", "show"):
             return CommandResult(key, 1, f"Node {key[-1]} not found\n", "")
@@ -44,10 +47,16 @@ class ReplayRunner:
     def writes(self) -> list[tuple[str, ...]]:
         return [c for c in self.calls if c[:2] != ("scontrol", "show") and c[0] not in ("sinfo", "squeue")]
 
+    def answer(self, argv: tuple[str, ...], names: str | list[str]) -> None:
+        self._answers[argv] = names
+
 
 def busy_cluster() -> ReplayRunner:
     """The "busy" recording: n1 allocated, n2 drained by gpufleet, n3 draining by an admin, ghost drained."""
-    answers = {("sinfo", "--json"): "sinfo-busy", ("squeue", "--json"): "squeue-busy"}
+    answers: dict[tuple[str, ...], str | list[str]] = {
+        ("sinfo", "--json"): "sinfo-busy", ("squeue", "--json"): "squeue-busy",
+        ("scontrol", "show", "config"): "show-config",
+    }
     for n in ("n1", "n2", "n3", "ghost"):
         answers[("scontrol", "show", "node", n)] = f"show-node-{n}-busy"
     return ReplayRunner(answers)

@@ -82,10 +82,10 @@ def test_unreachable_controller_is_retryable() -> None:
 
 
 def test_failed_update_while_unreachable_is_retryable() -> None:
-    answers = dict(busy_cluster()._answers)
-    answers[("scontrol", "update", "nodename=n1", "state=drain", "reason=gpufleet:d-1 x")] = "update-unreachable"
+    r = busy_cluster()
+    r.answer(("scontrol", "update", "nodename=n1", "state=drain", "reason=gpufleet:d-1 x"), "update-unreachable")
     with pytest.raises(ExternalError) as err:
-        _sched(ReplayRunner(answers)).drain("n1", "gpufleet:d-1 x")
+        _sched(r).drain("n1", "gpufleet:d-1 x")
     assert err.value.retryable
 
 
@@ -193,3 +193,33 @@ def test_subprocess_runner_passes_slurm_conf() -> None:
     res = SubprocessRunner("/x/slurm.conf")([sys.executable, "-c", "import os; print(os.environ['SLURM_CONF'])"],
                                             timeout=10)
     assert res.returncode == 0 and res.stdout.strip() == "/x/slurm.conf"
+
+
+def test_drain_lost_in_slurmctld_restart_is_reasserted() -> None:
+    """n1 was drained by us, slurmctld crashed before saving it (BOOT_TIME changed, flag gone)."""
+    r = busy_cluster()
+    r.answer(("scontrol", "show", "config"), ["show-config", "show-config-restarted"])
+    s = _sched(r)
+    s.drain("n1", "gpufleet:d-5 xid 79")
+    s.list_nodes()  # the recording shows n1 ALLOCATED without DRAIN
+    drain = ("scontrol", "update", "nodename=n1", "state=drain", "reason=gpufleet:d-5 xid 79")
+    assert r.writes == [drain, drain]
+
+
+def test_drain_cleared_by_an_operator_is_respected() -> None:
+    """Same picture but slurmctld did not restart: someone resumed the node on purpose."""
+    r = busy_cluster()
+    s = _sched(r)
+    s.drain("n1", "gpufleet:d-6 xid 79")
+    s.list_nodes()
+    s.list_nodes()
+    assert r.writes == [("scontrol", "update", "nodename=n1", "state=drain", "reason=gpufleet:d-6 xid 79")]
+
+
+def test_requeue_answered_pending_execution_is_a_noop() -> None:
+    """A just-requeued job still shows COMPLETING; Slurm then refuses with "pending execution"."""
+    ids = recorded_job_ids()
+    r = busy_cluster()
+    r.answer(("scontrol", "requeue", ids["train-a"]), "requeue-pending")
+    _sched(r).requeue(ids["train-a"])  # no exception
+    assert r.writes == [("scontrol", "requeue", ids["train-a"])]

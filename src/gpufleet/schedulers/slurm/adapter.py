@@ -15,6 +15,13 @@ How the port's contract maps onto Slurm:
 * **Failures.** A controller that does not answer (``Unable to contact slurm controller``, a JSON
   document whose ``errors`` list is not empty, a command time-out) is ``ExternalError`` (retryable);
   ``Invalid node name`` / ``Node X not found`` / ``Invalid job id`` are ``NotFound``.
+* **Drains survive a slurmctld crash.** slurmctld acknowledges ``scontrol update state=drain`` at
+  once but writes its node state file up to a few seconds later (3.5 s measured on the lab), so a
+  crash in that window silently forgets the drain. The adapter remembers the drains it issued and
+  the controller's ``BOOT_TIME`` at that moment; when a later ``list_nodes`` (every reconciler pass)
+  finds such a node without its DRAIN flag *and* slurmctld has rebooted since, it drains it again
+  (WARNING). If slurmctld did not reboot, someone resumed the node on purpose: that is respected
+  and the drain is forgotten.
 * **Requeue.** ``scontrol requeue`` only for a job that is running; a job that is already pending
   (requeued) is left alone, which makes a retried requeue a no-op. Slurm keeps a requeued job
   ineligible for ~121 s (``EligibleTime``); ``start_now`` (or ``requeue_starts_now=True``) lifts that.
@@ -36,6 +43,7 @@ from gpufleet.schedulers.slurm.runner import CommandResult, CommandRunner, Subpr
 
 log = logging.getLogger(__name__)
 
+_ALREADY_OFF = ("Job is pending execution", "already completing or completed")
 _MAX_REASON = 1000  # Slurm accepts long reasons; keep ours bounded and on one line
 
 
@@ -97,6 +105,7 @@ class SlurmScheduler:
         self._timeout = timeout
         self._reader = reader if reader is not None else CliReader(self._run, timeout)
         self._requeue_starts_now = requeue_starts_now
+        self._issued: dict[str, tuple[str, str]] = {}  # node -> (reason, slurmctld BOOT_TIME when drained)
 
     # ---- reads --------------------------------------------------------------------------------
     def slurm_nodes(self) -> list[SlurmNode]:
@@ -108,6 +117,8 @@ class SlurmScheduler:
 
     def list_nodes(self) -> Sequence[SchedNode]:
         nodes = self.slurm_nodes()
+        if self._issued and self._reassert_lost_drains(nodes):
+            nodes = self.slurm_nodes()
         by_node = self._running_by_node(self.list_jobs())
         return [n.view(by_node.get(n.name, ())) for n in nodes]
 
@@ -140,6 +151,7 @@ class SlurmScheduler:
             return
         self._scontrol(["update", f"nodename={node}", "state=drain", f"reason={text}"], node=node)
         log.info("%s: drained in slurm: %s", node, text)
+        self._issued[node] = (text, self._boot_time())
 
     def resume(self, node: str) -> None:
         current = self.slurm_node(node)
@@ -156,8 +168,10 @@ class SlurmScheduler:
         if (res.returncode != 0 and "Invalid node state specified" in res.stderr
                 and not self.slurm_node(node).drain_flag):
             log.info("%s: resumed (drain cleared; node not responding)", node)
+            self._issued.pop(node, None)
             return
         raise_for(res, node=node)
+        self._issued.pop(node, None)
         log.info("%s: resumed in slurm (was %r)", node, current.reason)
 
     def set_features(self, node: str, features: Sequence[str]) -> None:
@@ -181,7 +195,13 @@ class SlurmScheduler:
         if job.state != JobState.RUNNING:
             log.info("job %s: not running (%s); requeue is a no-op", job_id, job.state)
             return
-        self._scontrol(["requeue", job_id], job=job_id)
+        res = self._run(["scontrol", "requeue", job_id], timeout=self._timeout)
+        if res.returncode != 0 and any(t in res.stderr for t in _ALREADY_OFF):
+            # squeue shows a just-requeued job as COMPLETING (PENDING+COMPLETING) while its node cleans
+            # up; Slurm then answers "Job is pending execution": the requeue already happened.
+            log.info("job %s: already requeued or ending (%s); requeue is a no-op", job_id, res.stderr.strip())
+            return
+        raise_for(res, job=job_id)
         log.info("job %s: requeued from %s", job_id, ",".join(job.nodes))
         if self._requeue_starts_now:
             self.start_now(job_id)
@@ -208,6 +228,35 @@ class SlurmScheduler:
         self._scontrol(["update", f"jobid={job_id}", f"comment={with_checkpoint(comment, at)}"], job=job_id)
 
     # ---- internals ----------------------------------------------------------------------------
+    def _boot_time(self) -> str:
+        """slurmctld's BOOT_TIME (``scontrol show config``): changes exactly when it restarts."""
+        res = self._scontrol(["show", "config"])
+        for line in res.stdout.splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "BOOT_TIME":
+                return value.strip()
+        return ""
+
+    def _reassert_lost_drains(self, nodes: Sequence[SlurmNode]) -> bool:
+        """Re-drain nodes whose drain a slurmctld restart lost; returns whether it changed anything."""
+        by_name = {n.name: n for n in nodes}
+        lost = [name for name in self._issued if name in by_name and not by_name[name].drain_flag]
+        if not lost:
+            return False
+        boot = self._boot_time()
+        changed = False
+        for name in lost:
+            reason, boot_then = self._issued.pop(name)
+            if boot and boot_then and boot != boot_then:
+                log.warning("%s: slurmctld restarted (boot %s -> %s) and lost gpufleet's drain; draining again: %s",
+                            name, boot_then, boot, reason)
+                self._scontrol(["update", f"nodename={name}", "state=drain", f"reason={reason}"], node=name)
+                self._issued[name] = (reason, boot)
+                changed = True
+            else:
+                log.info("%s: gpufleet's drain (%r) was cleared by someone in slurm; respecting it", name, reason)
+        return changed
+
     def _scontrol(self, args: list[str], *, node: str | None = None, job: str | None = None) -> CommandResult:
         res = self._run(["scontrol", *args], timeout=self._timeout)
         raise_for(res, node=node, job=job)
