@@ -55,6 +55,19 @@ stop_pidfile() { # stop_pidfile FILE [SIGNAL]: signal that PID, wait up to 10 s,
   rm -f "$f"
 }
 
+lab_job_pids() { # PIDs of this lab's slurmstepd and job processes (SLURM_CONF=<lab conf> in their environment)
+  local d pid env
+  for d in /proc/[0-9]*; do
+    pid="${d#/proc/}"
+    [ "$pid" = "$$" ] && continue
+    env="$(tr '\0' '\n' < "$d/environ" 2>/dev/null)" || continue
+    printf '%s\n' "$env" | grep -qxF "SLURM_CONF=$SLURM_CONF" || continue
+    if [ "$(cat "$d/comm" 2>/dev/null)" = slurmstepd ] || printf '%s\n' "$env" | grep -q '^SLURM_JOB_ID='; then
+      alive "$pid" && echo "$pid"
+    fi
+  done
+}
+
 print_env() {
   cat <<ENV
 export SLURM_LAB=$LAB
@@ -207,9 +220,14 @@ cmd_down() {
       [ -z "$(timeout 5 squeue -h -t R,CG 2>/dev/null || true)" ] && break; sleep 0.5
     done
   fi
-  local f
+  local f pid
   for f in "$RUN"/slurmrestd*.pid; do stop_pidfile "$f"; done
   for f in "$RUN"/slurmd.*.pid; do stop_pidfile "$f"; done
+  # Job steps whose controller forgot them (e.g. after a slurmctld crash) outlive scancel and slurmd:
+  # end this lab's slurmstepd and job processes, found by their SLURM_CONF, by PID.
+  for pid in $(lab_job_pids); do kill -TERM "$pid" 2>/dev/null || true; done
+  for _ in $(seq 1 30); do [ -z "$(lab_job_pids)" ] && break; sleep 0.1; done
+  for pid in $(lab_job_pids); do kill -KILL "$pid" 2>/dev/null || true; done
   stop_pidfile "$RUN/slurmctld.pid"
   stop_pidfile "$RUN/munged.pid"
   [ "${1:-}" = "--purge" ] && rm -rf "$LAB"

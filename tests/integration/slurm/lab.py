@@ -48,14 +48,16 @@ def _pick_port_base() -> int:
     raise RuntimeError("no free port range for the Slurm lab")
 
 
-def wait_for(check: Callable[[], bool], what: str, timeout: float = 40.0, interval: float = 0.1) -> None:
+def wait_for(check: Callable[[], bool], what: str | Callable[[], str], timeout: float = 40.0,
+             interval: float = 0.1) -> None:
     """Poll ``check`` until it is true; fail the test with ``what`` after ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         if check():
             return
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout:g} s waiting for: {what}", pytrace=False)
+            text = what if isinstance(what, str) else what()
+            pytest.fail(f"timed out after {timeout:g} s waiting for: {text}", pytrace=False)
         time.sleep(interval)
 
 
@@ -76,10 +78,10 @@ class SlurmLab:
                 "SLURM_LAB_NODES": str(len(self.nodes)), "SLURM_LAB_HC_INTERVAL": str(self.hc_interval),
                 "SLURM_CONF": self.slurm_conf}
 
-    def script(self, *args: str, timeout: float = 120) -> str:
+    def script(self, *args: str, timeout: float = 120, check: bool = True) -> str:
         proc = subprocess.run([str(SCRIPT), *args], env=self.env, capture_output=True, text=True,
                               timeout=timeout, check=False)
-        if proc.returncode != 0:
+        if check and proc.returncode != 0:
             raise RuntimeError(f"slurm-lab.sh {' '.join(args)} failed ({proc.returncode}): {proc.stderr}{proc.stdout}")
         return proc.stdout
 
@@ -102,6 +104,10 @@ class SlurmLab:
         out = self.cmd("sbatch", "--parsable", "-w", node, "-J", "lab", "-o", str(self.root / "jobs" / "%j.out"),
                        *extra, "--wrap", script).stdout
         return out.strip().split(";")[0]
+
+    def job_output(self, job_id: str) -> str:
+        path = self.root / "jobs" / f"{job_id}.out"
+        return path.read_text() if path.exists() else ""
 
     def job_state(self, job_id: str) -> str:
         out = self.cmd("scontrol", "show", "job", job_id, check=False).stdout

@@ -15,7 +15,6 @@ from gpufleet.schedulers.slurm.checkpoint import marker_time, parse_checkpoint, 
 @given(text=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40),
        at=st.datetimes(min_value=datetime(2000, 1, 1), max_value=datetime(2100, 1, 1), timezones=st.just(UTC)))
 def test_token_round_trip_keeps_other_text(text: str, at: datetime) -> None:
-    at = at.replace(microsecond=0)
     comment = with_checkpoint(text, at)
     assert parse_checkpoint(comment) == at
     again = with_checkpoint(comment, at + timedelta(hours=1))
@@ -47,3 +46,9 @@ def test_marker_time_is_mtime(tmp_path: Path) -> None:
     assert marker_time(marker) == datetime.fromtimestamp(1795265000, UTC)
     with pytest.raises(NotFound):
         marker_time(tmp_path / "missing")
+
+
+def test_sub_second_precision_kept() -> None:
+    at = datetime(2026, 11, 21, 13, 4, 36, 512000, tzinfo=UTC)
+    assert with_checkpoint("", at) == "gpufleet:checkpoint=2026-11-21T13:04:36.512000Z"
+    assert parse_checkpoint(with_checkpoint("", at)) == at

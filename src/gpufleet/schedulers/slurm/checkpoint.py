@@ -26,7 +26,8 @@ _TOKEN_RE = re.compile(re.escape(TOKEN) + r"(\S+)")
 def format_time(at: datetime) -> str:
     if at.tzinfo is None:
         raise InvalidInput("checkpoint time", at.isoformat(), "a timezone-aware time")
-    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # Sub-second precision is kept: a checkpoint is compared with the time a drain was decided.
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def parse_checkpoint(comment: str) -> datetime | None:

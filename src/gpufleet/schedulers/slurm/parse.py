@@ -104,10 +104,13 @@ def load_json(text: str, what: str) -> Mapping[str, object]:
         raise ExternalError(SYSTEM, f"{what}: expected a JSON object, got {type(doc).__name__}", retryable=False)
     errors = doc.get("errors") or []
     if errors:
-        # 22.05 reports an unreachable controller as {"error": "Unspecified error", "errno": -1} with
-        # an empty list and exit status 0: treat any error as "Slurm did not answer", retryable.
+        # 22.05 reports an unreachable controller as {"error": "Unspecified error", "errno": -1} (sinfo)
+        # or {"source": "slurm_load_jobs", "error_number": -1, ...} (squeue) with an empty list and
+        # exit status 0: treat any error as "Slurm did not answer", retryable.
         detail = "; ".join(
-            f"{e.get('error', '?')} (errno {e.get('errno', '?')})" for e in errors if isinstance(e, dict)
+            " ".join(str(e[k]) for k in ("source", "description", "error") if e.get(k))
+            + f" (errno {e.get('errno', e.get('error_number', '?'))})"
+            for e in errors if isinstance(e, dict)
         )
         raise ExternalError(SYSTEM, f"{what} reported errors (controller unreachable?): {detail or errors!r}")
     return doc
