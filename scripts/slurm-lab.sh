@@ -60,7 +60,7 @@ lab_job_pids() { # PIDs of this lab's slurmstepd and job processes (SLURM_CONF=<
   for d in /proc/[0-9]*; do
     pid="${d#/proc/}"
     [ "$pid" = "$$" ] && continue
-    env="$(tr '\0' '\n' < "$d/environ" 2>/dev/null)" || continue
+    env="$( { tr '\0' '\n' < "$d/environ"; } 2>/dev/null)" || continue
     printf '%s\n' "$env" | grep -qxF "SLURM_CONF=$SLURM_CONF" || continue
     if [ "$(cat "$d/comm" 2>/dev/null)" = slurmstepd ] || printf '%s\n' "$env" | grep -q '^SLURM_JOB_ID='; then
       alive "$pid" && echo "$pid"
