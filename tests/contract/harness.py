@@ -72,11 +72,14 @@ class SlurmHarness:
     lab: SlurmLab
 
     @classmethod
-    def create(cls, lab: SlurmLab) -> SlurmHarness:
+    def create(cls, lab: SlurmLab, *, rest: bool = False) -> SlurmHarness:
+        """``rest``: read nodes and jobs through slurmrestd (unix socket) instead of sinfo/squeue."""
         from gpufleet.schedulers.slurm import SlurmScheduler
+        from gpufleet.schedulers.slurm.restd import RestReader
 
         lab.reset()
-        return cls(SlurmScheduler(slurm_conf=lab.slurm_conf), list(lab.nodes), lab)
+        reader = RestReader(socket=str(lab.root / "run" / "slurmrestd.sock")) if rest else None
+        return cls(SlurmScheduler(slurm_conf=lab.slurm_conf, reader=reader), list(lab.nodes), lab)
 
     def start_job(self, node: str) -> str:
         job = self.lab.sbatch(node)

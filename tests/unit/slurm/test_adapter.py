@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -223,3 +224,20 @@ def test_requeue_answered_pending_execution_is_a_noop() -> None:
     r.answer(("scontrol", "requeue", ids["train-a"]), "requeue-pending")
     _sched(r).requeue(ids["train-a"])  # no exception
     assert r.writes == [("scontrol", "requeue", ids["train-a"])]
+
+
+def test_rest_reader_needs_one_transport() -> None:
+    from gpufleet.schedulers.slurm.restd import RestReader
+
+    with pytest.raises(InvalidInput) as err:
+        RestReader()
+    assert err.value.field == "slurmrestd"
+
+
+def test_rest_reader_unreachable_socket_is_retryable(tmp_path: Path) -> None:
+    from gpufleet.schedulers.slurm.restd import RestReader
+
+    s = SlurmScheduler(busy_cluster(), reader=RestReader(socket=str(tmp_path / "no.sock")))
+    with pytest.raises(ExternalError) as err:
+        s.list_nodes()
+    assert err.value.retryable
