@@ -110,8 +110,10 @@ def prolog(
 
 
 # ---- epilog -------------------------------------------------------------------------------------
+# What slurmd 22.05 puts in the epilog's environment (seen on the lab), copied into the journal.
 _EPILOG_ENV = ("SLURM_JOB_ID", "SLURM_JOB_USER", "SLURM_JOB_UID", "SLURM_JOB_PARTITION", "SLURM_JOB_EXIT_CODE",
-               "SLURM_JOB_DERIVED_EC", "SLURM_JOB_NODELIST", "SLURM_RESTART_COUNT", "SLURM_SCRIPT_CONTEXT")
+               "SLURM_JOB_EXIT_CODE2", "SLURM_JOB_DERIVED_EC", "SLURM_NODELIST", "SLURM_JOB_RESTART_COUNT",
+               "SLURM_JOB_WORK_DIR", "SLURM_SCRIPT_CONTEXT")
 
 
 def epilog_record(node: str, env: Mapping[str, str], now: datetime) -> dict[str, str]:
