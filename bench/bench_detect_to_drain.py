@@ -13,9 +13,9 @@ HealthCheckInterval=1, Slurm's shortest):
 * ``healthcheck``: the classic operator set-up: a HealthCheckProgram (every 1 s) that scans the same
   kernel-log file for fatal Xid lines and drains its node with ``scontrol``.
 
-Trials rotate over n1..n3; each trial appends one fresh Xid line, takes t0 just before the write and
-t1 when a poll of ``scontrol show node`` (every 20 ms) first shows DRAIN. Needs root and the Slurm
-packages (``.ci/run`` installs them).
+Trials rotate over n1..n3 after one uncounted warm-up trial per path; each trial appends one fresh
+Xid line, takes t0 just before the write and t1 when a poll of ``scontrol show node`` (every 20 ms)
+first shows DRAIN. Needs root and the Slurm packages (``.ci/run`` installs them).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from gpufleet.schedulers.slurm import SlurmScheduler
 GPUFLEET = str(Path(sys.executable).with_name("gpufleet"))
 FATAL_XIDS = (79, 48, 94, 95, 74, 64, 63, 92)
 POLL_S = 0.02
+WARMUP = 1  # the first trial of each path (one per node's first push) is run but not counted
 
 # The HealthCheckProgram of the comparison: count fatal Xid lines in the node's kernel-log file and
 # drain when there are more than at the last run (what NHC-style checks do with `dmesg | grep Xid`).
@@ -149,6 +150,7 @@ def _return_to_service(ctl: LabController, sched: SlurmScheduler, node: str) -> 
 
 def _gpufleet_path(lab: SlurmLab, work: Path, trials: int, interval: float) -> list[float]:
     kmsg = KmsgWriter(work / "kmsg")
+    kmsg.root.mkdir(exist_ok=True)
     for n in lab.nodes:
         kmsg.path(n).touch()
     sched = SlurmScheduler(slurm_conf=lab.slurm_conf)
@@ -157,9 +159,11 @@ def _gpufleet_path(lab: SlurmLab, work: Path, trials: int, interval: float) -> l
     samples: list[float] = []
     try:
         time.sleep(max(2.0, 3 * interval))  # agents up and following their files
-        for i in range(trials):
+        for i in range(trials + WARMUP):
             node = lab.nodes[i % len(lab.nodes)]
-            samples.append(_measure(lab, node, lambda node=node: kmsg.xid(node)))
+            t = _measure(lab, node, lambda node=node: kmsg.xid(node))
+            if i >= WARMUP:
+                samples.append(t)
             _return_to_service(ctl, sched, node)
     finally:
         _stop(agents)
@@ -174,9 +178,11 @@ def _healthcheck_path(lab: SlurmLab, work: Path, trials: int) -> list[float]:
     lab.hook("healthcheck", HC_SCRIPT.format(logdir=logdir, codes="|".join(map(str, FATAL_XIDS))))
     samples: list[float] = []
     try:
-        for i in range(trials):
+        for i in range(trials + WARMUP):
             node = lab.nodes[i % len(lab.nodes)]
-            samples.append(_measure(lab, node, lambda node=node: kmsg.xid(node)))
+            t = _measure(lab, node, lambda node=node: kmsg.xid(node))
+            if i >= WARMUP:
+                samples.append(t)
             lab.cmd("scontrol", "update", f"nodename={node}", "state=resume")
             _wait(lambda node=node: not _drained(lab, node), f"{node} resumed")
     finally:

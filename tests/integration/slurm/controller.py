@@ -43,9 +43,10 @@ class LabController:
     agent: httpx.Client
 
     @classmethod
-    def start(cls, workdir: Path, scheduler: Scheduler, nodes: list[str], *, interval: float = 0.1) -> LabController:
+    def start(cls, workdir: Path, scheduler: Scheduler, nodes: list[str], *, interval: float = 0.1,
+              policy_text: str = POLICY) -> LabController:
         policy = workdir / "policy.toml"
-        policy.write_text(POLICY)
+        policy.write_text(policy_text)
         settings = ControllerSettings(
             database_url=f"sqlite:///{workdir / 'controller.db'}", policy_file=policy, port=0,
             reconcile_interval=interval,

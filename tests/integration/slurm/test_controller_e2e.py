@@ -12,7 +12,7 @@ import pytest
 
 from gpufleet.schedulers.port import JobState
 from gpufleet.schedulers.slurm import SlurmScheduler
-from tests.integration.slurm.controller import AGENT_TOKEN, LabController
+from tests.integration.slurm.controller import AGENT_TOKEN, POLICY, LabController
 from tests.integration.slurm.lab import SlurmLab, wait_for
 
 pytestmark = pytest.mark.slurm
@@ -75,6 +75,38 @@ def test_drain_after_checkpoint_waits_for_the_checkpoint(lab: SlurmLab, sched: S
     j = sched.job(job)
     assert j.state == JobState.RUNNING and j.restarts == 0, "a degraded node keeps its job until it ends"
     assert sched.node("n2").reason.startswith("gpufleet:")
+
+
+def test_drain_after_checkpoint_drains_when_the_job_ends(lab: SlurmLab, sched: SlurmScheduler,
+                                                         ctl: LabController, tmp_path: Path) -> None:
+    stop = tmp_path / "stop"
+    job = lab.sbatch("n3", f"while [ ! -e {stop} ]; do sleep 0.1; done")
+    _in_service(ctl, "n3")
+    ctl.post_event("n3", "thermal", severity="degraded", component="n3-gpu0", message="HBM 96C")
+    wait_for(lambda: (a := ctl.action("n3", "drain_after_checkpoint")) is not None and a["status"] == "waiting",
+             "waiting for a checkpoint")
+    assert "DRAIN" not in sched.slurm_node("n3").flags
+    stop.touch()  # the job ends without ever checkpointing
+    wait_for(lambda: "DRAIN" in sched.slurm_node("n3").flags, "drained once the job ended")
+    assert lab.job_state(job) == "COMPLETED"
+    action = ctl.action("n3", "drain_after_checkpoint")
+    assert action is not None and action["result"] == "drained: no job running"
+
+
+def test_drain_after_checkpoint_gives_up_waiting_after_the_timeout(lab: SlurmLab, sched: SlurmScheduler,
+                                                                   tmp_path: Path) -> None:
+    policy = POLICY.replace('checkpoint_wait_timeout = "10m"', 'checkpoint_wait_timeout = "2s"')
+    ctl = LabController.start(tmp_path, sched, lab.nodes, policy_text=policy)
+    try:
+        job = lab.sbatch("n1")
+        _in_service(ctl, "n1")
+        ctl.post_event("n1", "thermal", severity="degraded", component="n1-gpu0", message="HBM 96C")
+        wait_for(lambda: "DRAIN" in sched.slurm_node("n1").flags, "drained after the checkpoint timeout")
+        action = ctl.action("n1", "drain_after_checkpoint")
+        assert action is not None and action["result"] == "drained: no checkpoint within 0:00:02"
+        assert lab.job_state(job) == "RUNNING", "the job still runs on the draining node"
+    finally:
+        ctl.stop()
 
 
 class KillsControllerAfterDrain(SlurmScheduler):

@@ -241,3 +241,13 @@ def test_rest_reader_unreachable_socket_is_retryable(tmp_path: Path) -> None:
     with pytest.raises(ExternalError) as err:
         s.list_nodes()
     assert err.value.retryable
+
+
+def test_drain_succeeds_even_if_boot_time_unreadable() -> None:
+    """slurmctld dies right after accepting the drain: the drain is done; it is not re-asserted later."""
+    r = busy_cluster()
+    r.answer(("scontrol", "show", "config"), "show-node-unreachable")
+    s = _sched(r)
+    s.drain("n1", "gpufleet:d-9 xid 79")
+    s.list_nodes()
+    assert r.writes == [("scontrol", "update", "nodename=n1", "state=drain", "reason=gpufleet:d-9 xid 79")]

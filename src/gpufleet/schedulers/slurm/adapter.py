@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
-from gpufleet.domain.errors import Conflict, InvalidInput, NotFound
+from gpufleet.domain.errors import Conflict, ExternalError, InvalidInput, NotFound
 from gpufleet.schedulers.port import REASON_PREFIX, Job, JobState, SchedNode
 from gpufleet.schedulers.slurm.checkpoint import with_checkpoint
 from gpufleet.schedulers.slurm.parse import SlurmNode, jobs_from_squeue, node_from_scontrol, nodes_from_sinfo
@@ -151,7 +151,11 @@ class SlurmScheduler:
             return
         self._scontrol(["update", f"nodename={node}", "state=drain", f"reason={text}"], node=node)
         log.info("%s: drained in slurm: %s", node, text)
-        self._issued[node] = (text, self._boot_time())
+        try:
+            boot = self._boot_time()
+        except ExternalError:  # the drain itself went through; without a boot time it is never re-asserted
+            boot = ""
+        self._issued[node] = (text, boot)
 
     def resume(self, node: str) -> None:
         current = self.slurm_node(node)
@@ -241,9 +245,17 @@ class SlurmScheduler:
         """Re-drain nodes whose drain a slurmctld restart lost; returns whether it changed anything."""
         by_name = {n.name: n for n in nodes}
         lost = [name for name in self._issued if name in by_name and not by_name[name].drain_flag]
+        for name in [n for n in lost if not self._issued[n][1]]:  # boot time unknown: cannot tell, respect it
+            log.info("%s: gpufleet's drain is gone from slurm; boot time unknown, not re-draining", name)
+            self._issued.pop(name)
+            lost.remove(name)
         if not lost:
             return False
-        boot = self._boot_time()
+        try:
+            boot = self._boot_time()
+        except ExternalError as err:  # look again on the next pass
+            log.warning("cannot read slurmctld's boot time to check lost drains of %s: %s", lost, err)
+            return False
         changed = False
         for name in lost:
             reason, boot_then = self._issued.pop(name)
