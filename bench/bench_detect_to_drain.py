@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.integration.slurm.controller import AGENT_TOKEN, LabController  # the lab driver lives with the tests
-from tests.integration.slurm.lab import SlurmLab, _pick_port_base
+from tests.integration.slurm.lab import SlurmLab, pick_port_base
 
 from gpufleet.schedulers.slurm import SlurmScheduler
 
@@ -194,7 +194,7 @@ def run(quick: bool) -> dict[str, Any]:
     if not (shutil.which("slurmctld") and os.geteuid() == 0):
         return {"skipped": "needs root and the Slurm packages (slurmctld, slurmd, munge)"}
     trials = 6 if quick else 50
-    lab = SlurmLab(root=Path(tempfile.mkdtemp(prefix="gpufleet-bench-slurm-")), port_base=_pick_port_base(),
+    lab = SlurmLab(root=Path(tempfile.mkdtemp(prefix="gpufleet-bench-slurm-")), port_base=pick_port_base(),
                    hc_interval=1)
     work = Path(tempfile.mkdtemp(prefix="gpufleet-bench-d2d-"))
     lab.up()

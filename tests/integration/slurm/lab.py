@@ -38,7 +38,7 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _pick_port_base() -> int:
+def pick_port_base() -> int:
     """A base whose ports (base+17, base+201..base+299) are free; varies with the pid."""
     start = 20000 + (os.getpid() % 90) * 300
     for i in range(90):
@@ -162,7 +162,7 @@ def session_lab(request: pytest.FixtureRequest) -> SlurmLab:
     require_service(slurm_installed(), "a real Slurm (slurmctld, slurmd, munged; run as root)")
     if _LAB is None:
         root = Path(tempfile.mkdtemp(prefix="gpufleet-slurm-"))
-        lab = SlurmLab(root=root, port_base=_pick_port_base())
+        lab = SlurmLab(root=root, port_base=pick_port_base())
         try:
             lab.up()
         except Exception:
