@@ -94,11 +94,11 @@ def _measure(lab: SlurmLab, node: str, fire: Callable[[], None], timeout: float 
     return time.monotonic() - t0
 
 
-def _wait(check: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+def _wait(check: Callable[[], bool], what: str | Callable[[], str], timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
-            raise RuntimeError(f"timed out waiting for {what}")
+            raise RuntimeError(f"timed out waiting for {what if isinstance(what, str) else what()}")
         time.sleep(0.05)
 
 
@@ -145,7 +145,8 @@ def _return_to_service(ctl: LabController, sched: SlurmScheduler, node: str) -> 
     ctl.admin.post(f"/nodes/{node}/resume", json={"reason": "bench: next trial"}).raise_for_status()
     ctl.post_event(node, "check_passed", severity="info", message="bench revalidation")
     _wait(lambda: ctl.node_state(node) == "ready" and "DRAIN" not in sched.slurm_node(node).flags,
-          f"{node} back in service")
+          lambda: f"{node} back in service: controller {ctl.node_state(node)}, slurm {sched.slurm_node(node)}, "
+                  f"actions {[(a['kind'], a['status'], a['result'], a['last_error']) for a in ctl.actions(node)]}")
 
 
 def _gpufleet_path(lab: SlurmLab, work: Path, trials: int, interval: float) -> list[float]:
