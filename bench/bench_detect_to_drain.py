@@ -118,7 +118,7 @@ def _agents(lab: SlurmLab, work: Path, url: str, fast_s: float) -> list[subproce
         state.mkdir(exist_ok=True)
         cfg = work / f"agent-{node}.toml"
         cfg.write_text(f'kmsg_path = "{work / "kmsg" / f"{node}.kmsg"}"\n'
-                       f"heartbeat_s = 600\n[cadence]\nfast_s = {fast_s}\nslow_s = 600\nib_s = 600\nhost_s = 600\n")
+                       f"heartbeat_s = 5\n[cadence]\nfast_s = {fast_s}\nslow_s = 600\nib_s = 600\nhost_s = 600\n")
         log = (work / f"agent-{node}.log").open("ab")
         procs.append(subprocess.Popen(
             [GPUFLEET, "agent", "--device", "sim", "--gpus", "1", "--node", node, "--controller", url,
