@@ -132,7 +132,9 @@ class SlurmLab:
         return path
 
     def reset(self) -> None:
-        """No jobs, no hooks, no faults; every real node idle and undrained."""
+        """No jobs, no hooks, no faults; every real node idle and undrained (slurmctld restarted if a
+        failed test left it down)."""
+        self.script("ctld-start")
         for d in ("hooks", "faults"):
             for p in (self.root / d).iterdir():
                 p.unlink()
