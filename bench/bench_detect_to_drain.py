@@ -1,8 +1,8 @@
 """Detect -> drain latency on a real Slurm: from a fatal Xid line written into a node's kernel-log source
 to the node showing DRAIN in ``scontrol show node``.
 
-Two paths, measured in one run on the same lab cluster (scripts/slurm-lab.sh, 3 slurmd nodes,
-HealthCheckInterval=1, Slurm's shortest):
+Two paths, measured in one run on the same lab cluster (scripts/slurm-lab.sh, 3 slurmd nodes, no dead
+node, HealthCheckInterval=1, Slurm's shortest):
 
 * ``gpufleet``: the node agent (``gpufleet agent``, simulated GPU device) follows the kernel-log file
   (kmsg record format) -> diagnose decoder -> push to the controller -> lifecycle policy -> outbox ->
@@ -11,7 +11,8 @@ HealthCheckInterval=1, Slurm's shortest):
   each trial the node goes back through the real lifecycle (operator resume -> revalidate ->
   check_passed -> resume in Slurm) before it is used again.
 * ``healthcheck``: the classic operator set-up: a HealthCheckProgram (every 1 s) that scans the same
-  kernel-log file for fatal Xid lines and drains its node with ``scontrol``.
+  kernel-log file for fatal Xid lines and drains its node with ``scontrol``; run once more on a lab
+  that also declares one dead node (no slurmd), which changes its tail.
 
 Trials rotate over n1..n3 after one uncounted warm-up trial per path; each trial appends one fresh
 Xid line, takes t0 just before the write and t1 when a poll of ``scontrol show node`` (every 20 ms)
@@ -174,7 +175,7 @@ def _gpufleet_path(lab: SlurmLab, work: Path, trials: int, interval: float) -> l
 
 def _healthcheck_path(lab: SlurmLab, work: Path, trials: int) -> list[float]:
     logdir = work / "kmsg"
-    logdir.mkdir(exist_ok=True)
+    logdir.mkdir(parents=True, exist_ok=True)
     kmsg = KmsgWriter(logdir, seq=50_000)
     lab.hook("healthcheck", HC_SCRIPT.format(logdir=logdir, codes="|".join(map(str, FATAL_XIDS))))
     samples: list[float] = []
@@ -196,7 +197,7 @@ def run(quick: bool) -> dict[str, Any]:
         return {"skipped": "needs root and the Slurm packages (slurmctld, slurmd, munge)"}
     trials = 6 if quick else 50
     lab = SlurmLab(root=Path(tempfile.mkdtemp(prefix="gpufleet-bench-slurm-")), port_base=pick_port_base(),
-                   hc_interval=1)
+                   hc_interval=1, ghost=False)
     work = Path(tempfile.mkdtemp(prefix="gpufleet-bench-d2d-"))
     lab.up()
     results: dict[str, Any] = {"date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -211,11 +212,23 @@ def run(quick: bool) -> dict[str, Any]:
         paths["healthcheck"] = _healthcheck_path(lab, work, trials)
     finally:
         lab.down()
+    # The same HealthCheckProgram on a cluster that also declares one dead node (no slurmd), as every
+    # large cluster has: slurmctld holds health checks back while its pings to that node time out.
+    dead = SlurmLab(root=Path(tempfile.mkdtemp(prefix="gpufleet-bench-slurm-")), port_base=pick_port_base(),
+                    hc_interval=1, ghost=True)
+    dead.up()
+    try:
+        dead.reset()
+        paths["healthcheck_dead_node"] = _healthcheck_path(dead, work / "dead", trials)
+    finally:
+        dead.down()
         shutil.rmtree(work, ignore_errors=True)
-    tuned, default, hc = (_stats(paths[k]) for k in ("tuned", "default", "healthcheck"))
+    tuned, default, hc, hc_dead = (_stats(paths[k]) for k in ("tuned", "default", "healthcheck",
+                                                               "healthcheck_dead_node"))
     results["gpufleet_tuned_0.25s"] = tuned
     results["gpufleet_default_1s"] = default
     results["healthcheck_program_1s"] = hc
+    results["healthcheck_program_1s_with_dead_node"] = hc_dead
     results["samples_s"] = {k: [round(x, 3) for x in v] for k, v in paths.items()}
     results["median_ratio_healthcheck_over_tuned"] = round(hc["median_s"] / tuned["median_s"], 2)
     results["p99_ratio_healthcheck_over_tuned"] = round(hc["p99_s"] / tuned["p99_s"], 2)

@@ -16,6 +16,7 @@
 #                          ghost BASE+299 (default 16800); pick another base for a parallel lab
 #   SLURM_LAB_NODES        number of real slurmd nodes n1..nN (default 3)
 #   SLURM_LAB_HC_INTERVAL  HealthCheckInterval in seconds (default 5)
+#   SLURM_LAB_GHOST        1 (default): also declare "ghost", a node with no slurmd; 0: leave it out
 #
 # Hooks (the lab's slurm.conf points Prolog, Epilog and HealthCheckProgram at wrappers in etc/):
 #   $SLURM_LAB/hooks/{prolog,epilog,healthcheck}[.<node>]  if executable, the wrapper runs it (the
@@ -28,6 +29,7 @@ N="${SLURM_LAB_NODES:-3}"
 BASE="${SLURM_LAB_PORT_BASE:-16800}"
 CTLD_PORT=$((BASE + 17)); NODE_PORT0=$((BASE + 200))
 HC_INTERVAL="${SLURM_LAB_HC_INTERVAL:-5}"
+GHOST="${SLURM_LAB_GHOST:-1}"
 RUN="$LAB/run"
 export SLURM_CONF="$LAB/etc/slurm.conf"
 
@@ -101,6 +103,8 @@ HC
 }
 
 write_conf() {
+  local GHOST_NODE=""
+  [ "$GHOST" = 1 ] && GHOST_NODE=",ghost"
   cat > "$SLURM_CONF" <<CONF
 # Written by scripts/slurm-lab.sh ($(date -u +%FT%TZ)). One host, several slurmd (-N nX), all root.
 ClusterName=gpufleetlab
@@ -149,10 +153,12 @@ PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 JobRequeue=1
 NodeName=n[1-$N] NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((NODE_PORT0 + 1))-$((NODE_PORT0 + N)) CPUs=2 RealMemory=1000 Feature=gpu,h100 Weight=10 State=UNKNOWN
-NodeName=ghost NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((NODE_PORT0 + 99)) CPUs=2 RealMemory=1000 State=UNKNOWN
-PartitionName=low  Nodes=n[1-$N],ghost Default=YES MaxTime=INFINITE State=UP PriorityTier=1  PreemptMode=REQUEUE
-PartitionName=high Nodes=n[1-$N],ghost Default=NO  MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
+PartitionName=low  Nodes=n[1-$N]$GHOST_NODE Default=YES MaxTime=INFINITE State=UP PriorityTier=1  PreemptMode=REQUEUE
+PartitionName=high Nodes=n[1-$N]$GHOST_NODE Default=NO  MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 CONF
+  if [ "$GHOST" = 1 ]; then
+    echo "NodeName=ghost NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((NODE_PORT0 + 99)) CPUs=2 RealMemory=1000 State=UNKNOWN" >> "$SLURM_CONF"
+  fi
 }
 
 start_ctld() {
