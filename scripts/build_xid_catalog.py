@@ -1,9 +1,14 @@
-"""Build src/gpufleet/domain/data/xid_catalog.csv from ../shared/reference/xid-catalog.csv.
+"""Build the shipped fault catalogs under src/gpufleet/domain/data/.
 
-The reference table carries NVIDIA's facts (name, meaning, resolution buckets, source). This script
-adds gpufleet's judgement — a lifecycle severity and a recommended action — by a documented rule on
-NVIDIA's *immediate* resolution bucket, with a short list of per-code exceptions (each commented).
-Run it again when the reference table changes; the output is committed as package data.
+* ``xid_catalog.csv`` from ../shared/reference/xid-catalog.csv. The reference table carries NVIDIA's
+  facts (name, meaning, resolution buckets, source). This script adds gpufleet's judgement — a
+  lifecycle severity and a recommended action — by a documented rule on NVIDIA's *immediate*
+  resolution bucket, with a short list of per-code exceptions (each commented).
+* ``sxid_catalog.csv`` (NVSwitch SXid classes), ``aer_catalog.csv`` (PCIe AER status bits) and
+  ``events_catalog.csv`` (kinds whose log lines carry no code) from the tables in
+  ``scripts/catalog_tables.py``.
+
+Run it again when a source table changes; the output is committed as package data.
 """
 
 from __future__ import annotations
@@ -11,6 +16,9 @@ from __future__ import annotations
 import csv
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import catalog_tables  # noqa: E402  (sibling module holding the SXid/AER/event tables)
 
 # NVIDIA immediate bucket -> (severity, action)
 BUCKET_RULE = {
@@ -62,6 +70,18 @@ OVERRIDES = {
 }
 
 
+FIELDS = ["kind", "code", "name", "meaning", "nvidia_resolution", "severity", "action", "component",
+          "collateral", "source"]
+
+
+def write_rows(dst: Path, rows: list[dict[str, object]]) -> None:
+    with dst.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {len(rows)} rows to {dst}")
+
+
 def main(src: Path, dst: Path) -> None:
     rows = list(csv.DictReader(src.open()))
     out = []
@@ -80,15 +100,16 @@ def main(src: Path, dst: Path) -> None:
                 "severity": sev,
                 "action": action,
                 "component": r["likely_component"],
-                "collateral": "yes" if code in (45,) else "",
+                # 45: channel torn down because of an earlier Xid; 154: recovery-action notice about another Xid.
+                "collateral": "yes" if code in (45, 154) else "",
                 "source": r["source"],
             }
         )
-    with dst.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(out[0]))
-        w.writeheader()
-        w.writerows(out)
-    print(f"wrote {len(out)} rows to {dst}")
+    write_rows(dst, out)  # type: ignore[arg-type]
+    data = dst.parent
+    write_rows(data / "sxid_catalog.csv", catalog_tables.sxid_rows())
+    write_rows(data / "aer_catalog.csv", catalog_tables.aer_rows())
+    write_rows(data / "events_catalog.csv", catalog_tables.event_rows())
 
 
 if __name__ == "__main__":

@@ -29,9 +29,14 @@ def _root() -> None:
 
 # One line per sub-command module (gpufleet.cli.<name>), in the order shown by --help.
 _COMMANDS: tuple[str, ...] = (
-    "version",
+    "demo",
     "controller",
+    "agent",
+    "diagnose",
+    "check",
+    "sim",
     "slurm",
+    "version",
 )
 
 for _name in _COMMANDS:

@@ -107,11 +107,10 @@ class Reconciler:
                 return "drained: no job running"
             ckpt = self._last_checkpoint(jobs)
             if ckpt is not None and ckpt > row.created:
-                self.scheduler.drain(node, reason)
-                return f"drained after checkpoint at {ckpt.isoformat()}"
+                return self._drain_and_requeue(node, reason, jobs, f"after checkpoint at {ckpt.isoformat()}")
             if now - row.created >= self.cfg.checkpoint_wait_timeout:
-                self.scheduler.drain(node, reason)
-                return f"drained: no checkpoint within {self.cfg.checkpoint_wait_timeout}"
+                why = f"no checkpoint within {self.cfg.checkpoint_wait_timeout}"
+                return self._drain_and_requeue(node, reason, jobs, why)
             self.controller.store.update_action(row.id, status=ActionStatus.WAITING, now=now,
                                                 next_attempt=now + self.cfg.checkpoint_poll,
                                                 result=f"waiting for a checkpoint of job(s) {_ids(jobs)}")
@@ -130,6 +129,13 @@ class Reconciler:
             self.validator.request(node, row.level)
             return f"{row.level} validation started"
         raise InvalidInput("action.kind", row.kind, f"one of {[k.value for k in ActionKind]}")
+
+    def _drain_and_requeue(self, node: str, reason: str, jobs: Sequence[Job], why: str) -> str:
+        """Drain, then restart the node's jobs elsewhere from the checkpoint they just wrote."""
+        self.scheduler.drain(node, reason)
+        for job in jobs:
+            self.scheduler.requeue(job.id)
+        return f"drained {why}; requeued {_ids(jobs)}"
 
     def _last_checkpoint(self, jobs: Sequence[Job]) -> datetime | None:
         times = [j.last_checkpoint for j in jobs if j.last_checkpoint is not None]

@@ -20,7 +20,7 @@ from gpufleet.controller.service import Controller
 from gpufleet.controller.settings import ControllerSettings
 from gpufleet.controller.store.db import make_engine, migrate
 from gpufleet.controller.store.repo import Store
-from gpufleet.lifecycle.config import load_policy
+from gpufleet.lifecycle.config import PolicyFile, load_policy
 from gpufleet.schedulers.port import Scheduler
 
 log = logging.getLogger(__name__)
@@ -73,10 +73,10 @@ class Runtime:
 
 
 def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | None = None,
-          validator: Validator | None = None) -> Runtime:
+          validator: Validator | None = None, policy: PolicyFile | None = None) -> Runtime:
     engine = make_engine(settings.database_url)
     migrate(engine)
-    policy = load_policy(settings.policy_file)
+    policy = policy or load_policy(settings.policy_file)
     controller = Controller(Store(engine), policy, clock or SystemClock())
     reconciler = Reconciler(controller, scheduler, validator)
     return Runtime(settings, controller, reconciler)

@@ -111,6 +111,12 @@ class Controller:
             self._persist(plan)
             return plan
 
+    def cancel_held(self, node: str, actor_id: str, reason: str = "") -> Plan:
+        with self.lock:
+            plan = self.engine.cancel_held(node, actor_id, reason or "cancelled by operator", self.clock.now())
+            self._persist(plan)
+            return plan
+
     def set_dry_run(self, on: bool, actor_id: str) -> Plan:
         with self.lock:
             plan = self.engine.set_dry_run(on, actor_id, self.clock.now())

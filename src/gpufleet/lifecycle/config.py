@@ -46,6 +46,9 @@ class PolicyConfig:
     auto_repair: bool = True
     # New nodes start burn-in without an operator.
     auto_burn_in: bool = True
+    # Agents' clocks may lag the controller's by this much: evidence stamped up to this long before a
+    # node's last transition still counts as new.
+    clock_skew: timedelta = timedelta(minutes=5)
     # An agent silent for this long produces a heartbeat_lost event (0 disables).
     heartbeat_timeout: timedelta = timedelta(minutes=2)
     # Blast-radius budget: at most this share of the fleet / of any rack or switch domain unavailable.
@@ -65,6 +68,7 @@ _POLICY_KEYS: dict[str, str] = {
     "auto_repair": "bool",
     "auto_burn_in": "bool",
     "heartbeat_timeout": "duration",
+    "clock_skew": "duration",
 }
 _BREAKER_KEYS = {"max_unavailable_fleet": "share", "max_unavailable_domain": "share"}
 _RECONCILER_KEYS = {"retry_base": "duration", "retry_cap": "duration", "max_attempts": "count"}

@@ -22,7 +22,7 @@ from gpufleet.lifecycle.breaker import BreakerState, Budget
 from gpufleet.lifecycle.decisions import ActionKind, Decision, DecisionStatus, PlannedAction, action_id, decision_id
 from gpufleet.lifecycle.plan import AuditEntry, OutboxAction, Plan
 from gpufleet.lifecycle.policy import NodeView, Policy
-from gpufleet.lifecycle.states import UNAVAILABLE, Actor, NodeState, transition
+from gpufleet.lifecycle.states import SCHEDULABLE, UNAVAILABLE, Actor, NodeState, transition
 
 log = logging.getLogger(__name__)
 S = NodeState
@@ -76,6 +76,11 @@ class LifecycleEngine:
         self.held: dict[str, Decision] = {d.node: d for d in held}
         self.dry_run = policy.config.dry_run if dry_run is None else dry_run
         self._members: dict[str, frozenset[str]] | None = None
+        # Kept up to date on every move so budget checks cost O(domains), not O(fleet).
+        self._out: set[str] = set()
+        self._retired: set[str] = set()
+        for rec in self.nodes.values():
+            self._refresh(rec)
 
     # ---- inventory --------------------------------------------------------------------------
     def add_node(self, node: str, domains: frozenset[str], state: NodeState, now: datetime, actor_id: str) -> Plan:
@@ -85,6 +90,7 @@ class LifecycleEngine:
             raise InvalidInput("state", state, "new or ready (the states a node can be registered in)")
         self.nodes[node] = NodeRecord(node, state, now, domains)
         self._members = None
+        self._refresh(self.nodes[node])
         return Plan(audit=[AuditEntry(now, Actor.OPERATOR, actor_id, "register", node, f"registered as {state}")])
 
     def remember(self, events: Iterable[HealthEvent]) -> None:
@@ -101,10 +107,11 @@ class LifecycleEngine:
             rec = self._node(e.node)
             rec.recent.append(e)
             touched[e.node] = None
+        fresh = frozenset(e.id for e in events)
         for node in touched:
             rec = self.nodes[node]
             self._prune(rec, now)
-            decision = self.policy.evaluate(rec.view(), list(rec.recent), now)
+            decision = self.policy.evaluate(rec.view(), list(rec.recent), now, fresh_ids=fresh)
             if decision is not None:
                 plan.extend(self._apply(decision, now))
         return plan
@@ -140,6 +147,7 @@ class LifecycleEngine:
             return Plan()
         if action.kind in (ActionKind.DRAIN, ActionKind.DRAIN_AFTER_CHECKPOINT):
             rec.committed = False
+            self._refresh(rec)
             if rec.state == S.SUSPECT:
                 return self._move(rec, S.DRAINING, now, f"drained: {action.reason}", Actor.SYSTEM, decision=decision)
         return Plan()
@@ -212,6 +220,20 @@ class LifecycleEngine:
             plan.extend(self._apply(again, now))
         return plan
 
+    def cancel_held(self, node: str, actor_id: str, reason: str, now: datetime) -> Plan:
+        """Cancel the decision held for ``node`` (a false alarm); the node leaves suspect."""
+        d = self.held.pop(node, None)
+        if d is None:
+            raise NotFound("held decision for node", node)
+        plan = Plan(status_changes=[(d.id, DecisionStatus.CANCELLED)], audit=[AuditEntry(
+            now, Actor.OPERATOR, actor_id, "cancel_held", node, f"cancelled {d.id} ({d.reason}): {reason}")])
+        rec = self.nodes[node]
+        if rec.state == S.SUSPECT and not rec.committed:
+            back = S.IN_SERVICE if rec.has_jobs else S.READY
+            plan.extend(self._move(rec, back, now, f"held decision cancelled: {reason}", Actor.OPERATOR,
+                                   actor_id=actor_id, decision=d.id))
+        return plan
+
     def set_dry_run(self, on: bool, actor_id: str, now: datetime) -> Plan:
         self.dry_run = on
         return Plan(dry_run=on, audit=[AuditEntry(now, Actor.OPERATOR, actor_id, "dry_run", "mode",
@@ -220,7 +242,7 @@ class LifecycleEngine:
 
     # ---- internals --------------------------------------------------------------------------
     def unavailable(self) -> set[str]:
-        return {n for n, r in self.nodes.items() if r.state in UNAVAILABLE or r.committed}
+        return set(self._out)
 
     def _apply(self, d: Decision, now: datetime) -> Plan:
         """Policy decisions pass the dry-run switch and the breaker; operator ones go to _commit."""
@@ -228,7 +250,7 @@ class LifecycleEngine:
             d = replace(d, status=DecisionStatus.DRY_RUN)
             return Plan(decisions=[d], audit=[AuditEntry(now, Actor.POLICY, "policy", "dry_run_decision", d.node,
                                                          f"would move {d.from_state} -> {d.to_state}: {d.reason}")])
-        if d.takes_node_out:
+        if d.takes_node_out and d.from_state in SCHEDULABLE:  # a node that was serving goes out
             why = self.breaker.reason if self.breaker.tripped else self._violation(d.node)
             if why is not None:
                 return self._hold(d, why, now)
@@ -236,9 +258,11 @@ class LifecycleEngine:
 
     def _hold(self, d: Decision, why: str, now: datetime) -> Plan:
         rec = self.nodes[d.node]
+        old = self.held.get(d.node)
+        if old is not None and old.severity.rank >= d.severity.rank:
+            return Plan()  # already held for something at least as bad: nothing new to queue
         d = replace(d, status=DecisionStatus.HELD)
         plan = Plan(decisions=[d])
-        old = self.held.get(d.node)
         if old is not None:
             plan.status_changes.append((old.id, DecisionStatus.CANCELLED))
         self.held[d.node] = d
@@ -267,6 +291,7 @@ class LifecycleEngine:
             plan.actions.append(OutboxAction(action_id(d.id, a.kind), d.id, a, now))
             if a.kind in (ActionKind.DRAIN, ActionKind.DRAIN_AFTER_CHECKPOINT):
                 rec.committed = a.kind == ActionKind.DRAIN_AFTER_CHECKPOINT
+                self._refresh(rec)
         return plan
 
     def _move(self, rec: NodeRecord, to: NodeState, now: datetime, reason: str, actor: Actor, *,
@@ -279,7 +304,18 @@ class LifecycleEngine:
         rec.state, rec.since = to, now
         if to in UNAVAILABLE or to == S.RETIRED:
             rec.committed = False
+        self._refresh(rec)
         return Plan(transitions=[t])
+
+    def _refresh(self, rec: NodeRecord) -> None:
+        if rec.state != S.RETIRED and (rec.state in UNAVAILABLE or rec.committed):
+            self._out.add(rec.node)
+        else:
+            self._out.discard(rec.node)
+        if rec.state == S.RETIRED:
+            self._retired.add(rec.node)
+        else:
+            self._retired.discard(rec.node)
 
     def _violation(self, node: str) -> str | None:
         if self._members is None:
@@ -288,9 +324,11 @@ class LifecycleEngine:
                 for dom in r.domains:
                     members.setdefault(dom, set()).add(r.node)
             self._members = {k: frozenset(v) for k, v in members.items()}
-        active = [r for r in self.nodes.values() if r.state != S.RETIRED]
-        domains = {r.node: r.domains for r in active}
-        return self.budget.violation(node, self.unavailable(), domains, self._members, len(active))
+        rec = self.nodes[node]
+        members_active = {d: m - self._retired if self._retired else m for d, m in self._members.items()
+                          if d in rec.domains}
+        return self.budget.violation(node, self._out, {node: rec.domains}, members_active,
+                                     len(self.nodes) - len(self._retired))
 
     def _prune(self, rec: NodeRecord, now: datetime) -> None:
         horizon = now - self.policy.lookback()

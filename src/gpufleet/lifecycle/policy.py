@@ -9,8 +9,9 @@ Pure: no I/O, no clock reads. Rules (catalog semantics; thresholds from the poli
 * a node in revalidation or burn-in goes to ready on a passing check and to repair on a failing one;
 * drained nodes go to repair (``auto_repair``), new nodes to burn-in (``auto_burn_in``).
 
-Only evidence newer than the node's last transition can trigger a decision, so a repaired node is
-not drained again for the fault it was repaired for; escalation counts look over the whole window.
+Only newly arrived evidence, stamped no earlier than the node's last transition (minus a clock-skew
+tolerance), can trigger a decision, so a repaired node is not drained again for the fault it was
+repaired for; escalation counts look over the whole window.
 """
 
 from __future__ import annotations
@@ -75,10 +76,18 @@ class Policy:
         return out
 
     # ---- deciding ---------------------------------------------------------------------------
-    def evaluate(self, view: NodeView, events: Sequence[HealthEvent], now: datetime) -> Decision | None:
-        """At most one decision for ``view`` given its recent ``events`` (any order, any age)."""
+    def evaluate(self, view: NodeView, events: Sequence[HealthEvent], now: datetime, *,
+                 fresh_ids: frozenset[str] | None = None) -> Decision | None:
+        """At most one decision for ``view`` given its recent ``events`` (any order, any age).
+
+        ``fresh_ids`` names the events that just arrived (only those can trigger a decision); an event
+        stamped earlier than the node's last transition minus ``clock_skew`` is stale even then (a
+        late-delivered report of a fault that was already handled). Without ``fresh_ids``, every event
+        stamped after the last transition (minus the skew) counts as fresh.
+        """
         history = sorted((e for e in events if e.time >= now - self.lookback()), key=lambda e: e.time)
-        fresh = [e for e in history if e.time > view.since]
+        cutoff = view.since - self.config.clock_skew
+        fresh = [e for e in history if e.time > cutoff and (fresh_ids is None or e.id in fresh_ids)]
         judged = [self.judge(e) for e in fresh if e.kind not in (EventKind.CHECK_PASSED, EventKind.MOVED)]
         judged += self.escalate(fresh, history, now)
         worst = max(judged, key=lambda j: (j.severity.rank, j.event.time), default=None)

@@ -155,6 +155,11 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         return [DecisionOut.model_validate(d) for d in store.decisions(node=node, status=status,
                                                                        page=Page(limit, offset))]
 
+    @v1.post("/nodes/{node}/cancel-held", summary="Cancel the decision the breaker holds for a node (operator)")
+    def cancel_held(node: str, body: ReasonIn, caller: Operator) -> dict[str, object]:
+        plan = c.cancel_held(node, f"{caller.role}:{caller.name}", body.reason)
+        return {"node": node, "state": c.state_of(node), "cancelled": [d for d, _ in plan.status_changes]}
+
     @v1.get("/actions", response_model=list[ActionOut], summary="Outbox actions; status=pending|waiting|failed|done")
     def list_actions(_: Reader, node: str | None = None, status: str | None = None, limit: Limit = 100,
                      offset: Offset = 0) -> list[ActionOut]:

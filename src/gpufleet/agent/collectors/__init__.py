@@ -1,0 +1,1 @@
+"""Collectors: GPU (through the device port), InfiniBand sysfs, kernel log, host (EDAC, mounts)."""

@@ -1,0 +1,350 @@
+"""Kernel-log follower: ``/dev/kmsg`` (non-blocking), falling back to ``journalctl -k -f -o json``.
+
+Every kernel message goes through an injected ``decode(message) -> Iterable[HealthEvent]`` (the diagnose
+decoder in production). The follower then gives each event a *deterministic* id and the message's own
+time, so that a restart re-reading the ring buffer produces the same ids and the controller drops the
+copies:
+
+* kmsg: ``<node>:kmsg:<boot_id>:<seq>:<n>`` (``seq`` is the kernel's record sequence number);
+* journal: ``<node>:journal:<sha1(cursor)[:16]>:<n>``.
+
+Resume: the position (boot id + last kmsg seq, or the journal cursor) is kept in ``state_path``.
+:meth:`poll` returns new events and remembers the new position; :meth:`commit` writes it, and the runner
+calls it only after the events are in the spool. A crash in between resends, never loses.
+
+/dev/kmsg record format (Linux ``Documentation/ABI/testing/dev-kmsg``)::
+
+    <prio>,<seq>,<usec since boot>,<flags>[,...];<message>\n[ KEY=value\n]...
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import subprocess
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from gpufleet.agent.clock import Clock, SystemClock
+from gpufleet.domain.events import HealthEvent
+
+log = logging.getLogger(__name__)
+
+Decode = Callable[[str], Iterable[HealthEvent]]
+Spawn = Callable[[list[str]], "subprocess.Popen[bytes]"]
+
+
+@runtime_checkable
+class LogDecoder(Protocol):
+    """A stateful kernel-log decoder (multi-line events). ``feed`` gets one message with its sequence
+    number (the kmsg seq, or a running line number for the journal) and the record's time; it returns
+    the events completed so far as ``(start seq, event)``. ``flush`` completes an open multi-line event;
+    the follower calls it at the end of every read burst (the kernel writes an event's lines together)."""
+
+    def feed(self, message: str, seq: int, when: datetime) -> list[tuple[int, HealthEvent]]: ...
+
+    def flush(self) -> list[tuple[int, HealthEvent]]: ...
+
+
+class LineDecoder:
+    """Adapts a plain ``decode(message) -> events`` function (one message, no state) to :class:`LogDecoder`."""
+
+    def __init__(self, decode: Decode) -> None:
+        self.decode = decode
+
+    def feed(self, message: str, seq: int, when: datetime) -> list[tuple[int, HealthEvent]]:
+        return [(seq, replace(ev, time=when)) for ev in self.decode(message)]
+
+    def flush(self) -> list[tuple[int, HealthEvent]]:
+        return []
+
+
+_READ_SIZE = 8192
+_RESPAWN_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class KmsgRecord:
+    level: int
+    seq: int
+    usec: int
+    message: str
+
+
+def parse_kmsg_record(line: str) -> KmsgRecord | None:
+    """One ``/dev/kmsg`` record line; ``None`` for a continuation (`` KEY=value``) or malformed line."""
+    if not line or line[0] == " ":
+        return None
+    head, sep, message = line.partition(";")
+    if not sep:
+        return None
+    parts = head.split(",")
+    if len(parts) < 3:
+        return None
+    try:
+        prio, seq, usec = int(parts[0]), int(parts[1]), int(parts[2])
+    except ValueError:
+        return None
+    return KmsgRecord(prio & 7, seq, usec, _unescape(message))
+
+
+def _unescape(msg: str) -> str:
+    """kmsg escapes non-printable bytes as ``\\xNN``."""
+    if "\\x" not in msg:
+        return msg
+    try:
+        return msg.encode("latin-1").decode("unicode_escape")
+    except UnicodeError:
+        return msg
+
+
+def _default_spawn(argv: list[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+
+
+class KmsgFollower:
+    def __init__(
+        self,
+        node: str,
+        decode: Decode | LogDecoder,
+        *,
+        clock: Clock | None = None,
+        kmsg_path: Path = Path("/dev/kmsg"),
+        state_path: Path | None = None,
+        proc_root: Path = Path("/proc"),
+        journalctl: Sequence[str] = ("journalctl",),
+        spawn: Spawn = _default_spawn,
+    ) -> None:
+        self.node = node
+        self.decoder: LogDecoder = decode if isinstance(decode, LogDecoder) else LineDecoder(decode)
+        self.clock: Clock = clock or SystemClock()
+        self.kmsg_path = kmsg_path
+        self.state_path = state_path
+        self.proc_root = proc_root
+        self.journalctl = list(journalctl)
+        self.spawn = spawn
+        self.source = "none"
+        self.lines = 0
+        self._fd: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._buf = b""
+        self._boot_id = ""
+        self._boot_time = datetime(1970, 1, 1, tzinfo=UTC)
+        self._seq = -1
+        self._cursor = ""
+        self._dirty = False
+        self._next_spawn = 0.0
+        self._jseq = 0
+
+    # --- start / stop -----------------------------------------------------------------------
+    def start(self) -> str:
+        """Open ``/dev/kmsg``, else start journalctl; returns the source used ("kmsg", "journal", "none")."""
+        self._boot_id = self._read_proc("sys/kernel/random/boot_id") or "unknown-boot"
+        self._boot_time = self._read_btime()
+        saved = self._load_state()
+        if saved.get("boot_id") == self._boot_id:
+            seq = saved.get("kmsg_seq", -1)
+            self._seq = seq if isinstance(seq, int) else -1
+            self._cursor = str(saved.get("journal_cursor", ""))
+        else:
+            self._seq, self._cursor = -1, ""  # a new boot: the old position means nothing
+        try:
+            self._fd = os.open(self.kmsg_path, os.O_RDONLY | os.O_NONBLOCK)
+            self.source = "kmsg"
+        except OSError as err:
+            log.warning("cannot open %s (%s); falling back to journalctl -k -f", self.kmsg_path, err)
+            self.source = "journal" if self._spawn_journal() else "none"
+        return self.source
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            if self._proc.stdout is not None:
+                self._proc.stdout.close()
+            self._proc = None
+
+    # --- reading ----------------------------------------------------------------------------
+    def poll(self) -> list[HealthEvent]:
+        """Read what is new (never blocks) and decode it."""
+        if self.source == "kmsg":
+            return self._poll_kmsg()
+        if self.source in ("journal", "none") and self.journalctl and self._fd is None:
+            return self._poll_journal()
+        return []
+
+    def commit(self) -> None:
+        """Persist the position reached by the last :meth:`poll` (call after spooling its events)."""
+        if not self._dirty or self.state_path is None:
+            return
+        state = {"boot_id": self._boot_id, "kmsg_seq": self._seq, "journal_cursor": self._cursor}
+        tmp = self.state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        os.replace(tmp, self.state_path)
+        self._dirty = False
+
+    def _poll_kmsg(self) -> list[HealthEvent]:
+        assert self._fd is not None
+        chunks: list[bytes] = []
+        while True:
+            try:
+                data = os.read(self._fd, _READ_SIZE)
+            except BlockingIOError:
+                break
+            except BrokenPipeError:
+                log.warning("kernel ring buffer overran the reader: some kernel messages were lost")
+                continue
+            if not data:
+                break
+            chunks.append(data)
+        if not chunks:
+            return []
+        self._buf += b"".join(chunks)
+        *lines, self._buf = self._buf.split(b"\n")
+        found: list[tuple[int, HealthEvent]] = []
+        for raw in lines:
+            rec = parse_kmsg_record(raw.decode("utf-8", "replace"))
+            if rec is None or rec.seq <= self._seq:
+                continue
+            self.lines += 1
+            self._seq = rec.seq
+            self._dirty = True
+            when = self._boot_time + timedelta(microseconds=rec.usec)
+            found += self._feed(rec.message, rec.seq, when)
+        found += self._flush()
+        return self._identify(found, lambda seq: f"{self.node}:kmsg:{self._boot_id}:{seq}")
+
+    def _poll_journal(self) -> list[HealthEvent]:
+        if self._proc is None and (self.clock.monotonic() < self._next_spawn or not self._spawn_journal()):
+            return []
+        proc = self._proc
+        assert proc is not None and proc.stdout is not None
+        fd = proc.stdout.fileno()
+        chunks: list[bytes] = []
+        eof = False
+        while True:
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                break
+            if not data:
+                eof = True
+                break
+            chunks.append(data)
+        if eof:
+            self._reap()  # read what it wrote first; restart it on a later poll
+        if not chunks:
+            return []
+        self._buf += b"".join(chunks)
+        *lines, self._buf = self._buf.split(b"\n")
+        found: list[tuple[int, HealthEvent]] = []
+        keys: dict[int, str] = {}
+        for raw in lines:
+            try:
+                entry = json.loads(raw)
+            except ValueError:
+                continue
+            cursor = str(entry.get("__CURSOR", ""))
+            msg = entry.get("MESSAGE", "")
+            if isinstance(msg, list):  # journald sends non-UTF-8 messages as a byte array
+                msg = bytes(int(b) & 0xFF for b in msg).decode("utf-8", "replace")
+            try:
+                when = datetime.fromtimestamp(int(entry["__REALTIME_TIMESTAMP"]) / 1e6, UTC)
+            except (KeyError, ValueError, TypeError):
+                when = self.clock.now()
+            self.lines += 1
+            if cursor:
+                self._cursor = cursor
+                self._dirty = True
+            self._jseq += 1
+            keys[self._jseq] = hashlib.sha1(cursor.encode()).hexdigest()[:16] if cursor else f"t{when.timestamp():.6f}"
+            found += self._feed(str(msg), self._jseq, when)
+        found += self._flush()
+        return self._identify(found, lambda seq: f"{self.node}:journal:{keys.get(seq, seq)}")
+
+    def _feed(self, message: str, seq: int, when: datetime) -> list[tuple[int, HealthEvent]]:
+        try:
+            return list(self.decoder.feed(message, seq, when))
+        except Exception:  # a decoder bug must not stop the kernel-log follower
+            log.exception("decoder failed on kernel message %r", message[:200])
+            return []
+
+    def _flush(self) -> list[tuple[int, HealthEvent]]:
+        try:
+            return list(self.decoder.flush())
+        except Exception:
+            log.exception("decoder failed to flush")
+            return []
+
+    def _identify(self, found: list[tuple[int, HealthEvent]], base: Callable[[int], str]) -> list[HealthEvent]:
+        """Deterministic ids from the record where each event starts: ``<base(seq)>:<n>``."""
+        out: list[HealthEvent] = []
+        per_seq: dict[int, int] = {}
+        for seq, ev in found:
+            n = per_seq.get(seq, 0)
+            per_seq[seq] = n + 1
+            out.append(replace(ev, id=f"{base(seq)}:{n}", node=self.node))
+        return out
+
+    # --- helpers ----------------------------------------------------------------------------
+    def _spawn_journal(self) -> bool:
+        argv = [*self.journalctl, "-k", "-f", "-o", "json", "--no-pager"]
+        argv += [f"--after-cursor={self._cursor}"] if self._cursor else ["--lines=all"]
+        self._next_spawn = self.clock.monotonic() + _RESPAWN_S
+        try:
+            proc = self.spawn(argv)
+        except OSError as err:
+            log.error(
+                "kernel log unavailable: cannot open %s nor run %s (%s); XIDs come from NVML only",
+                self.kmsg_path,
+                argv[0],
+                err,
+            )
+            return False
+        if proc.stdout is None:
+            return False
+        os.set_blocking(proc.stdout.fileno(), False)
+        self._proc, self._buf = proc, b""
+        self.source = "journal"
+        return True
+
+    def _reap(self) -> None:
+        if self._proc is not None:
+            code = self._proc.wait()
+            log.warning("journalctl exited with %s; restarting it in %.0fs", code, _RESPAWN_S)
+            if self._proc.stdout is not None:
+                self._proc.stdout.close()
+            self._proc = None
+
+    def _read_proc(self, rel: str) -> str | None:
+        try:
+            return (self.proc_root / rel).read_text().strip()
+        except OSError:
+            return None
+
+    def _read_btime(self) -> datetime:
+        for line in (self._read_proc("stat") or "").splitlines():
+            if line.startswith("btime "):
+                return datetime.fromtimestamp(int(line.split()[1]), UTC)
+        return self.clock.now()
+
+    def _load_state(self) -> dict[str, object]:
+        if self.state_path is None:
+            return {}
+        try:
+            data = json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}

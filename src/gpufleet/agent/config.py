@@ -1,0 +1,130 @@
+"""Agent configuration: one pydantic model (the edge), loaded from TOML and ``GPUFLEET_AGENT_*`` env vars,
+then overridden by command-line options. Everything inside the agent gets plain values from it.
+
+Example ``/etc/gpufleet/agent.toml``::
+
+    node = "r01-n003"
+    device = "nvml"
+    controller = "https://gpufleet.example:8443"
+    token_file = "/etc/gpufleet/node-token"
+    state_dir = "/var/lib/gpufleet-agent"
+    [cadence]
+    fast_s = 1
+    slow_s = 30
+    [mounts]
+    data = "/data"
+    checkpoint = "/checkpoints"
+    [thresholds]
+    ib_expected_rate_gbps = 400
+"""
+
+from __future__ import annotations
+
+import socket
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gpufleet.agent.rules import Thresholds
+from gpufleet.agent.runner import Cadence
+from gpufleet.domain.errors import InvalidInput
+
+
+class CadenceModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    fast_s: float = Field(1.0, gt=0)
+    slow_s: float = Field(30.0, gt=0)
+    ib_s: float = Field(1.0, gt=0)
+    host_s: float = Field(30.0, gt=0)
+
+    def build(self) -> Cadence:
+        return Cadence(self.fast_s, self.slow_s, self.ib_s, self.host_s)
+
+
+class ThresholdsModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    thermal_c: float = 87.0
+    thermal_clear_c: float = 82.0
+    hbm_thermal_c: float = 95.0
+    sbe_increase: int = Field(100, ge=1)
+    dbe_increase: int = Field(1, ge=1)
+    retired_pages_max: int = Field(60, ge=1)
+    pcie_replay_increase: int = Field(100, ge=1)
+    pcie_gen_min_util: float = Field(50.0, ge=0, le=100)
+    nvlink_error_increase: int = Field(100, ge=1)
+    ib_window_s: float = Field(60.0, gt=0)
+    ib_symbol_error_per_min: float = Field(10.0, ge=0)
+    ib_rcv_error_per_min: float = Field(10.0, ge=0)
+    ib_expected_rate_gbps: float | None = None
+    edac_ue_increase: int = Field(1, ge=1)
+    mount_min_free_fraction: float = Field(0.05, ge=0, le=1)
+
+    def build(self) -> Thresholds:
+        return Thresholds(**self.model_dump())
+
+
+class AgentConfig(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="GPUFLEET_AGENT_", extra="forbid")
+
+    node: str = Field(default_factory=socket.gethostname, min_length=1)
+    device: Literal["nvml", "sim"] = "nvml"
+    gpus: int = Field(8, ge=0, le=64)  # simulated GPUs (device = "sim")
+    sim_seed: int = 0
+    controller: str | None = None
+    token_file: Path | None = None
+    push: bool = True
+    push_batch: int = Field(500, ge=1, le=10_000)
+    heartbeat_s: float = Field(30.0, gt=0)
+    push_backoff_base_s: float = Field(1.0, gt=0)
+    push_backoff_cap_s: float = Field(60.0, gt=0)
+    metrics_port: int = Field(9400, ge=0, le=65535)
+    metrics_addr: str = "0.0.0.0"
+    state_dir: Path = Path("/var/lib/gpufleet-agent")
+    spool_max_events: int = Field(100_000, ge=1)
+    ib_root: Path = Path("/sys/class/infiniband")
+    sys_root: Path = Path("/sys")
+    proc_root: Path = Path("/proc")
+    kmsg_path: Path = Path("/dev/kmsg")
+    kmsg: bool = True
+    mounts: dict[str, str] = Field(default_factory=dict)
+    cadence: CadenceModel = Field(default_factory=CadenceModel)
+    thresholds: ThresholdsModel = Field(default_factory=ThresholdsModel)
+
+
+def load_config(path: Path | None = None, **overrides: object) -> AgentConfig:
+    """TOML file (if any) < environment < ``overrides`` (CLI options; ``None`` values are ignored).
+
+    Raises InvalidInput naming the first bad field.
+    """
+    data: dict[str, object] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(path.read_text())
+        except OSError as err:
+            raise InvalidInput("config", str(path), f"a readable TOML file ({err.strerror})") from None
+        except tomllib.TOMLDecodeError as err:
+            raise InvalidInput("config", str(path), f"valid TOML ({err})") from None
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return AgentConfig(**data)  # type: ignore[arg-type]
+    except ValidationError as err:
+        e = err.errors()[0]
+        where = ".".join(str(p) for p in e["loc"]) or "config"
+        raise InvalidInput(where, e.get("input"), e["msg"]) from None
+
+
+def read_token(path: Path | None) -> str:
+    """The node's bearer token from ``path`` (first line, stripped)."""
+    if path is None:
+        raise InvalidInput("--token-file", None, "a file holding this node's controller token (or --no-push)")
+    try:
+        text = path.read_text().strip()
+    except OSError as err:
+        raise InvalidInput("--token-file", str(path), f"a readable file ({err.strerror})") from None
+    token = text.splitlines()[0].strip() if text else ""
+    if not token:
+        raise InvalidInput("--token-file", str(path), "a file holding a non-empty token")
+    return token

@@ -1,0 +1,1 @@
+"""GPU device implementations behind one Protocol (:mod:`gpufleet.agent.devices.port`)."""

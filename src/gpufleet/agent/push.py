@@ -1,0 +1,247 @@
+"""Push to the controller: event batches and a heartbeat, at-least-once, with backoff and jitter.
+
+Contract (controller API v1):
+
+* ``POST /v1/events`` ``{"events": [...]}`` with ``Authorization: Bearer <token>`` -> 202
+  ``{"accepted": n, "duplicates": m}``. A batch is accepted or rejected whole; 422 names the field.
+* ``POST /v1/nodes/{node}/heartbeat`` ``{"time": ISO, "agent_version": str}`` -> 200.
+* 401/403: bad token (logged as an error with the fix; retried at the backoff cap, never dropped).
+
+The :class:`Pusher` takes events from the :class:`~gpufleet.agent.spool.Spool` oldest first and deletes
+them only after a 202, so a crash or a timeout resends (the controller deduplicates by event id). A 422
+batch is split in halves until the bad event is alone; that one is dropped with an ERROR log (it can never
+be accepted) and the rest go through. Connection errors and 5xx back off exponentially with jitter.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+from dataclasses import dataclass
+from datetime import datetime
+
+import httpx
+
+from gpufleet import __version__
+from gpufleet.agent.clock import Clock
+from gpufleet.agent.spool import Spool
+from gpufleet.domain.errors import InvalidInput
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PushResult:
+    ok: bool
+    status: int | None = None  # HTTP status, None when the request never got an answer
+    accepted: int = 0
+    duplicates: int = 0
+    error: str = ""
+
+
+class Backoff:
+    """Exponential backoff with "equal jitter".
+
+    The n-th delay is uniform in [d/2, d] with d = min(cap, base * 2**n): never zero, never in lockstep.
+    """
+
+    def __init__(self, base_s: float = 1.0, cap_s: float = 60.0, rng: random.Random | None = None) -> None:
+        if base_s <= 0 or cap_s < base_s:
+            raise InvalidInput("backoff", (base_s, cap_s), "0 < base <= cap")
+        self.base_s, self.cap_s = base_s, cap_s
+        self.attempt = 0
+        self._rng = rng or random.Random()
+
+    def next(self) -> float:
+        d = min(self.cap_s, self.base_s * (2 ** min(self.attempt, 30)))
+        self.attempt += 1
+        return float(d / 2 + self._rng.uniform(0.0, d / 2))
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+class ControllerClient:
+    """Thin HTTP client for the two agent endpoints. Never raises for network errors: returns PushResult."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout_s: float = 10.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise InvalidInput("controller", base_url, "an http:// or https:// URL")
+        self.base_url = base_url.rstrip("/")
+        self._http = httpx.Client(
+            base_url=base_url.rstrip("/"),
+            timeout=timeout_s,
+            transport=transport,
+            headers={
+                "Authorization": f"Bearer {token}",
+                "Content-Type": "application/json",
+                "User-Agent": f"gpufleet-agent/{__version__}",
+            },
+        )
+
+    def post_events(self, bodies: list[str]) -> PushResult:
+        payload = '{"events":[' + ",".join(bodies) + "]}"
+        try:
+            r = self._http.post("/v1/events", content=payload)
+        except httpx.HTTPError as err:
+            return PushResult(False, None, error=f"{type(err).__name__}: {err}")
+        if r.status_code == 202:
+            try:
+                doc = r.json()
+                return PushResult(True, 202, int(doc.get("accepted", 0)), int(doc.get("duplicates", 0)))
+            except (ValueError, AttributeError, TypeError):
+                return PushResult(True, 202)
+        return PushResult(False, r.status_code, error=r.text[:2000])
+
+    def heartbeat(self, node: str, now: datetime) -> PushResult:
+        body = json.dumps({"time": now.isoformat(), "agent_version": __version__})
+        try:
+            r = self._http.post(f"/v1/nodes/{node}/heartbeat", content=body)
+        except httpx.HTTPError as err:
+            return PushResult(False, None, error=f"{type(err).__name__}: {err}")
+        return PushResult(r.status_code == 200, r.status_code, error="" if r.status_code == 200 else r.text[:500])
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def _names_node(error_body: str) -> bool:
+    """True when a 422 blames the node (not registered / not ours): a setup problem, never the event's."""
+    try:
+        detail = json.loads(error_body).get("detail")
+    except (ValueError, AttributeError):
+        return False
+    fields = [d.get("field", "") for d in detail] if isinstance(detail, list) else []
+    fields += [str(detail)] if isinstance(detail, str) else []
+    return any(str(f).endswith(".node") or str(f) == "node" for f in fields if isinstance(f, str))
+
+
+class Pusher:
+    """Drains the spool to the controller. Call :meth:`step` (it returns how long to wait) or :meth:`run`."""
+
+    def __init__(
+        self,
+        spool: Spool,
+        client: ControllerClient,
+        node: str,
+        clock: Clock,
+        *,
+        batch_size: int = 500,
+        heartbeat_s: float = 30.0,
+        backoff: Backoff | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise InvalidInput("push.batch_size", batch_size, "at least 1")
+        self.spool, self.client, self.node, self.clock = spool, client, node, clock
+        self.batch_size = batch_size
+        self.heartbeat_s = heartbeat_s
+        self.backoff = backoff or Backoff()
+        self.kick = threading.Event()
+        self.pushed = 0
+        self.duplicates = 0
+        self.failures = 0
+        self.controller_up = False
+        self.last_success: datetime | None = None
+        self._next_heartbeat = 0.0
+        self._retry_at = 0.0
+
+    def step(self) -> float:
+        """One round: heartbeat if due, then push batches until the spool is empty or a push fails."""
+        mono = self.clock.monotonic()
+        if mono < self._retry_at:
+            return self._retry_at - mono
+        if mono >= self._next_heartbeat:
+            hb = self.client.heartbeat(self.node, self.clock.now())
+            self._next_heartbeat = mono + self.heartbeat_s
+            if hb.ok:
+                self._succeeded()
+            elif hb.status is None:  # no answer at all: events would not get through either
+                return self._failed(hb, "heartbeat")
+            else:  # e.g. 404 node not registered: say so, but still try the events
+                log.error("controller refused the heartbeat of %s (%s %s)", self.node, hb.status, hb.error[:200])
+        while len(self.spool):
+            batch = self.spool.peek(self.batch_size)
+            if not batch:
+                break
+            if not self._send(batch):
+                return max(0.0, self._retry_at - self.clock.monotonic())
+        return max(0.0, self._next_heartbeat - self.clock.monotonic())
+
+    def _send(self, batch: list[tuple[int, str]]) -> bool:
+        res = self.client.post_events([b for _, b in batch])
+        if res.ok:
+            self.spool.ack([s for s, _ in batch])
+            self.pushed += res.accepted
+            self.duplicates += res.duplicates
+            self._succeeded()
+            return True
+        if res.status == 422 and not _names_node(res.error):
+            if len(batch) == 1:
+                self.spool.drop([batch[0][0]], f"422 {res.error} for {batch[0][1][:300]}")
+                return True
+            mid = len(batch) // 2
+            return self._send(batch[:mid]) and self._send(batch[mid:])
+        self._failed(res, f"{len(batch)} events")
+        return False
+
+    def _succeeded(self) -> None:
+        if not self.controller_up:
+            log.info("controller %s reachable; %d events in the spool", self.client.base_url, len(self.spool))
+        self.controller_up = True
+        self.last_success = self.clock.now()
+        self.backoff.reset()
+
+    def _failed(self, res: PushResult, what: str) -> float:
+        """Record a failure and schedule the retry; returns the delay (the round stops)."""
+        self.failures += 1
+        self.controller_up = False
+        delay = self.backoff.next()
+        if res.status in (401, 403):
+            log.error(
+                "controller refused the node token (%s) for %s: check --token-file; retrying in %.0fs",
+                res.status,
+                what,
+                delay,
+            )
+        elif res.status == 422:
+            log.error(
+                "controller does not know node %s (%s): register it (POST /v1/nodes); %d events kept in the "
+                "spool, retrying in %.0fs",
+                self.node,
+                res.error[:200],
+                len(self.spool),
+                delay,
+            )
+        else:
+            log.warning(
+                "push of %s failed (%s %s); %d events spooled; retrying in %.1fs",
+                what,
+                res.status or "no answer",
+                res.error[:200],
+                len(self.spool),
+                delay,
+            )
+        self._retry_at = self.clock.monotonic() + delay
+        return delay
+
+    def run(self, stop: threading.Event) -> None:
+        """Loop until ``stop`` is set; wakes early when :attr:`kick` is set (new events spooled)."""
+        while not stop.is_set():
+            try:
+                wait = self.step()
+            except Exception:  # a bug here must not kill the push thread: log and retry later
+                log.exception("push worker failed; retrying")
+                wait = self.backoff.next()
+            if len(self.spool) and self.clock.monotonic() >= self._retry_at:
+                wait = 0.0
+            self.kick.wait(timeout=max(0.05, wait))
+            self.kick.clear()

@@ -1,0 +1,488 @@
+"""Passive checks: readings in, health events out, with thresholds from config.
+
+Every check is edge-triggered: it reports when a condition *starts* (a flag turns on, a counter grows
+past its threshold within one interval, a rate crosses its limit) and re-arms when the condition clears,
+so a GPU that stays hot yields one event, not one per second. Ids are deterministic where the condition
+has a natural key (a counter value), so a restarted agent re-reporting the same fact yields the same id
+and the controller's dedup drops it.
+
+Components follow the fleet's slot names: ``<node>-gpu<i>``, ``<node>-nic<k>`` (k = the HCA's position
+among the node's InfiniBand HCAs, sorted by name), ``<node>`` for host checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from gpufleet.agent.collectors.host import HostReading
+from gpufleet.agent.collectors.infiniband import IbPortReading
+from gpufleet.agent.devices.port import THERMAL_THROTTLE, FastReading, SlowReading, XidEvent
+from gpufleet.domain.events import EventKind, HealthEvent, Severity
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    thermal_c: float = 87.0  # GPU core; H100 SXM slows down around 87-90 C
+    thermal_clear_c: float = 82.0  # hysteresis: re-arm below this
+    hbm_thermal_c: float = 95.0
+    sbe_increase: int = 100  # new correctable errors within one slow interval -> degraded
+    dbe_increase: int = 1  # new uncorrectable errors -> fatal
+    retired_pages_max: int = 60  # pre-Ampere page retirement limit is 64
+    pcie_replay_increase: int = 100
+    pcie_gen_min_util: float = 50.0  # idle GPUs downtrain the link gen on purpose
+    nvlink_error_increase: int = 100  # CRC flit + data + replay + recovery within one interval
+    ib_window_s: float = 60.0
+    ib_symbol_error_per_min: float = 10.0
+    ib_rcv_error_per_min: float = 10.0
+    ib_expected_rate_gbps: float | None = None  # e.g. 400 for NDR; None = no rate check
+    edac_ue_increase: int = 1
+    mount_min_free_fraction: float = 0.05
+
+
+@dataclass(slots=True)
+class _Rate:
+    value: int
+    t: float
+
+
+@dataclass(slots=True)
+class PassiveChecks:
+    node: str
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    ib_nic_index: dict[str, int] = field(default_factory=dict)
+    _active: set[str] = field(default_factory=set)
+    _last: dict[str, int] = field(default_factory=dict)
+    _rates: dict[str, _Rate] = field(default_factory=dict)
+    _xid_seq: int = 0
+
+    # --- helpers ----------------------------------------------------------------------------
+    def gpu(self, index: int) -> str:
+        return f"{self.node}-gpu{index}"
+
+    def nic(self, device: str) -> str:
+        if device not in self.ib_nic_index:
+            self.ib_nic_index[device] = len(self.ib_nic_index)
+        return f"{self.node}-nic{self.ib_nic_index[device]}"
+
+    def _edge(self, key: str, cond: bool) -> bool:
+        """True when ``cond`` turns on for ``key``; re-arms when it turns off."""
+        if cond:
+            if key in self._active:
+                return False
+            self._active.add(key)
+            return True
+        self._active.discard(key)
+        return False
+
+    def _delta(self, key: str, value: int | None) -> int:
+        """Growth of a counter since its last reading (0 on the first reading or after a reset)."""
+        if value is None:
+            return 0
+        prev = self._last.get(key)
+        self._last[key] = value
+        if prev is None or value < prev:
+            return 0
+        return value - prev
+
+    def _event(
+        self,
+        key: str,
+        kind: EventKind,
+        now: datetime,
+        component: str,
+        severity: Severity | None,
+        message: str,
+        *,
+        code: int | None = None,
+        link: str | None = None,
+        attrs: tuple[tuple[str, str], ...] = (),
+    ) -> HealthEvent:
+        return HealthEvent(
+            id=f"{self.node}:{key}",
+            node=self.node,
+            kind=kind,
+            time=now,
+            component=component,
+            code=code,
+            severity=severity,
+            link=link,
+            message=message,
+            source="agent",
+            attrs=attrs,
+        )
+
+    # --- GPU --------------------------------------------------------------------------------
+    def on_xid(self, x: XidEvent) -> HealthEvent:
+        comp = self.gpu(x.index) if x.index >= 0 else self.node
+        msg = f"NVML XID {x.code}" + (f": {x.detail}" if x.detail else "")
+        stamp = int(x.time.timestamp() * 1_000_000)
+        self._xid_seq += 1  # two XIDs in the same microsecond are still two events
+        return self._event(
+            f"xid:{comp}:{x.code}:{stamp}:{self._xid_seq}",
+            EventKind.XID,
+            x.time,
+            comp,
+            None,
+            msg,
+            code=x.code,
+            attrs=(("source", "nvml"),),
+        )
+
+    def on_fast(self, r: FastReading, now: datetime) -> list[HealthEvent]:
+        out: list[HealthEvent] = []
+        g, th, stamp = self.gpu(r.index), self.thresholds, int(now.timestamp())
+        if self._edge(f"lost:{g}", r.lost):
+            out.append(
+                self._event(
+                    f"gpu_lost:{g}:{stamp}",
+                    EventKind.GPU_LOST,
+                    now,
+                    g,
+                    Severity.FATAL,
+                    "GPU is lost (NVML GPU_IS_LOST): fell off the bus or stopped answering",
+                )
+            )
+        if r.lost:
+            return out
+        temp = r.temp_gpu_c
+        throttled = r.throttle_reasons is not None and bool(r.throttle_reasons & THERMAL_THROTTLE)
+        hot_key = f"thermal:{g}"
+        if temp is not None and hot_key in self._active and temp < th.thermal_clear_c and not throttled:
+            self._active.discard(hot_key)
+        hot = (temp is not None and temp >= th.thermal_c) or throttled
+        if hot and hot_key not in self._active:
+            self._active.add(hot_key)
+            why = "thermal slowdown asserted" if throttled else f"temperature {temp:.0f} C >= {th.thermal_c:.0f} C"
+            out.append(
+                self._event(
+                    f"thermal:{g}:{stamp}",
+                    EventKind.THERMAL,
+                    now,
+                    g,
+                    Severity.DEGRADED,
+                    f"GPU thermal excursion: {why}",
+                    attrs=(("temp_c", f"{temp}"), ("throttle", f"{r.throttle_reasons}")),
+                )
+            )
+        hbm = r.temp_hbm_c
+        if self._edge(f"hbm:{g}", hbm is not None and hbm >= th.hbm_thermal_c):
+            out.append(
+                self._event(
+                    f"hbm_thermal:{g}:{stamp}",
+                    EventKind.THERMAL,
+                    now,
+                    g,
+                    Severity.DEGRADED,
+                    f"HBM temperature {hbm:.0f} C >= {th.hbm_thermal_c:.0f} C",
+                    attrs=(("sensor", "hbm"),),
+                )
+            )
+        return out
+
+    def on_slow(self, r: SlowReading, now: datetime, util: float | None = None) -> list[HealthEvent]:
+        if r.lost:
+            return []
+        out: list[HealthEvent] = []
+        g, th = self.gpu(r.index), self.thresholds
+        d_dbe = self._delta(f"dbe:{g}", r.ecc_dbe_aggregate)
+        if d_dbe >= th.dbe_increase:
+            out.append(
+                self._event(
+                    f"ecc_dbe:{g}:{r.ecc_dbe_aggregate}",
+                    EventKind.ECC_DBE,
+                    now,
+                    g,
+                    Severity.FATAL,
+                    f"{d_dbe} new uncorrectable ECC errors (aggregate {r.ecc_dbe_aggregate})",
+                )
+            )
+        d_sbe = self._delta(f"sbe:{g}", r.ecc_sbe_aggregate)
+        if d_sbe >= th.sbe_increase:
+            out.append(
+                self._event(
+                    f"ecc_sbe:{g}:{r.ecc_sbe_aggregate}",
+                    EventKind.ECC_SBE,
+                    now,
+                    g,
+                    Severity.DEGRADED,
+                    f"{d_sbe} new correctable ECC errors in one interval",
+                )
+            )
+        rows = f"{r.remap_correctable}/{r.remap_uncorrectable}"
+        if self._edge(f"remap_failure:{g}", bool(r.remap_failure)):
+            out.append(
+                self._event(
+                    f"row_remap_failure:{g}:{rows}",
+                    EventKind.ROW_REMAP_FAILURE,
+                    now,
+                    g,
+                    Severity.FATAL,
+                    "row remapping failed: the GPU has no spare rows left",
+                )
+            )
+        if self._edge(f"remap_pending:{g}", bool(r.remap_pending)):
+            out.append(
+                self._event(
+                    f"row_remap_pending:{g}:{rows}",
+                    EventKind.ROW_REMAP_PENDING,
+                    now,
+                    g,
+                    Severity.DEGRADED,
+                    "row remap pending: takes effect at the next GPU reset",
+                )
+            )
+        if self._edge(f"retired_pending:{g}", bool(r.retired_pages_pending)):
+            out.append(
+                self._event(
+                    f"retired_pending:{g}:{r.retired_pages_sbe}/{r.retired_pages_dbe}",
+                    EventKind.ROW_REMAP_PENDING,
+                    now,
+                    g,
+                    Severity.DEGRADED,
+                    "page retirement pending: takes effect at the next GPU reset",
+                    attrs=(("mechanism", "page_retirement"),),
+                )
+            )
+        retired = (r.retired_pages_sbe or 0) + (r.retired_pages_dbe or 0)
+        if self._edge(f"retired_max:{g}", retired >= th.retired_pages_max):
+            out.append(
+                self._event(
+                    f"retired_max:{g}:{retired}",
+                    EventKind.ECC_DBE,
+                    now,
+                    g,
+                    Severity.DEGRADED,
+                    f"{retired} retired pages (limit {th.retired_pages_max})",
+                    attrs=(("rule", "retired_pages_max"),),
+                )
+            )
+        out += self._pcie(r, now, g, util)
+        out += self._nvlink(r, now, g)
+        return out
+
+    def _pcie(self, r: SlowReading, now: datetime, g: str, util: float | None) -> list[HealthEvent]:
+        out: list[HealthEvent] = []
+        th, link = self.thresholds, f"{g}~pcie"
+        narrow = r.pcie_width is not None and r.pcie_width_max is not None and r.pcie_width < r.pcie_width_max
+        if self._edge(f"pcie_width:{g}", narrow):
+            out.append(
+                self._event(
+                    f"pcie_width:{g}:x{r.pcie_width}:{int(now.timestamp())}",
+                    EventKind.LINK_ERROR,
+                    now,
+                    g,
+                    Severity.DEGRADED,
+                    f"PCIe link width x{r.pcie_width} below max x{r.pcie_width_max}",
+                    link=link,
+                    attrs=(("rule", "pcie_width"),),
+                )
+            )
+        busy = util is not None and util >= th.pcie_gen_min_util
+        slow = busy and r.pcie_gen is not None and r.pcie_gen_max is not None and r.pcie_gen < r.pcie_gen_max
+        if self._edge(f"pcie_gen:{g}", slow):
+            out.append(
+                self._event(
+                    f"pcie_gen:{g}:gen{r.pcie_gen}:{int(now.timestamp())}",
+                    EventKind.LINK_ERROR,
+                    now,
+                    g,
+                    Severity.DEGRADED,
+                    f"PCIe link gen {r.pcie_gen} below max gen {r.pcie_gen_max} under load",
+                    link=link,
+                    attrs=(("rule", "pcie_gen"),),
+                )
+            )
+        d = self._delta(f"pcie_replay:{g}", r.pcie_replay)
+        if d >= th.pcie_replay_increase:
+            out.append(
+                self._event(
+                    f"pcie_replay:{g}:{r.pcie_replay}",
+                    EventKind.LINK_ERROR,
+                    now,
+                    g,
+                    Severity.DEGRADED,
+                    f"{d} PCIe replays in one interval",
+                    link=link,
+                    attrs=(("rule", "pcie_replay"),),
+                )
+            )
+        return out
+
+    def _nvlink(self, r: SlowReading, now: datetime, g: str) -> list[HealthEvent]:
+        out: list[HealthEvent] = []
+        for lk in r.nvlinks:
+            key = f"{g}:nvlink{lk.link}"
+            was_up = f"up:{key}" in self._active
+            if lk.up:
+                self._active.add(f"up:{key}")
+            if self._edge(f"down:{key}", was_up and lk.up is False):
+                out.append(
+                    self._event(
+                        f"nvlink_down:{key}:{int(now.timestamp())}",
+                        EventKind.LINK_DOWN,
+                        now,
+                        g,
+                        Severity.FATAL,
+                        f"NVLink {lk.link} went down",
+                        link=f"{g}~nvlink{lk.link}",
+                        attrs=(("nvlink", str(lk.link)),),
+                    )
+                )
+            if lk.up:
+                self._active.discard(f"down:{key}")
+            total = sum(v or 0 for v in (lk.crc_flit, lk.crc_data, lk.replay, lk.recovery))
+            d = self._delta(f"nvlink_err:{key}", total)
+            if d >= self.thresholds.nvlink_error_increase:
+                out.append(
+                    self._event(
+                        f"nvlink_err:{key}:{total}",
+                        EventKind.LINK_ERROR,
+                        now,
+                        g,
+                        Severity.DEGRADED,
+                        f"{d} NVLink {lk.link} errors (CRC flit/data, replay, recovery) in one interval",
+                        link=f"{g}~nvlink{lk.link}",
+                        attrs=(("nvlink", str(lk.link)), ("rule", "nvlink_errors")),
+                    )
+                )
+        return out
+
+    # --- InfiniBand -------------------------------------------------------------------------
+    def on_ib(self, p: IbPortReading, now: datetime, mono: float) -> list[HealthEvent]:
+        out: list[HealthEvent] = []
+        nic, th = self.nic(p.device), self.thresholds
+        key, stamp = f"{nic}:{p.port}", int(now.timestamp())
+        attrs = (("device", p.device), ("port", str(p.port)))
+        seen_active = f"ib_up:{key}" in self._active
+        if p.active:
+            self._active.add(f"ib_up:{key}")
+        if self._edge(f"ib_down:{key}", seen_active and not p.active and p.state != ""):
+            out.append(
+                self._event(
+                    f"ib_down:{key}:{stamp}",
+                    EventKind.LINK_DOWN,
+                    now,
+                    nic,
+                    Severity.FATAL,
+                    f"InfiniBand {p.device} port {p.port} is {p.state} ({p.phys_state})",
+                    attrs=attrs,
+                )
+            )
+        if p.active:
+            self._active.discard(f"ib_down:{key}")
+        downed = p.counter("link_downed")
+        d = self._delta(f"ib_downed:{key}", downed)
+        if d > 0:
+            out.append(
+                self._event(
+                    f"ib_flap:{key}:{downed}",
+                    EventKind.LINK_FLAP,
+                    now,
+                    nic,
+                    Severity.DEGRADED,
+                    f"InfiniBand {p.device} port {p.port} went down and up {d} time(s)",
+                    attrs=attrs,
+                )
+            )
+        slow = (
+            p.active
+            and th.ib_expected_rate_gbps is not None
+            and p.rate_gbps is not None
+            and p.rate_gbps < th.ib_expected_rate_gbps
+        )
+        if self._edge(f"ib_rate:{key}", slow):
+            out.append(
+                self._event(
+                    f"ib_rate:{key}:{stamp}",
+                    EventKind.LINK_ERROR,
+                    now,
+                    nic,
+                    Severity.DEGRADED,
+                    f"InfiniBand {p.device} port {p.port} at {p.rate_gbps:g} Gb/s, expected "
+                    f"{th.ib_expected_rate_gbps:g}",
+                    attrs=(*attrs, ("rule", "ib_rate")),
+                )
+            )
+        for counter, limit in (
+            ("symbol_error", th.ib_symbol_error_per_min),
+            ("port_rcv_errors", th.ib_rcv_error_per_min),
+        ):
+            rate = self._rate(f"{counter}:{key}", p.counter(counter), mono)
+            if rate is None:
+                continue
+            if self._edge(f"ib_{counter}:{key}", rate > limit):
+                out.append(
+                    self._event(
+                        f"ib_{counter}:{key}:{p.counter(counter)}",
+                        EventKind.LINK_ERROR,
+                        now,
+                        nic,
+                        Severity.DEGRADED,
+                        f"InfiniBand {p.device} port {p.port}: {counter} at {rate:.1f}/min (limit {limit:g}/min)",
+                        attrs=(*attrs, ("rule", f"ib_{counter}"), ("per_min", f"{rate:.1f}")),
+                    )
+                )
+        return out
+
+    def _rate(self, key: str, value: int | None, mono: float) -> float | None:
+        """Per-minute growth of a counter over a window of ``ib_window_s``; None until a window closes."""
+        if value is None:
+            return None
+        base = self._rates.get(key)
+        if base is None or value < base.value:
+            self._rates[key] = _Rate(value, mono)
+            return None
+        elapsed = mono - base.t
+        if elapsed < self.thresholds.ib_window_s:
+            return None
+        self._rates[key] = _Rate(value, mono)
+        return (value - base.value) / elapsed * 60.0
+
+    # --- host -------------------------------------------------------------------------------
+    def on_host(self, h: HostReading, now: datetime) -> list[HealthEvent]:
+        out: list[HealthEvent] = []
+        th = self.thresholds
+        for mc in h.edac:
+            d = self._delta(f"edac_ue:{mc.mc}", mc.uncorrectable)
+            if d >= th.edac_ue_increase:
+                out.append(
+                    self._event(
+                        f"edac_ue:{mc.mc}:{mc.uncorrectable}",
+                        EventKind.CHECK_FAILED,
+                        now,
+                        self.node,
+                        Severity.FATAL,
+                        f"host memory controller {mc.mc}: {d} new uncorrectable errors",
+                        attrs=(("check", "edac"), ("mc", mc.mc)),
+                    )
+                )
+        for m in h.mounts:
+            stamp = int(now.timestamp())
+            if self._edge(f"mount_missing:{m.role}", not m.present):
+                out.append(
+                    self._event(
+                        f"mount_missing:{m.role}:{stamp}",
+                        EventKind.CHECK_FAILED,
+                        now,
+                        self.node,
+                        Severity.FATAL,
+                        f"{m.role} mount {m.path} is missing",
+                        attrs=(("check", "mount"), ("mount", m.path)),
+                    )
+                )
+            frac = m.free_fraction
+            if self._edge(f"mount_full:{m.role}", frac is not None and frac < th.mount_min_free_fraction):
+                out.append(
+                    self._event(
+                        f"mount_full:{m.role}:{stamp}",
+                        EventKind.CHECK_FAILED,
+                        now,
+                        self.node,
+                        Severity.DEGRADED,
+                        f"{m.role} mount {m.path} has {100 * (frac or 0):.1f}% free "
+                        f"(minimum {100 * th.mount_min_free_fraction:.0f}%)",
+                        attrs=(("check", "disk_free"), ("mount", m.path)),
+                    )
+                )
+        return out

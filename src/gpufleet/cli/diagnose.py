@@ -1,0 +1,74 @@
+"""``gpufleet diagnose FILE|- [--json] [--catalog FILE] [--inventory FILE]``.
+
+Exit codes: 0 nothing fatal found; 1 something fatal found; 2 usage or input errors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def diagnose(
+        file: Annotated[str, typer.Argument(help="kernel log, nvidia-bug-report.log(.gz), or - for stdin")],
+        json_out: Annotated[bool, typer.Option("--json", help="print a JSON array of findings")] = False,
+        catalog: Annotated[
+            Path | None, typer.Option("--catalog", help="TOML with [[override]] / [[escalation]] tables")
+        ] = None,
+        inventory: Annotated[
+            Path | None, typer.Option("--inventory", help="TOML/JSON/nvidia-smi CSV: PCI -> GPU and node")
+        ] = None,
+        year: Annotated[
+            int | None, typer.Option("--year", help="year of timestamps without one (default: the file's)")
+        ] = None,
+    ) -> None:
+        """Decode kernel logs and NVIDIA bug reports into hardware events, worst first."""
+        import sys
+        import tomllib
+        from datetime import UTC, datetime
+
+        from gpufleet.cli.errors import EXIT_FOUND_PROBLEM, exit_code_for, render_error
+        from gpufleet.diagnose.decoder import Decoder
+        from gpufleet.diagnose.inventory import load_inventory
+        from gpufleet.diagnose.reader import decode_stream, open_log
+        from gpufleet.diagnose.report import analyse, render_json, render_table
+        from gpufleet.domain.catalog import load_default_catalog
+        from gpufleet.domain.errors import GpufleetError, InvalidInput
+
+        try:
+            cat = load_default_catalog()
+            if catalog is not None:
+                if not catalog.is_file():
+                    raise InvalidInput("--catalog", str(catalog), "an existing TOML file")
+                try:
+                    doc = tomllib.loads(catalog.read_text(encoding="utf-8"))
+                except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+                    raise InvalidInput("--catalog", str(catalog), f"valid TOML ({err})") from None
+                cat = cat.with_overrides(doc, source=str(catalog))
+            inv = load_inventory(inventory) if inventory is not None else None
+            stream = open_log(file, sys.stdin.buffer)
+            if year is None:
+                mtime = Path(file).stat().st_mtime if file != "-" else None
+                year = datetime.fromtimestamp(mtime, UTC).year if mtime else datetime.now(UTC).year
+            decoder = Decoder(cat, year=year)
+            with stream:
+                report = analyse(decode_stream(stream, decoder), cat, decoder.stats, inv)
+        except GpufleetError as err:
+            render_error(err)
+            raise typer.Exit(exit_code_for(err)) from None
+        if json_out:
+            typer.echo(render_json(report))
+            st = report.stats
+            notes = {"binary_lines": st.binary, "invalid_utf8_lines": st.invalid_utf8,
+                     "truncated_lines": st.truncated, "repeated_findings_not_kept": report.suppressed}
+            if any(notes.values()):
+                typer.echo("gpufleet diagnose: input: " + ", ".join(f"{k}={v}" for k, v in notes.items()),
+                           err=True)
+        else:
+            typer.echo(render_table(report, file))
+        if report.fatal:
+            raise typer.Exit(EXIT_FOUND_PROBLEM)

@@ -1,0 +1,100 @@
+"""From a :class:`Finding` to the fleet's one currency, :class:`HealthEvent`.
+
+Mapping (docs/diagnose.md, "Events"):
+
+==========  =====================================================================================
+finding     HealthEvent kind
+==========  =====================================================================================
+xid         XID (code kept)
+sxid        SXID (code kept; the NVSwitch's PCI address is the component unless a slot is given)
+aer         AER_CORRECTED or AER_UNCORRECTED (by the kernel's class; code = AER status bit)
+gpu_lost    GPU_LOST
+ib_link     LINK_DOWN (port down), LINK_FLAP (down again after recovering), LINK_ERROR (cable,
+            module or device error)
+nvlink      LINK_ERROR (an NVLink failure without an Xid)
+mce_edac    CHECK_FAILED with ``attrs`` check=host_memory, when degraded or fatal; None when info
+            (a corrected DIMM error alone changes nothing)
+oom         None (an application event, not a hardware one)
+crash_dump  None (it always follows another finding, which is the event)
+==========  =====================================================================================
+
+The event carries the finding's judged severity, so the lifecycle does not judge it again. The
+NVLink/NIC link number goes to ``attrs`` (``link``), not to ``HealthEvent.link``: that field names a
+topology link id, which only the caller (with a topology) can know.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from gpufleet.diagnose.finding import Finding, FindingKind
+from gpufleet.domain.events import EventKind, HealthEvent, Severity, utc
+
+
+def event_kind_for(finding: Finding) -> EventKind | None:
+    """The HealthEvent kind a finding maps to (see the table above), or None."""
+    match finding.kind:
+        case FindingKind.XID:
+            return EventKind.XID
+        case FindingKind.SXID:
+            return EventKind.SXID
+        case FindingKind.AER:
+            corrected = finding.catalog_kind == "aer_corrected"
+            return EventKind.AER_CORRECTED if corrected else EventKind.AER_UNCORRECTED
+        case FindingKind.GPU_LOST:
+            return EventKind.GPU_LOST
+        case FindingKind.IB_LINK:
+            event = finding.get("event")
+            if event == "link_down":
+                return EventKind.LINK_DOWN
+            return EventKind.LINK_FLAP if event == "link_flap" else EventKind.LINK_ERROR
+        case FindingKind.NVLINK:
+            return EventKind.LINK_ERROR
+        case FindingKind.MCE_EDAC:
+            return None if finding.severity is Severity.INFO else EventKind.CHECK_FAILED
+        case _:
+            return None
+
+
+def finding_to_event(
+    finding: Finding,
+    node: str,
+    *,
+    id: str,
+    gpu_slot: str | None = None,
+    fallback_time: datetime | None = None,
+) -> HealthEvent | None:
+    """The HealthEvent for ``finding`` on ``node``, or None when the finding maps to none (see the
+    module table) or has no time and no ``fallback_time`` was given.
+
+    ``id`` is the caller's idempotency key (e.g. boot id + kmsg sequence number). ``gpu_slot``
+    names the component (``r01-n03-gpu5``) when the caller maps the PCI address to a slot; otherwise
+    the normalised PCI address is the component. ``fallback_time`` is used for findings whose log
+    line had no wall-clock time (plain dmesg without a boot time).
+    """
+    kind = event_kind_for(finding)
+    if kind is None:
+        return None
+    when = finding.time or fallback_time
+    if when is None:
+        return None
+    attrs: list[tuple[str, str]] = [("line", str(finding.line)), ("action", finding.action.value)]
+    if finding.pci:
+        attrs.append(("pci", finding.pci))
+    if kind is EventKind.CHECK_FAILED:
+        attrs.append(("check", "host_memory"))
+    if finding.escalated:
+        attrs.append(("escalated", finding.escalated))
+    attrs += [(k, v) for k, v in finding.detail if k in ("link", "port", "reporter", "recovery_to", "uuid")]
+    return HealthEvent(
+        id=id,
+        node=node,
+        kind=kind,
+        time=utc(when),
+        component=gpu_slot or finding.pci,
+        code=finding.code,
+        severity=finding.severity,
+        message=f"{finding.name}: {finding.raw.splitlines()[0] if finding.raw else ''}"[:500],
+        source="diagnose",
+        attrs=tuple(attrs),
+    )

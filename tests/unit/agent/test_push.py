@@ -1,0 +1,192 @@
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpufleet.agent import wire
+from gpufleet.agent.clock import FakeClock
+from gpufleet.agent.push import Backoff, ControllerClient, Pusher
+from gpufleet.agent.spool import Spool
+from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.events import EventKind, HealthEvent
+from tests.unit.agent.controller_double import ControllerDouble
+
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+
+
+def ev(i: int, node: str = "n1") -> HealthEvent:
+    return HealthEvent(
+        id=f"n1:e{i}",
+        node=node,
+        kind=EventKind.XID,
+        time=T0 + timedelta(seconds=i),
+        component="n1-gpu0",
+        code=79,
+        message="x",
+    )
+
+
+@pytest.fixture
+def ctl() -> Iterator[ControllerDouble]:
+    c = ControllerDouble()
+    c.start()
+    yield c
+    c.stop()
+
+
+def make(tmp_path: Path, url: str, token: str = "s3cret", **kw: object) -> tuple[Pusher, Spool, FakeClock]:
+    clock = FakeClock()
+    spool = Spool(tmp_path / "spool.db")
+    pusher = Pusher(
+        spool,
+        ControllerClient(url, token, timeout_s=5),
+        "n1",
+        clock,
+        backoff=Backoff(1.0, 60.0, random.Random(1)),
+        **kw,
+    )  # type: ignore[arg-type]
+    return pusher, spool, clock
+
+
+def test_pushes_batches_and_heartbeat(tmp_path: Path, ctl: ControllerDouble) -> None:
+    pusher, spool, _ = make(tmp_path, ctl.url, batch_size=3)
+    spool.put([ev(i) for i in range(7)])
+    wait = pusher.step()
+    assert len(spool) == 0 and set(ctl.events) == {f"n1:e{i}" for i in range(7)}
+    assert pusher.pushed == 7 and pusher.controller_up
+    assert ctl.heartbeats[0][0] == "n1" and ctl.heartbeats[0][1]["agent_version"]
+    assert datetime.fromisoformat(ctl.heartbeats[0][1]["time"]).tzinfo is not None
+    assert wait == pytest.approx(30.0)
+    assert ctl.requests == 1 + 3  # heartbeat + ceil(7/3) batches
+
+
+def test_controller_down_keeps_events_and_backs_off(tmp_path: Path) -> None:
+    ctl = ControllerDouble()  # never started: connection refused
+    pusher, spool, clock = make(tmp_path, ctl.url)
+    spool.put([ev(1), ev(2)])
+    w1 = pusher.step()
+    assert len(spool) == 2 and not pusher.controller_up and pusher.failures == 1
+    assert 0.5 <= w1 <= 1.0
+    assert pusher.step() == pytest.approx(w1)  # not due yet: no new attempt
+    assert pusher.failures == 1
+    clock.advance(w1)
+    w2 = pusher.step()
+    assert 1.0 <= w2 <= 2.0 and pusher.failures == 2
+    ctl.start()
+    try:
+        clock.advance(w2)
+        pusher.step()
+        assert len(spool) == 0 and set(ctl.events) == {"n1:e1", "n1:e2"} and pusher.backoff.attempt == 0
+    finally:
+        ctl.stop()
+
+
+def test_bad_token_is_retried_never_dropped(
+    tmp_path: Path, ctl: ControllerDouble, caplog: pytest.LogCaptureFixture
+) -> None:
+    pusher, spool, _ = make(tmp_path, ctl.url, token="wrong")
+    spool.put([ev(1)])
+    pusher.step()
+    assert len(spool) == 1 and not ctl.events
+    assert "token" in caplog.text and "--token-file" in caplog.text
+
+
+def test_422_isolates_the_bad_event(tmp_path: Path, ctl: ControllerDouble) -> None:
+    pusher, spool, _ = make(tmp_path, ctl.url, batch_size=8)
+    spool.put([ev(i) for i in range(5)])
+    bad = json.loads(spool.peek(10)[2][1])
+    # corrupt one stored event the way a buggy producer might
+    spool._db.execute("UPDATE spool SET body=? WHERE id=?", (json.dumps({**bad, "kind": "nonsense"}), bad["id"]))
+    pusher.step()
+    assert len(spool) == 0 and spool.dropped == 1
+    assert set(ctl.events) == {f"n1:e{i}" for i in (0, 1, 3, 4)}
+
+
+def test_resend_after_lost_ack_is_a_duplicate(tmp_path: Path, ctl: ControllerDouble) -> None:
+    pusher, spool, _ = make(tmp_path, ctl.url)
+    spool.put([ev(1), ev(2)])
+    client = ControllerClient(ctl.url, "s3cret")
+    client.post_events([b for _, b in spool.peek(10)])  # delivered, but the agent "crashed" before ack
+    pusher.step()
+    assert pusher.duplicates == 2 and len(ctl.events) == 2 and ctl.received == 4
+
+
+def test_5xx_backs_off(tmp_path: Path) -> None:
+    def handler(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, text="overloaded")
+
+    clock = FakeClock()
+    spool = Spool(tmp_path / "s.db")
+    client = ControllerClient("http://ctl", "t", transport=httpx.MockTransport(handler))
+    pusher = Pusher(spool, client, "n1", clock, backoff=Backoff(2.0, 8.0, random.Random(0)))
+    spool.put([ev(1)])
+    waits = []
+    for _ in range(5):
+        w = pusher.step()
+        waits.append(w)
+        clock.advance(w)
+    assert all(1.0 <= w <= 2.0 for w in waits[:1]) and all(4.0 <= w <= 8.0 for w in waits[2:])
+    assert len(spool) == 1
+
+
+@given(st.floats(0.01, 10), st.floats(1, 120), st.integers(0, 40), st.integers(0, 2**32))
+def test_backoff_bounds(base: float, cap_extra: float, n: int, seed: int) -> None:
+    b = Backoff(base, base + cap_extra, random.Random(seed))
+    for k in range(n + 1):
+        d = min(base + cap_extra, base * 2**k)
+        assert d / 2 <= b.next() <= d
+    b.reset()
+    assert base / 2 <= b.next() <= base
+
+
+def test_bad_config_is_named() -> None:
+    with pytest.raises(InvalidInput, match="controller"):
+        ControllerClient("ctl:8080", "t")
+    with pytest.raises(InvalidInput, match="backoff"):
+        Backoff(0, 1)
+
+
+def test_wire_body_matches_contract() -> None:
+    body = wire.to_wire(
+        HealthEvent(id="a", node="n1", kind=EventKind.ECC_DBE, time=T0, component="n1-gpu2", attrs=(("rule", "x"),))
+    )
+    assert set(body) == {
+        "id",
+        "node",
+        "kind",
+        "time",
+        "component",
+        "code",
+        "severity",
+        "link",
+        "message",
+        "source",
+        "attrs",
+    }
+    assert body["time"] == "2026-11-21T12:00:00+00:00" and body["attrs"] == {"rule": "x"}
+    assert body["source"] == "agent" and body["kind"] == "ecc_dbe"
+
+
+def test_unregistered_node_keeps_events_until_registered(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    ctl = ControllerDouble(nodes=set())
+    ctl.start()
+    try:
+        pusher, spool, clock = make(tmp_path, ctl.url)
+        spool.put([ev(1), ev(2), ev(3)])
+        wait = pusher.step()
+        assert len(spool) == 3 and spool.dropped == 0 and not ctl.events
+        assert "register it (POST /v1/nodes)" in caplog.text and "refused the heartbeat" in caplog.text
+        ctl.nodes = {"n1"}
+        clock.advance(wait)
+        pusher.step()
+        assert len(spool) == 0 and len(ctl.events) == 3
+    finally:
+        ctl.stop()

@@ -1,0 +1,223 @@
+from __future__ import annotations
+
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpufleet.agent.collectors.host import EdacReading, HostReading, MountReading
+from gpufleet.agent.collectors.infiniband import InfinibandCollector
+from gpufleet.agent.devices.port import FastReading, NvLinkReading, SlowReading, ThrottleReason, XidEvent
+from gpufleet.agent.rules import PassiveChecks, Thresholds
+from gpufleet.domain.events import EventKind, Severity
+
+FIX = Path(__file__).resolve().parents[2] / "fixtures" / "sysfs"
+T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+
+
+def at(s: float) -> datetime:
+    return T0 + timedelta(seconds=s)
+
+
+def slow(**kw: object) -> SlowReading:
+    base: dict[str, object] = dict(
+        index=0,
+        ecc_sbe_aggregate=0,
+        ecc_dbe_aggregate=0,
+        remap_pending=False,
+        remap_failure=False,
+        pcie_gen=5,
+        pcie_gen_max=5,
+        pcie_width=16,
+        pcie_width_max=16,
+        pcie_replay=0,
+    )
+    base.update(kw)
+    return SlowReading(**base)  # type: ignore[arg-type]
+
+
+def test_row_remap_failure_is_fatal_once() -> None:
+    c = PassiveChecks("n1")
+    assert c.on_slow(slow(), at(0)) == []
+    [ev] = c.on_slow(slow(remap_failure=True, remap_uncorrectable=512), at(30))
+    assert (ev.kind, ev.severity, ev.component, ev.node) == (
+        EventKind.ROW_REMAP_FAILURE,
+        Severity.FATAL,
+        "n1-gpu0",
+        "n1",
+    )
+    assert c.on_slow(slow(remap_failure=True, remap_uncorrectable=512), at(60)) == []
+
+
+def test_dbe_growth_is_fatal_and_pending_remap_degraded() -> None:
+    c = PassiveChecks("n1")
+    c.on_slow(slow(ecc_dbe_aggregate=1), at(0))
+    evs = c.on_slow(slow(ecc_dbe_aggregate=3, remap_pending=True, remap_uncorrectable=2), at(30))
+    kinds = {e.kind: e for e in evs}
+    assert kinds[EventKind.ECC_DBE].severity is Severity.FATAL
+    assert "2 new uncorrectable" in kinds[EventKind.ECC_DBE].message
+    assert kinds[EventKind.ROW_REMAP_PENDING].severity is Severity.DEGRADED
+
+
+def test_sbe_needs_threshold_within_interval() -> None:
+    c = PassiveChecks("n1", Thresholds(sbe_increase=100))
+    c.on_slow(slow(ecc_sbe_aggregate=10), at(0))
+    assert c.on_slow(slow(ecc_sbe_aggregate=109), at(30)) == []
+    [ev] = c.on_slow(slow(ecc_sbe_aggregate=209), at(60))
+    assert ev.kind is EventKind.ECC_SBE and ev.severity is Severity.DEGRADED
+
+
+def test_counter_reset_rebaselines_without_event() -> None:
+    c = PassiveChecks("n1", Thresholds(sbe_increase=1))
+    c.on_slow(slow(ecc_sbe_aggregate=500), at(0))
+    assert c.on_slow(slow(ecc_sbe_aggregate=0), at(30)) == []  # driver reload
+    assert len(c.on_slow(slow(ecc_sbe_aggregate=2), at(60))) == 1
+
+
+def test_pcie_width_below_max_is_degraded_link_error() -> None:
+    c = PassiveChecks("n1")
+    [ev] = c.on_slow(slow(pcie_width=8), at(0), util=10.0)
+    assert ev.kind is EventKind.LINK_ERROR and ev.severity is Severity.DEGRADED
+    assert ev.link == "n1-gpu0~pcie" and "x8" in ev.message and "x16" in ev.message
+
+
+def test_pcie_gen_only_counts_under_load() -> None:
+    c = PassiveChecks("n1", Thresholds(pcie_gen_min_util=50))
+    assert c.on_slow(slow(pcie_gen=1), at(0), util=0.0) == []  # idle downtraining is normal
+    [ev] = c.on_slow(slow(pcie_gen=3), at(30), util=95.0)
+    assert "gen 3" in ev.message
+
+
+def test_pcie_replay_burst() -> None:
+    c = PassiveChecks("n1", Thresholds(pcie_replay_increase=50))
+    c.on_slow(slow(pcie_replay=10), at(0))
+    [ev] = c.on_slow(slow(pcie_replay=70), at(30))
+    assert ev.kind is EventKind.LINK_ERROR and dict(ev.attrs)["rule"] == "pcie_replay"
+
+
+def test_nvlink_down_after_up_and_crc_burst() -> None:
+    c = PassiveChecks("n1", Thresholds(nvlink_error_increase=10))
+    up = tuple(NvLinkReading(i, True, 0, 0, 0, 0) for i in range(4))
+    assert c.on_slow(slow(nvlinks=up), at(0)) == []
+    links = list(up)
+    links[2] = NvLinkReading(2, False, 0, 0, 0, 0)
+    links[3] = NvLinkReading(3, True, 9, 2, 0, 0)
+    evs = c.on_slow(slow(nvlinks=tuple(links)), at(30))
+    assert [(e.kind, e.link) for e in evs] == [
+        (EventKind.LINK_DOWN, "n1-gpu0~nvlink2"),
+        (EventKind.LINK_ERROR, "n1-gpu0~nvlink3"),
+    ]
+    assert evs[0].severity is Severity.FATAL
+    assert c.on_slow(slow(nvlinks=tuple(links)), at(60)) == []
+
+
+def test_nvlink_never_up_is_not_reported() -> None:
+    c = PassiveChecks("n1")
+    assert c.on_slow(slow(nvlinks=(NvLinkReading(0, False),)), at(0)) == []
+
+
+def test_thermal_with_hysteresis() -> None:
+    c = PassiveChecks("n1", Thresholds(thermal_c=87, thermal_clear_c=82))
+    assert c.on_fast(FastReading(0, temp_gpu_c=80.0, throttle_reasons=0), at(0)) == []
+    [ev] = c.on_fast(FastReading(0, temp_gpu_c=88.0, throttle_reasons=0), at(1))
+    assert ev.kind is EventKind.THERMAL and ev.severity is Severity.DEGRADED
+    assert c.on_fast(FastReading(0, temp_gpu_c=85.0, throttle_reasons=0), at(2)) == []  # not yet cleared
+    assert c.on_fast(FastReading(0, temp_gpu_c=88.0, throttle_reasons=0), at(3)) == []
+    assert c.on_fast(FastReading(0, temp_gpu_c=80.0, throttle_reasons=0), at(4)) == []  # cleared
+    assert len(c.on_fast(FastReading(0, temp_gpu_c=89.0, throttle_reasons=0), at(5))) == 1
+
+
+def test_thermal_slowdown_bit_alone_triggers() -> None:
+    c = PassiveChecks("n1")
+    [ev] = c.on_fast(FastReading(0, temp_gpu_c=70.0, throttle_reasons=int(ThrottleReason.HW_THERMAL_SLOWDOWN)), at(0))
+    assert "slowdown" in ev.message
+
+
+def test_gpu_lost_is_fatal_once() -> None:
+    c = PassiveChecks("n1")
+    [ev] = c.on_fast(FastReading(5, lost=True), at(0))
+    assert (ev.kind, ev.severity, ev.component) == (EventKind.GPU_LOST, Severity.FATAL, "n1-gpu5")
+    assert c.on_fast(FastReading(5, lost=True), at(1)) == []
+    assert c.on_slow(SlowReading(5, lost=True), at(1)) == []
+
+
+def test_xid_event_carries_code_and_no_severity() -> None:
+    ev = PassiveChecks("n1").on_xid(XidEvent(3, 79, at(7), "fell off"))
+    assert (ev.kind, ev.code, ev.component, ev.severity, ev.time) == (
+        EventKind.XID,
+        79,
+        "n1-gpu3",
+        None,
+        at(7),
+    )
+
+
+def test_ib_port_down_flap_rate_and_symbol_errors(tmp_path: Path) -> None:
+    root = tmp_path / "ib"
+    shutil.copytree(FIX / "h100-healthy", root)
+    col = InfinibandCollector(root)
+    c = PassiveChecks("n1", Thresholds(ib_window_s=60, ib_symbol_error_per_min=10, ib_expected_rate_gbps=400))
+    assert [e for p in col.read() for e in c.on_ib(p, at(0), 0.0)] == []
+    port = root / "mlx5_4/ports/1"
+    (port / "state").write_text("1: DOWN\n")
+    (port / "phys_state").write_text("2: Polling\n")
+    (port / "counters/link_downed").write_text("1\n")
+    (root / "mlx5_1/ports/1/rate").write_text("200 Gb/sec (4X HDR)\n")
+    (root / "mlx5_7/ports/1/counters/symbol_error").write_text("5\n")  # 5/min: under the limit
+    evs = [e for p in col.read() for e in c.on_ib(p, at(30), 30.0)]
+    got = sorted((e.kind.value, e.component) for e in evs)
+    assert got == [("link_down", "n1-nic4"), ("link_error", "n1-nic1"), ("link_flap", "n1-nic4")]
+    (root / "mlx5_7/ports/1/counters/symbol_error").write_text("40\n")
+    evs = [e for p in col.read() for e in c.on_ib(p, at(60), 60.0)]
+    [sym] = [e for e in evs if dict(e.attrs).get("rule") == "ib_symbol_error"]
+    assert sym.component == "n1-nic7" and sym.severity is Severity.DEGRADED and "40.0/min" in sym.message
+
+
+def test_ib_degraded_fixture_first_read_reports_only_rate() -> None:
+    """Counters already high at start are a baseline (history), not a new event; the slow rate is current."""
+    c = PassiveChecks("n1", Thresholds(ib_expected_rate_gbps=400))
+    evs = [e for p in InfinibandCollector(FIX / "h100-degraded").read() for e in c.on_ib(p, at(0), 0.0)]
+    assert [(e.component, dict(e.attrs)["rule"]) for e in evs] == [("n1-nic5", "ib_rate")]
+
+
+def test_host_edac_and_mounts() -> None:
+    c = PassiveChecks("n1", Thresholds(mount_min_free_fraction=0.1))
+    ok = HostReading((EdacReading("mc0", 3, 0),), (MountReading("data", "/data", True, 500, 1000),))
+    assert c.on_host(ok, at(0)) == []
+    bad = HostReading(
+        (EdacReading("mc0", 9, 1),),
+        (MountReading("data", "/data", True, 50, 1000), MountReading("checkpoint", "/ckpt", False)),
+    )
+    evs = c.on_host(bad, at(30))
+    msgs = sorted((e.severity.value if e.severity else "", dict(e.attrs)["check"]) for e in evs)
+    assert msgs == [("degraded", "disk_free"), ("fatal", "edac"), ("fatal", "mount")]
+
+
+@given(st.lists(st.booleans(), max_size=40))
+def test_edge_trigger_counts_rising_edges(flags: list[bool]) -> None:
+    c = PassiveChecks("n1")
+    n = sum(len(c.on_slow(slow(remap_pending=f), at(i))) for i, f in enumerate(flags))
+    rising = sum(1 for i, f in enumerate(flags) if f and (i == 0 or not flags[i - 1]))
+    assert n == rising
+
+
+@given(st.lists(st.integers(min_value=0, max_value=5), min_size=1, max_size=30))
+def test_dbe_events_match_growth(steps: list[int]) -> None:
+    c = PassiveChecks("n1")
+    total, events = 0, 0
+    c.on_slow(slow(ecc_dbe_aggregate=0), at(0))
+    for i, s in enumerate(steps):
+        total += s
+        events += sum(e.kind is EventKind.ECC_DBE for e in c.on_slow(slow(ecc_dbe_aggregate=total), at(i + 1)))
+    assert events == sum(1 for s in steps if s > 0)
+
+
+def test_ids_are_deterministic_for_counter_events() -> None:
+    a, b = PassiveChecks("n1"), PassiveChecks("n1")
+    for c in (a, b):
+        c.on_slow(slow(ecc_dbe_aggregate=0), at(0))
+    ea = a.on_slow(slow(ecc_dbe_aggregate=2), at(30))
+    eb = b.on_slow(slow(ecc_dbe_aggregate=2), at(31))
+    assert [e.id for e in ea] == [e.id for e in eb]

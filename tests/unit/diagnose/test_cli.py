@@ -1,0 +1,100 @@
+"""``gpufleet diagnose`` end to end through the Typer app."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from gpufleet.cli import app
+from tests.unit.diagnose.conftest import FIXTURES
+
+runner = CliRunner()
+
+
+def test_fatal_log_exits_1_and_prints_worst_first() -> None:
+    res = runner.invoke(app, ["diagnose", str(FIXTURES / "xid79-dgx-h100-dmesg.log")])
+    assert res.exit_code == 1, res.output
+    blocks = [ln for ln in res.output.splitlines() if ln[:1].isupper() and "action:" in ln]
+    assert blocks[0].startswith("FATAL") and "0000:5d:00.0" in blocks[0] and "action: reboot" in blocks[0]
+
+
+def test_benign_log_exits_0() -> None:
+    res = runner.invoke(app, ["diagnose", str(FIXTURES / "benign.log")])
+    assert res.exit_code == 0, res.output
+    assert "no hardware faults found" in res.output
+
+
+def test_json_is_an_array_of_findings() -> None:
+    res = runner.invoke(app, ["diagnose", "--json", str(FIXTURES / "aer-rhel7128107.log")])
+    assert res.exit_code == 1
+    rows = json.loads(res.output)
+    assert [(r["kind"], r["code"], r["pci"], r["severity"], r["line"]) for r in rows] == [
+        ("aer", 0, "0000:03:04.0", "info", 1),
+        ("aer", 5, "0000:03:04.0", "fatal", 5),
+    ]
+    assert rows[1]["detail"]["reporter"] == "0000:00:1b.2"
+
+
+def test_stdin(tmp_path: Path) -> None:
+    data = (FIXTURES / "sxid-nvsentinel.log").read_bytes()
+    res = runner.invoke(app, ["diagnose", "-", "--json"], input=data)
+    assert res.exit_code == 1
+    assert [r["code"] for r in json.loads(res.output)] == [28006, 20009, 24007, 12033, 26006, 20009]
+
+
+def test_catalog_override_file_downgrades_a_code(tmp_path: Path) -> None:
+    cat = tmp_path / "catalog.toml"
+    cat.write_text(
+        '[[override]]\nkind = "sxid"\ncode = 24007\nseverity = "degraded"\naction = "contact_support"\n'
+    )
+    res = runner.invoke(
+        app, ["diagnose", "--json", "--catalog", str(cat), str(FIXTURES / "sxid-nvsentinel.log")]
+    )
+    assert res.exit_code == 1  # 24007's own line says "Fatal", which still wins over the override
+    res2 = runner.invoke(
+        app,
+        ["diagnose", "--json", "--catalog", str(cat), "-"],
+        input=b"nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Severity 1 Engine instance 00\n",
+    )
+    assert res2.exit_code == 0
+    assert json.loads(res2.output)[0]["severity"] == "degraded"
+
+
+def test_inventory_maps_pci_to_gpu_and_node(tmp_path: Path) -> None:
+    inv = tmp_path / "inv.toml"
+    inv.write_text('node = "r01-n03"\n[[gpu]]\nindex = 3\npci = "0000:5d:00.0"\nslot = "r01-n03-gpu3"\n')
+    res = runner.invoke(
+        app, ["diagnose", "--inventory", str(inv), str(FIXTURES / "xid79-dgx-h100-dmesg.log")]
+    )
+    assert "GPU 0000:5d:00.0  (gpu3 r01-n03-gpu3 on r01-n03)" in res.output
+    csv = tmp_path / "smi.csv"
+    csv.write_text("index, pci.bus_id, serial\n3, 00000000:5D:00.0, 1653923026510\n")
+    res = runner.invoke(
+        app, ["diagnose", "--json", "--inventory", str(csv), str(FIXTURES / "xid79-dgx-h100-dmesg.log")]
+    )
+    assert json.loads(res.output)[0]["gpu_index"] == 3
+
+
+def test_usage_errors_exit_2(tmp_path: Path) -> None:
+    missing = runner.invoke(app, ["diagnose", str(tmp_path / "nope.log")])
+    assert missing.exit_code == 2
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[override]]\nkind = "xid"\ncode = 13\nseverity = "catastrophic"\n')
+    res = runner.invoke(app, ["diagnose", "--catalog", str(bad), str(FIXTURES / "benign.log")])
+    assert res.exit_code == 2
+    assert "override[0].severity" in res.output and "catastrophic" in res.output
+    inv = tmp_path / "inv.toml"
+    inv.write_text('[[gpu]]\nindex = 0\npci = "not-a-pci"\n')
+    res = runner.invoke(app, ["diagnose", "--inventory", str(inv), str(FIXTURES / "benign.log")])
+    assert res.exit_code == 2 and "gpu[0].pci" in res.output
+    assert runner.invoke(app, ["diagnose"]).exit_code == 2
+
+
+def test_json_mode_reports_garbage_counts_on_stderr() -> None:
+    data = b"\x00\x01 binary\n\xff\xfe bad utf8\n" + (FIXTURES / "xid79-154-journal.log").read_bytes()
+    res = runner.invoke(app, ["diagnose", "-", "--json"], input=data)
+    assert res.exit_code == 1
+    assert "binary_lines=1" in res.stderr and "invalid_utf8_lines=1" in res.stderr
+    assert [r["code"] for r in json.loads(res.stdout)] == [79, None, 154]
