@@ -14,14 +14,16 @@ node, HealthCheckInterval=1, Slurm's shortest):
   kernel-log file for fatal Xid lines and drains its node with ``scontrol``; run once more on a lab
   that also declares one dead node (no slurmd), which changes its tail.
 
-Trials rotate over n1..n3 after one uncounted warm-up trial per path; each trial appends one fresh
-Xid line, takes t0 just before the write and t1 when a poll of ``scontrol show node`` (every 20 ms)
-first shows DRAIN. Needs root and the Slurm packages (``.ci/run`` installs them).
+Trials rotate over n1..n3 after one uncounted warm-up trial per path. Each trial waits a random
+0-1 s (so it does not lock onto the phase of any polling loop), appends one fresh Xid line, takes t0
+just before the write and t1 when a poll of ``scontrol show node`` (every 20 ms) first shows DRAIN.
+Needs root and the Slurm packages (``.ci/run`` installs them).
 """
 
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -85,7 +87,13 @@ def _drained(lab: SlurmLab, node: str) -> bool:
     return "DRAIN" in state
 
 
+_PHASE = random.Random(20261121)
+
+
 def _measure(lab: SlurmLab, node: str, fire: Callable[[], None], timeout: float = 30.0) -> float:
+    # Faults arrive at any moment: a random pause (not counted) keeps the trials from locking onto the
+    # phase of the agent's, the reconciler's or slurmd's loops, which the previous trial's reset set.
+    time.sleep(_PHASE.uniform(0.0, 1.0))
     t0 = time.monotonic()
     fire()
     while not _drained(lab, node):
