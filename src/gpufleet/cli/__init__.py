@@ -37,6 +37,8 @@ _COMMANDS: tuple[str, ...] = (
     "sim",
     "slurm",
     "version",
+    "topology",
+    "correlate",
 )
 
 for _name in _COMMANDS:

@@ -28,6 +28,7 @@ from .store.models import ActionRow
 from .store.repo import ActionStatus
 
 log = logging.getLogger(__name__)
+FULL_SYNC_EVERY = 30  # passes between full scheduler syncs (incremental in between)
 
 
 class Validator(Protocol):
@@ -44,6 +45,8 @@ class Reconciler:
         self.cfg = controller.policy_file.config
         self.scheduler_ok = True
         self.last_error = ""
+        self._seen: dict[str, SchedObservation] = {}
+        self._passes = 0
 
     # ---- the loop ---------------------------------------------------------------------------
     def run_once(self) -> int:
@@ -74,7 +77,16 @@ class Reconciler:
             n.name: SchedObservation(has_jobs=bool(n.jobs), drained_empty=n.state == SchedNodeState.DRAINED)
             for n in nodes
         }
-        self.controller.sync(observed)
+        # Hand the controller only what changed since the last pass (the lock is shared with ingest),
+        # and everything every FULL_SYNC_EVERY passes so nothing can be missed for long.
+        self._passes += 1
+        if self._passes % FULL_SYNC_EVERY == 1 or not self._seen:
+            changed = observed
+        else:
+            changed = {n: o for n, o in observed.items() if self._seen.get(n) != o}
+        self._seen = observed
+        if changed:
+            self.controller.sync(changed)
         return True
 
     # ---- one action -------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from gpufleet.controller.service import Controller
 from gpufleet.controller.settings import ControllerSettings
 from gpufleet.controller.store.db import make_engine, migrate
 from gpufleet.controller.store.repo import Store
+from gpufleet.domain.topology import load_topology
 from gpufleet.lifecycle.config import PolicyFile, load_policy
 from gpufleet.schedulers.port import Scheduler
 
@@ -77,6 +78,7 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
     engine = make_engine(settings.database_url)
     migrate(engine)
     policy = policy or load_policy(settings.policy_file)
-    controller = Controller(Store(engine), policy, clock or SystemClock())
+    topology = load_topology(settings.topology_file) if settings.topology_file else None
+    controller = Controller(Store(engine), policy, clock or SystemClock(), topology=topology)
     reconciler = Reconciler(controller, scheduler, validator)
     return Runtime(settings, controller, reconciler)

@@ -13,21 +13,24 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from gpufleet.correlate.engine import Engine
+from gpufleet.correlate.model import Suspect, SuspectAction, VerdictStatus
 from gpufleet.domain.errors import ExternalError, GpufleetError, InvalidInput, NotFound
 from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.fleet import Fleet, Node
+from gpufleet.domain.topology import Topology
 from gpufleet.lifecycle.breaker import BreakerState
 from gpufleet.lifecycle.config import PolicyFile
-from gpufleet.lifecycle.decisions import PlannedAction
+from gpufleet.lifecycle.decisions import ComponentFault, PlannedAction
 from gpufleet.lifecycle.engine import LifecycleEngine, NodeRecord, OperatorOp, SchedObservation
 from gpufleet.lifecycle.plan import Plan
 from gpufleet.lifecycle.policy import Policy
 from gpufleet.lifecycle.states import NodeState
 
 from .clock import Clock
-from .store.repo import Page, Store
+from .store.repo import Store
 
-_ALL = Page(limit=1_000_000)
+_NO_DRAIN = frozenset({SuspectAction.OBSERVE, SuspectAction.ISOLATE_SWITCH})
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +43,14 @@ class IngestResult:
 
 
 class Controller:
-    def __init__(self, store: Store, policy: PolicyFile, clock: Clock) -> None:
+    def __init__(self, store: Store, policy: PolicyFile, clock: Clock, *, topology: Topology | None = None) -> None:
         self.store = store
         self.policy_file = policy
         self.clock = clock
+        # With a topology, every event also goes through the correlation engine; a verdict that blames
+        # a shared component (leaf, NVSwitch, cable, tray) drains the nodes behind it as one decision.
+        self.correlator = Engine(topology, catalog=policy.catalog) if topology is not None else None
+        self.verdicts: list[Suspect] = []
         self.lock = threading.RLock()
         self.engine = self._load()
         self.on_plan: list[Callable[[Plan], None]] = []  # observers (the demo's live view)
@@ -82,10 +89,37 @@ class Controller:
             known = self.store.known_event_ids(ids)
             fresh = [e for e in events if e.id not in known]
             now = self.clock.now()
-            plan = self.engine.observe(fresh, now) if fresh else Plan()
+            plan = self._correlate(fresh, now) if self.correlator is not None and fresh else Plan()
+            if fresh:
+                plan.extend(self.engine.observe(fresh, now))
             if fresh or plan:
                 self._persist(plan, events=fresh, received=now)
             return IngestResult(len(fresh), len(events) - len(fresh), len(plan.decisions))
+
+    def approve_held(self, nodes: Sequence[str], actor_id: str) -> Plan:
+        with self.lock:
+            plan = self.engine.approve_held(nodes, actor_id, self.clock.now())
+            self._persist(plan)
+            return plan
+
+    def _correlate(self, events: Sequence[HealthEvent], now: datetime) -> Plan:
+        assert self.correlator is not None
+        plan = Plan()
+        for e in events:
+            for v in self.correlator.observe_health_event(e):
+                s = v.suspect
+                if v.status == VerdictStatus.CLEARED:
+                    self.verdicts = [x for x in self.verdicts if x.component != s.component]
+                    continue
+                self.verdicts = [x for x in self.verdicts if x.component != s.component] + [s]
+                if len(s.affected_nodes) < 2 or s.action in _NO_DRAIN:
+                    continue  # one node's own fault: the per-node policy handles it
+                fault = ComponentFault(s.component, s.kind, s.affected_nodes, s.reason or s.action.value,
+                                       tuple(str(r) for r in s.evidence))
+                log.warning("correlation: %s %s is the likely cause (confidence %.2f); %d node(s) behind it",
+                            s.kind, s.component, s.confidence, len(s.affected_nodes))
+                plan.extend(self.engine.observe_component_fault(fault, now))
+        return plan
 
     def heartbeat(self, node: str, time: datetime, version: str = "") -> None:
         with self.lock:
@@ -210,12 +244,9 @@ class Controller:
         if not timeout:
             return []
         out = []
-        for row in self.store.nodes(page=_ALL):
-            hb = row.last_heartbeat
-            if hb is None or now - hb < timeout or row.state in ("retired", "repair", "drained"):
-                continue
-            eid = f"heartbeat_lost:{row.id}:{hb.isoformat()}"
-            out.append(HealthEvent(eid, row.id, EventKind.HEARTBEAT_LOST, now, source="controller",
+        for node, hb in self.store.silent_nodes(now - timeout, skip_states=("retired", "repair", "drained")):
+            eid = f"heartbeat_lost:{node}:{hb.isoformat()}"
+            out.append(HealthEvent(eid, node, EventKind.HEARTBEAT_LOST, now, source="controller",
                                    message=f"no heartbeat since {hb.isoformat()} (timeout {timeout})"))
         known = self.store.known_event_ids([e.id for e in out]) if out else set()
         return [e for e in out if e.id not in known]

@@ -4,6 +4,7 @@ Example ``controller.toml``::
 
     database_url = "sqlite:///gpufleet.db"      # or postgresql://user@host/db
     policy_file = "policy.toml"                # optional; defaults are documented in docs/policy.md
+    topology_file = "topology.json"            # optional; enables fault correlation (docs/correlate.md)
     host = "127.0.0.1"
     port = 8470
     reconcile_interval = "1s"
@@ -67,6 +68,7 @@ class ControllerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUFLEET_", extra="forbid")
     database_url: str = "sqlite:///gpufleet.db"
     policy_file: Path | None = None
+    topology_file: Path | None = None  # gpufleet.topology/v1: enables fault correlation
     host: str = "127.0.0.1"
     port: int = Field(default=8470, ge=0, le=65535)
     reconcile_interval: float = Field(default=1.0, gt=0)

@@ -56,6 +56,23 @@ class Decision:
         return any(a.kind in (ActionKind.DRAIN, ActionKind.DRAIN_AFTER_CHECKPOINT) for a in self.actions)
 
 
+@dataclass(frozen=True, slots=True)
+class ComponentFault:
+    """A shared component (leaf switch, NVSwitch, cable, tray) found faulty by correlation: every node
+    that depends on it is handled as ONE decision (one budget check, one hold, one approval)."""
+
+    component: str
+    kind: str
+    affected_nodes: tuple[str, ...]
+    reason: str
+    evidence: tuple[str, ...] = ()
+    severity: Severity = Severity.DEGRADED
+
+    @property
+    def group(self) -> str:
+        return f"correlate:{self.component}"
+
+
 def decision_id(node: str, rule: str, from_state: NodeState, to_state: NodeState, basis: tuple[str, ...]) -> str:
     """A deterministic id: replaying the same evidence yields the same decision (dedup after a crash)."""
     h = hashlib.sha1("|".join((node, rule, from_state, to_state, *basis)).encode()).hexdigest()[:16]

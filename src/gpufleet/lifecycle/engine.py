@@ -19,13 +19,22 @@ from enum import StrEnum
 from gpufleet.domain.errors import Conflict, InvalidInput, NotFound
 from gpufleet.domain.events import HealthEvent, Severity
 from gpufleet.lifecycle.breaker import BreakerState, Budget
-from gpufleet.lifecycle.decisions import ActionKind, Decision, DecisionStatus, PlannedAction, action_id, decision_id
+from gpufleet.lifecycle.decisions import (
+    ActionKind,
+    ComponentFault,
+    Decision,
+    DecisionStatus,
+    PlannedAction,
+    action_id,
+    decision_id,
+)
 from gpufleet.lifecycle.plan import AuditEntry, OutboxAction, Plan
-from gpufleet.lifecycle.policy import NodeView, Policy
+from gpufleet.lifecycle.policy import TIMED_STATES, NodeView, Policy
 from gpufleet.lifecycle.states import SCHEDULABLE, UNAVAILABLE, Actor, NodeState, transition
 
 log = logging.getLogger(__name__)
 S = NodeState
+_NONE = Decision("", "", datetime.min, NodeState.NEW, NodeState.NEW, "", "", Severity.INFO, actor_id="")
 _MAX_RECENT = 512
 
 
@@ -79,6 +88,7 @@ class LifecycleEngine:
         # Kept up to date on every move so budget checks cost O(domains), not O(fleet).
         self._out: set[str] = set()
         self._retired: set[str] = set()
+        self._timed: set[str] = set()  # nodes in a state with a time-driven rule (see Policy.on_tick)
         for rec in self.nodes.values():
             self._refresh(rec)
 
@@ -116,6 +126,75 @@ class LifecycleEngine:
                 plan.extend(self._apply(decision, now))
         return plan
 
+    def observe_component_fault(self, fault: ComponentFault, now: datetime) -> Plan:
+        """Take every serving node behind a faulty shared component out as ONE decision.
+
+        All of them fit the budget together, or none is taken: the whole group is held, the breaker
+        trips naming the component, and an operator approves (``approve_held``) or cancels it.
+        """
+        targets = [n for n in fault.affected_nodes if n in self.nodes and self.nodes[n].state in SCHEDULABLE
+                   and not self.nodes[n].committed and self.held.get(n, _NONE).actor_id != fault.group]
+        if not targets:
+            return Plan()
+        plan = Plan()
+        for n in targets:  # the group decision supersedes a node's own held decision
+            if n in self.held:
+                plan.status_changes.append((self.held.pop(n).id, DecisionStatus.CANCELLED))
+        reason = f"{fault.kind} {fault.component} faulty: {fault.reason}"
+        decisions = []
+        for n in targets:
+            rec = self.nodes[n]
+            if rec.has_jobs and fault.severity != Severity.FATAL:
+                acts: tuple[PlannedAction, ...] = (PlannedAction(ActionKind.DRAIN_AFTER_CHECKPOINT, n, reason),)
+                to = S.SUSPECT
+            else:
+                acts = (PlannedAction(ActionKind.DRAIN, n, reason),)
+                if rec.has_jobs:
+                    acts += (PlannedAction(ActionKind.REQUEUE_JOBS, n, reason),)
+                to = S.DRAINING
+            did = decision_id(n, "component_fault", rec.state, to, (fault.component, *fault.evidence))
+            decisions.append(Decision(did, n, now, rec.state, to, "component_fault", reason, fault.severity,
+                                      Actor.POLICY, fault.group, fault.evidence, acts))
+        plan.audit.append(AuditEntry(now, Actor.POLICY, fault.group, "component_fault", fault.component,
+                                     f"{reason}: {len(targets)} node(s) as one decision"))
+        if self.dry_run:
+            for d in decisions:
+                plan.extend(self._apply(d, now))
+            return plan
+        why = self.breaker.reason if self.breaker.tripped else self._group_violation(targets)
+        if why is not None:
+            why = f"{fault.kind} {fault.component} would take {len(targets)} node(s) out: {why}"
+            for d in decisions:
+                plan.extend(self._hold(d, why, now))
+            return plan
+        for d in decisions:
+            plan.extend(self._commit(d, now))
+        return plan
+
+    def approve_held(self, nodes: Iterable[str], actor_id: str, now: datetime) -> Plan:
+        """An operator carries out held decisions despite the budget (e.g. a failed leaf switch)."""
+        wanted = list(dict.fromkeys(nodes))
+        missing = next((n for n in wanted if n not in self.held), None)
+        if missing is not None:  # check all before changing anything: a refused request approves nothing
+            raise NotFound("held decision for node", missing)
+        plan = Plan()
+        for n in wanted:
+            d = self.held.pop(n)
+            rec = self.nodes[n]
+            plan.status_changes.append((d.id, DecisionStatus.CANCELLED))
+            plan.audit.append(AuditEntry(now, Actor.OPERATOR, actor_id, "approve_held", n,
+                                         f"approved {d.id} over the budget: {d.reason}"))
+            if rec.state not in SCHEDULABLE:
+                continue
+            again = replace(d, id=decision_id(n, d.rule, rec.state, d.to_state, (*d.evidence, "approved")),
+                            from_state=rec.state, time=now, actor=Actor.OPERATOR, actor_id=actor_id)
+            plan.extend(self._commit(again, now))
+        return plan
+
+    def held_group(self, group: str) -> list[str]:
+        """The nodes whose held decisions belong to ``group`` (e.g. ``correlate:leaf-su1-r3``)."""
+        return sorted(n for n, d in self.held.items() if d.actor_id == group)
+
     def sync(self, observed: Mapping[str, SchedObservation], now: datetime) -> Plan:
         """Reconcile ready <-> in_service and draining -> drained with what the scheduler reports."""
         plan = Plan()
@@ -134,7 +213,8 @@ class LifecycleEngine:
 
     def tick(self, now: datetime) -> Plan:
         plan = Plan()
-        for rec in list(self.nodes.values()):
+        for node in sorted(self._timed):  # only states with time-driven rules (drained, new)
+            rec = self.nodes[node]
             decision = self.policy.on_tick(rec.view(), now)
             if decision is not None:
                 plan.extend(self._apply(decision, now))
@@ -316,8 +396,12 @@ class LifecycleEngine:
             self._retired.add(rec.node)
         else:
             self._retired.discard(rec.node)
+        if rec.state in TIMED_STATES:
+            self._timed.add(rec.node)
+        else:
+            self._timed.discard(rec.node)
 
-    def _violation(self, node: str) -> str | None:
+    def _violation(self, node: str, out: set[str] | None = None) -> str | None:
         if self._members is None:
             members: dict[str, set[str]] = {}
             for r in self.nodes.values():
@@ -327,8 +411,17 @@ class LifecycleEngine:
         rec = self.nodes[node]
         members_active = {d: m - self._retired if self._retired else m for d, m in self._members.items()
                           if d in rec.domains}
-        return self.budget.violation(node, self._out, {node: rec.domains}, members_active,
+        return self.budget.violation(node, self._out if out is None else out, {node: rec.domains}, members_active,
                                      len(self.nodes) - len(self._retired))
+
+    def _group_violation(self, nodes: Sequence[str]) -> str | None:
+        out = set(self._out)
+        for n in nodes:
+            why = self._violation(n, out)
+            if why is not None:
+                return why
+            out.add(n)
+        return None
 
     def _prune(self, rec: NodeRecord, now: datetime) -> None:
         horizon = now - self.policy.lookback()

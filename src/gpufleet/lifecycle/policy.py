@@ -27,6 +27,7 @@ from gpufleet.lifecycle.decisions import ActionKind, Decision, PlannedAction, de
 from gpufleet.lifecycle.states import NodeState
 
 S = NodeState
+TIMED_STATES = frozenset({S.DRAINED, S.NEW})  # the states on_tick has rules for
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from gpufleet.lifecycle.states import NodeState
 from . import errors
 from .auth import ADMINISTER, OPERATE, READ, REPORT, Caller, TokenRegistry, require
 from .schemas import (
+    ApproveIn,
     BreakerResetIn,
     CheckpointIn,
     EventBatch,
@@ -109,28 +110,28 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         c.heartbeat(node, body.time, body.agent_version)
         return {"status": "ok"}
 
-    def _operate(node: str, op: OperatorOp, body: ReasonIn, caller: Caller) -> dict[str, object]:
-        plan = c.operate(node, op, f"{caller.role}:{caller.name}", body.reason)
+    def _operate(node: str, op: OperatorOp, body: ReasonIn | None, caller: Caller) -> dict[str, object]:
+        plan = c.operate(node, op, f"{caller.role}:{caller.name}", body.reason if body else "")
         return {"node": node, "state": c.state_of(node), "decision": plan.decisions[0].id if plan.decisions else None}
 
     @v1.post("/nodes/{node}/drain", summary="Drain now (operator; not subject to the breaker)")
-    def drain(node: str, body: ReasonIn, caller: Operator) -> dict[str, object]:
+    def drain(node: str, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
         return _operate(node, OperatorOp.DRAIN, body, caller)
 
     @v1.post("/nodes/{node}/resume", summary="Clear suspicion, or revalidate a drained/repaired node (operator)")
-    def resume(node: str, body: ReasonIn, caller: Operator) -> dict[str, object]:
+    def resume(node: str, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
         return _operate(node, OperatorOp.RESUME, body, caller)
 
     @v1.post("/nodes/{node}/repair-complete", summary="Repair finished: revalidate (operator)")
-    def repair_complete(node: str, body: ReasonIn, caller: Operator) -> dict[str, object]:
+    def repair_complete(node: str, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
         return _operate(node, OperatorOp.REPAIR_DONE, body, caller)
 
     @v1.post("/nodes/{node}/retire", summary="Retire the node (operator)")
-    def retire(node: str, body: ReasonIn, caller: Operator) -> dict[str, object]:
+    def retire(node: str, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
         return _operate(node, OperatorOp.RETIRE, body, caller)
 
     @v1.post("/nodes/{node}/burn-in", summary="Start burn-in of a new node (operator)")
-    def burn_in(node: str, body: ReasonIn, caller: Operator) -> dict[str, object]:
+    def burn_in(node: str, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
         return _operate(node, OperatorOp.BURN_IN, body, caller)
 
     # ---- events ------------------------------------------------------------------------------
@@ -156,9 +157,23 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
                                                                        page=Page(limit, offset))]
 
     @v1.post("/nodes/{node}/cancel-held", summary="Cancel the decision the breaker holds for a node (operator)")
-    def cancel_held(node: str, body: ReasonIn, caller: Operator) -> dict[str, object]:
-        plan = c.cancel_held(node, f"{caller.role}:{caller.name}", body.reason)
+    def cancel_held(node: str, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
+        plan = c.cancel_held(node, f"{caller.role}:{caller.name}", body.reason if body else "")
         return {"node": node, "state": c.state_of(node), "cancelled": [d for d, _ in plan.status_changes]}
+
+    @v1.post("/held/approve", summary="Carry out held decisions over the budget (operator)")
+    def approve_held(body: ApproveIn, caller: Operator) -> dict[str, object]:
+        nodes = list(body.nodes) or c.engine.held_group(f"correlate:{body.component}")
+        if not nodes:
+            raise NotFound("held decisions for", body.component or "the given nodes")
+        c.approve_held(nodes, f"{caller.role}:{caller.name}")
+        return {"approved": nodes, "states": {n: c.state_of(n) for n in nodes}}
+
+    @v1.get("/verdicts", summary="Current correlation suspects, most likely first (viewer)")
+    def verdicts(_: Reader) -> dict[str, object]:
+        ranked = sorted(c.verdicts, key=lambda s: -s.confidence)
+        return {"suspects": [{**s.to_dict(), "affected_nodes": list(s.affected_nodes), "reason": s.reason}
+                             for s in ranked]}
 
     @v1.get("/actions", response_model=list[ActionOut], summary="Outbox actions; status=pending|waiting|failed|done")
     def list_actions(_: Reader, node: str | None = None, status: str | None = None, limit: Limit = 100,
@@ -189,8 +204,8 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         return BreakerOut(tripped=b.tripped, reason=b.reason, since=b.since, held=len(c.engine.held))
 
     @v1.post("/breaker/reset", response_model=BreakerOut, summary="Reset the breaker (operator)")
-    def reset_breaker(body: BreakerResetIn, caller: Operator) -> BreakerOut:
-        c.reset_breaker(f"{caller.role}:{caller.name}", discard_held=body.discard_held)
+    def reset_breaker(caller: Operator, body: BreakerResetIn | None = None) -> BreakerOut:
+        c.reset_breaker(f"{caller.role}:{caller.name}", discard_held=bool(body and body.discard_held))
         b = c.breaker
         return BreakerOut(tripped=b.tripped, reason=b.reason, since=b.since, held=len(c.engine.held))
 

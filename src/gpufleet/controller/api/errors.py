@@ -30,11 +30,19 @@ def _value(v: Any) -> Any:
     return text if len(text) <= 200 else text[:200] + "..."
 
 
+def _entry(e: Any) -> dict[str, Any]:
+    if e.get("type") == "json_invalid":  # loc is ("body", <character offset>): not a field
+        at = e["loc"][-1] if isinstance(e["loc"][-1], int) else None
+        why = (e.get("ctx") or {}).get("error", e["msg"])
+        return {"field": "body", "value": None,
+                "expected": f"a JSON document ({why}" + (f" at character {at})" if at is not None else ")")}
+    return {"field": _field(tuple(e["loc"])), "value": _value(e.get("input")), "expected": e["msg"]}
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid_body(_req: Request, err: RequestValidationError) -> JSONResponse:
-        detail = [{"field": _field(tuple(e["loc"])), "value": _value(e.get("input")), "expected": e["msg"]}
-                  for e in err.errors()]
+        detail = [_entry(e) for e in err.errors()]
         return JSONResponse({"detail": detail}, status_code=422)
 
     @app.exception_handler(InvalidInput)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
 from gpufleet.lifecycle.states import NodeState
@@ -84,6 +84,17 @@ class ReasonIn(_In):
 
 class BreakerResetIn(_In):
     discard_held: bool = Field(default=False, description="cancel the held decisions instead of re-admitting them")
+
+
+class ApproveIn(_In):
+    nodes: list[str] = Field(default_factory=list, max_length=10_000)
+    component: str = Field(default="", description="approve every node held for this correlated component")
+
+    @model_validator(mode="after")
+    def _one(self) -> ApproveIn:
+        if bool(self.nodes) == bool(self.component):
+            raise ValueError("give either nodes or component")
+        return self
 
 
 class ModeIn(_In):

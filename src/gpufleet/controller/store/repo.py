@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import Engine, func, select, update
+from sqlalchemy import Engine, func, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.domain.events import HealthEvent
@@ -20,7 +20,7 @@ from gpufleet.lifecycle.engine import NodeRecord
 from gpufleet.lifecycle.plan import Plan
 
 from .convert import audit_row, decision_of, decision_row, event_of, event_row, record_of, transition_row
-from .models import ActionRow, AuditRow, CheckpointRow, DecisionRow, EventRow, NodeRow, SettingRow, TransitionRow
+from .models import ActionRow, AuditRow, Base, CheckpointRow, DecisionRow, EventRow, NodeRow, SettingRow, TransitionRow
 
 _CHUNK = 500
 
@@ -77,19 +77,19 @@ class Store:
                           since=rec.since, has_jobs=rec.has_jobs, committed=rec.committed, registered=when))
         if events:
             assert received is not None
-            s.add_all(event_row(e, received) for e in events)
+            _bulk(s, EventRow, [event_row(e, received) for e in events])
         for d in plan.decisions:
             s.merge(decision_row(d))
         for did, status in plan.status_changes:
             s.execute(update(DecisionRow).where(DecisionRow.id == did).values(status=status.value))
-        s.add_all(transition_row(t) for t in plan.transitions)
+        _bulk(s, TransitionRow, [transition_row(t) for t in plan.transitions])
         for a in plan.actions:
             if s.get(ActionRow, a.id) is None:
                 s.add(ActionRow(id=a.id, decision_id=a.decision_id, node=a.action.node, kind=a.action.kind.value,
                                 reason=a.action.reason, level=a.action.level, status=ActionStatus.PENDING,
                                 attempts=0, next_attempt=a.created, last_error="", result="",
                                 created=a.created, updated=a.created))
-        s.add_all(audit_row(a) for a in plan.audit)
+        _bulk(s, AuditRow, [audit_row(a) for a in plan.audit])
         if plan.breaker is not None:
             b = plan.breaker
             s.merge(SettingRow(key="breaker", value={"tripped": b.tripped, "reason": b.reason,
@@ -147,6 +147,17 @@ class Store:
             q = q.where(NodeRow.rack == rack)
         with self.session() as s:
             return list(s.scalars(q.limit(page.limit).offset(page.offset)))
+
+    def silent_nodes(self, cutoff: datetime, *, skip_states: Sequence[str] = ()) -> list[tuple[str, datetime]]:
+        """(node, last heartbeat) of every node last heard from at or before ``cutoff`` (nodes never heard
+        from are not silent), leaving out nodes in ``skip_states``. The filter runs in the database: the
+        reconciler asks every pass, and a fleet has thousands of nodes."""
+        q = (select(NodeRow.id, NodeRow.last_heartbeat)
+             .where(NodeRow.last_heartbeat.is_not(None), NodeRow.last_heartbeat <= cutoff,
+                    NodeRow.state.not_in(list(skip_states)))
+             .order_by(NodeRow.id))
+        with self.session() as s:
+            return [(node, hb) for node, hb in s.execute(q) if hb is not None]
 
     def node(self, node: str) -> NodeRow | None:
         with self.session() as s:
@@ -251,3 +262,9 @@ class Store:
             return None
         with self.session() as s:
             return s.scalar(select(func.max(CheckpointRow.time)).where(CheckpointRow.job_id.in_(list(job_ids))))
+
+
+def _bulk(s: Session, model: type[Base], rows: Sequence[Base]) -> None:
+    """One executemany INSERT (no ORM unit-of-work bookkeeping) for append-only rows."""
+    if rows:
+        s.execute(insert(model), [{k: v for k, v in vars(r).items() if not k.startswith("_")} for r in rows])

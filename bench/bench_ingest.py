@@ -1,0 +1,338 @@
+"""Controller event ingest over real HTTP on loopback: SQLite and PostgreSQL side by side.
+
+The controller runs as it is deployed (``gpufleet controller serve``): the real FastAPI app under uvicorn,
+its reconciler thread and a simulated scheduler, in a child process. A load generator (httpx, asyncio,
+N keep-alive connections) plays 12,500 agents: each *report* is one ``POST /v1/events`` with 1-5 events
+(mostly informational: ecc_sbe, xid 13, aer_corrected; about one report in 2,000 carries a fatal xid 79).
+
+Two measurements per database:
+
+* **fixed load** — reports are offered open-loop at ``RATE`` per second (12,500 nodes every 10 s =
+  1,250/s). Latency is measured from each report's *scheduled* send time, so a stalled server shows up
+  as latency instead of silently lowering the offered load (no coordinated omission).
+* **max sustained** — closed loop: ``CONNECTIONS`` clients send back-to-back; throughput is what the
+  server completes per second.
+
+The child's and the load generator's CPU seconds are recorded too: on a 2-core machine they compete.
+Run: ``python -m bench ingest [--quick]``. PostgreSQL comes from ``GPUFLEET_TEST_POSTGRES_URL`` (or
+``DATABASE_URL``); when it is not reachable the result says so instead of failing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+RATE = 1250  # reports/s: 12,500 nodes reporting every 10 s
+GOAL_P99_MS = 100.0
+GRACE_S = 5.0  # how long the fixed-load phase waits for a backlog after its last report was due
+NODES_PER_RACK = 32
+CONNECTIONS = 32
+ADMIN = "bench-admin-token-0001"
+AGENT = "bench-agent-token-0001"
+BENIGN = (("ecc_sbe", None), ("xid", 13), ("aer_corrected", None), ("link_error", None))
+
+
+def node_names(n: int) -> list[str]:
+    return [f"r{i // NODES_PER_RACK + 1:03d}-n{i % NODES_PER_RACK + 1:02d}" for i in range(n)]
+
+
+# ---- the server (child process) -----------------------------------------------------------------
+def serve(database_url: str, nodes: int, reconciler: bool) -> None:
+    """Run the controller like ``gpufleet controller serve``; print the port; stop when stdin closes."""
+    import logging
+
+    from gpufleet.controller.runtime import build
+    from gpufleet.controller.settings import ControllerSettings, Role, TokenConfig
+    from gpufleet.schedulers.sim import SimScheduler
+
+    logging.basicConfig(level=logging.WARNING)
+    settings = ControllerSettings(
+        database_url=database_url, host="127.0.0.1", port=0,
+        tokens=(TokenConfig(name="bench-admin", role=Role.ADMIN, token=ADMIN),
+                TokenConfig(name="bench-agent", role=Role.AGENT, token=AGENT)))
+    rt = build(settings, SimScheduler(node_names(nodes)))
+    if reconciler:
+        rt.start_reconciler()
+    rt.start_api(in_thread=True, on_started=lambda port: print(f"PORT {port}", flush=True))
+    sys.stdin.read()  # the parent closes our stdin to stop us
+    rt.shutdown()
+
+
+@contextmanager
+def server(database_url: str, nodes: int, *, reconciler: bool = True) -> Iterator[tuple[str, int]]:
+    cmd = [sys.executable, "-m", "bench.bench_ingest", "serve", "--database-url", database_url,
+           "--nodes", str(nodes)] + ([] if reconciler else ["--no-reconciler"])
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if not line.startswith("PORT "):
+            raise RuntimeError(f"controller did not start (exit {proc.poll()}): {line!r}")
+        yield f"http://127.0.0.1:{int(line.split()[1])}", proc.pid
+    finally:
+        if proc.stdin is not None:
+            with suppress(BrokenPipeError):
+                proc.stdin.close()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+# ---- the load -----------------------------------------------------------------------------------
+class Reports:
+    """Report bodies: a random node, 1-5 events, rarely a fatal one; every event id unique."""
+
+    def __init__(self, nodes: list[str], seed: int) -> None:
+        self.nodes = nodes
+        self.rng = random.Random(seed)
+        self.seq = 0
+        self.run = uuid.uuid4().hex[:8]
+
+    def next(self) -> dict[str, Any]:
+        node = self.rng.choice(self.nodes)
+        now = datetime.now(UTC).isoformat()
+        events = []
+        for _ in range(self.rng.randint(1, 5)):
+            self.seq += 1
+            kind, code = ("xid", 79) if self.rng.random() < 1 / 6000 else self.rng.choice(BENIGN)
+            ev: dict[str, Any] = {"id": f"{self.run}-{self.seq}", "node": node, "kind": kind, "time": now,
+                                  "component": f"{node}-gpu{self.rng.randint(0, 7)}"}
+            if code is not None:
+                ev["code"] = code
+            events.append(ev)
+        return {"events": events}
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, round(q / 100 * (len(s) - 1)))]
+
+
+def summary(lat: list[float], errors: int, elapsed: float, offered: float | None, cpu: dict[str, float]
+            ) -> dict[str, Any]:
+    return {
+        "offered_per_s": offered, "completed": len(lat), "errors": errors, "seconds": round(elapsed, 2),
+        "throughput_per_s": round(len(lat) / elapsed, 1),
+        "p50_ms": round(percentile(lat, 50) * 1000, 1), "p90_ms": round(percentile(lat, 90) * 1000, 1),
+        "p99_ms": round(percentile(lat, 99) * 1000, 1), "max_ms": round(max(lat, default=0) * 1000, 1),
+        "cpu_s": {k: round(v, 1) for k, v in cpu.items()},
+    }
+
+
+async def _post(client: httpx.AsyncClient, body: dict[str, Any]) -> bool:
+    try:
+        r = await client.post("/v1/events", json=body)
+    except httpx.HTTPError:
+        return False
+    return r.status_code == 202
+
+
+def _client(base: str) -> httpx.AsyncClient:
+    """One keep-alive connection per worker (httpx's shared pool is slow with many queued requests)."""
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    return httpx.AsyncClient(base_url=base, headers={"Authorization": f"Bearer {AGENT}"}, limits=limits, timeout=30)
+
+
+async def fixed_load(base: str, reports: Reports, rate: float, seconds: float
+                     ) -> tuple[list[float], int, float, int]:
+    """Open loop: report i is due at start + i / rate and goes out on the next free connection; its latency
+    counts from the due time, so time spent waiting for a connection is part of it. Reports still queued
+    ``GRACE_S`` after the last one was due are not sent: they are returned as ``unsent``."""
+    lat: list[float] = []
+    errors = unsent = 0
+    due_times: asyncio.Queue[float | None] = asyncio.Queue()
+    hard_stop = 0.0
+
+    async def worker() -> None:
+        nonlocal errors, unsent
+        async with _client(base) as client:
+            while (due := await due_times.get()) is not None:
+                if hard_stop and time.perf_counter() > hard_stop:
+                    unsent += 1
+                elif await _post(client, reports.next()):
+                    lat.append(time.perf_counter() - due)
+                else:
+                    errors += 1
+
+    workers = [asyncio.create_task(worker()) for _ in range(CONNECTIONS)]
+    await asyncio.sleep(0.2)  # let the connections open
+    start = time.perf_counter()
+    for i in range(int(rate * seconds)):
+        due = start + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        due_times.put_nowait(due)
+    hard_stop = start + seconds + GRACE_S
+    for _ in workers:
+        due_times.put_nowait(None)
+    await asyncio.gather(*workers)
+    return lat, errors, time.perf_counter() - start, unsent
+
+
+async def closed_loop(base: str, reports: Reports, connections: int, seconds: float
+                      ) -> tuple[list[float], int, float]:
+    """Closed loop: ``connections`` clients send back-to-back for ``seconds``."""
+    lat: list[float] = []
+    errors = 0
+    start = time.perf_counter()
+    stop = start + seconds
+
+    async def worker() -> None:
+        nonlocal errors
+        async with _client(base) as client:
+            while time.perf_counter() < stop:
+                t0 = time.perf_counter()
+                if await _post(client, reports.next()):
+                    lat.append(time.perf_counter() - t0)
+                else:
+                    errors += 1
+
+    await asyncio.gather(*(worker() for _ in range(connections)))
+    return lat, errors, time.perf_counter() - start
+
+
+def register(base: str, names: list[str]) -> float:
+    t0 = time.perf_counter()
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=600) as client:
+        for i in range(0, len(names), 2500):
+            chunk = names[i:i + 2500]
+            body = {"state": "ready", "nodes": [{"id": n, "rack": n.split("-")[0]} for n in chunk]}
+            r = client.post("/v1/nodes", json=body)
+            r.raise_for_status()
+    return time.perf_counter() - t0
+
+
+def _fixed(base: str, reports: Reports, pid: int, rate: float, seconds: float) -> dict[str, Any]:
+    s0, c0 = cpu_seconds(pid), own_cpu()
+    lat, errors, elapsed, unsent = asyncio.run(fixed_load(base, reports, rate, seconds))
+    cpu = {"server": cpu_seconds(pid) - s0, "load_generator": own_cpu() - c0}
+    return summary(lat, errors, elapsed, rate, cpu) | {"unsent_backlog": unsent}
+
+
+def measure(database_url: str, nodes: int, seconds: float, *, reconciler: bool = True) -> dict[str, Any]:
+    names = node_names(nodes)
+    with server(database_url, nodes, reconciler=reconciler) as (base, pid):
+        out: dict[str, Any] = {"register_s": round(register(base, names), 1)}
+        reports = Reports(names, seed=1)
+        asyncio.run(closed_loop(base, reports, 4, min(2.0, seconds)))  # warm-up
+        s0, c0 = cpu_seconds(pid), own_cpu()
+        lat, errors, elapsed = asyncio.run(closed_loop(base, reports, CONNECTIONS, seconds))
+        cpu = {"server": cpu_seconds(pid) - s0, "load_generator": own_cpu() - c0}
+        out["max_sustained"] = summary(lat, errors, elapsed, None, cpu)
+        out["server_cpu_ms_per_report"] = round(1000 * cpu["server"] / max(1, len(lat)), 2)
+        out["fixed_load"] = _fixed(base, reports, pid, RATE, seconds)
+        # The highest offered load (as a share of the closed-loop maximum) that still meets the p99 goal.
+        top = out["max_sustained"]["throughput_per_s"]
+        steps = []
+        for share in (0.25, 0.5, 0.75, 0.9):
+            step = _fixed(base, reports, pid, max(1.0, round(share * top)), seconds / 2)
+            steps.append({k: step[k] for k in ("offered_per_s", "throughput_per_s", "p50_ms", "p99_ms",
+                                               "unsent_backlog")})
+        out["offered_load_steps"] = steps
+        ok = [st["offered_per_s"] for st in steps if st["p99_ms"] < GOAL_P99_MS and st["unsent_backlog"] == 0]
+        out["max_rate_with_p99_under_goal"] = max(ok, default=None)
+        fixed = out["fixed_load"]
+        out["meets_goal"] = bool(fixed["completed"] >= 0.99 * RATE * seconds and fixed["p99_ms"] < GOAL_P99_MS
+                                 and fixed["errors"] == 0)
+        return out
+
+
+@contextmanager
+def postgres_database() -> Iterator[str | None]:
+    """A fresh database on the test PostgreSQL, or None when none is reachable."""
+    from sqlalchemy import create_engine, make_url, text
+    from sqlalchemy.exc import OperationalError
+
+    url = os.environ.get("GPUFLEET_TEST_POSTGRES_URL") or os.environ.get("DATABASE_URL", "")
+    if not url.startswith("postgresql"):
+        yield None
+        return
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    name = f"gpufleet_bench_{uuid.uuid4().hex[:8]}"
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except OperationalError:
+        admin.dispose()
+        yield None
+        return
+    try:
+        yield make_url(url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def run(quick: bool) -> dict[str, Any]:
+    nodes = 1250 if quick else 12_500
+    seconds = 3.0 if quick else 15.0
+    result: dict[str, Any] = {"nodes": nodes, "offered_per_s": RATE, "seconds_per_phase": seconds,
+                              "connections": CONNECTIONS, "goal": f"{RATE}/s with p99 < {GOAL_P99_MS:.0f} ms"}
+    with tempfile.TemporaryDirectory() as tmp:
+        result["sqlite"] = measure(f"sqlite:///{tmp}/bench.db", nodes, seconds)
+    with postgres_database() as pg_url:
+        if pg_url is None:
+            result["postgresql"] = {"available": False,
+                                    "reason": "no reachable PostgreSQL (GPUFLEET_TEST_POSTGRES_URL / DATABASE_URL)"}
+        else:
+            result["postgresql"] = measure(pg_url, nodes, seconds)
+    pg, lite = result["postgresql"], result["sqlite"]
+    if "max_sustained" in pg:
+        result["ratio_pg_over_sqlite"] = {
+            "max_sustained_throughput": round(pg["max_sustained"]["throughput_per_s"]
+                                              / lite["max_sustained"]["throughput_per_s"], 2),
+            "max_sustained_p99": round(pg["max_sustained"]["p99_ms"] / lite["max_sustained"]["p99_ms"], 2),
+            "server_cpu_per_report": round(pg["server_cpu_ms_per_report"] / lite["server_cpu_ms_per_report"], 2),
+        }
+    result["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.bench_ingest")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("serve", help="run the controller (used by the benchmark itself)")
+    s.add_argument("--database-url", required=True)
+    s.add_argument("--nodes", type=int, required=True)
+    s.add_argument("--no-reconciler", action="store_true")
+    args = ap.parse_args(argv)
+    serve(args.database_url, args.nodes, not args.no_reconciler)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

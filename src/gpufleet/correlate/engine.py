@@ -1,0 +1,462 @@
+"""The streaming root-cause engine: events in, verdicts (new / changed / cleared suspects) out.
+
+Per event the work is a few dictionary operations: judge the event once per (kind, code) through the
+fault catalog, add its weight to its *symptom* (reporter, link), append it to the window's queue and
+expire what fell out of the window. Only when a symptom becomes active or inactive (or its severity
+rises) does the engine re-explain the connected cluster of symptoms that share candidates with it
+(:mod:`gpufleet.correlate.explain`), so the cost of an event does not depend on the fleet's size.
+
+Judgement (from :mod:`gpufleet.domain.catalog`):
+
+* collateral codes (XID 45) and informational XID/SXID codes (application errors such as XID 13, 31,
+  43) are *folded*: never a symptom, but attached as evidence to a suspect that covers their component;
+* degraded or fatal events activate their symptom at once;
+* informational hardware events (corrected ECC, corrected AER, link errors) are rate-activated: a
+  symptom activates after ``count`` of them within the window, ``count`` and the severity it then
+  carries taken from the catalog's escalation for that kind (e.g. 50 link errors -> degraded), or
+  ``info_activation`` (staying informational) when it has none;
+* link flaps and link downs within ``holddown`` of the previous one on the same symptom count once
+  (flap damping); verdicts change only when confidence moves by ``min_change`` or more, and clear
+  only when the evidence ages out (hysteresis).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from datetime import datetime, timedelta
+
+from gpufleet.correlate.describe import action_for, reason_for
+from gpufleet.correlate.explain import Explanation, SymptomLike, explain
+from gpufleet.correlate.inventory import Inventory, MoveRecord
+from gpufleet.correlate.model import Finding, Ref, Suspect, SuspectAction, Verdict, VerdictStatus, sort_refs
+from gpufleet.correlate.symptoms import FOLD, IGNORE, Judgement, Symptom, judge
+from gpufleet.domain.catalog import Action, Catalog, load_default_catalog
+from gpufleet.domain.eventio import FileEvent
+from gpufleet.domain.events import EventKind, HealthEvent, Severity
+from gpufleet.domain.topology import Topology
+
+log = logging.getLogger(__name__)
+
+_FOLDED_PER_COMPONENT = 8
+_EPS = 1e-9
+_NO_LOCAL: frozenset[str] = frozenset()
+_ABSORB = 0.9
+
+
+class Engine:
+    """Incremental fault correlation over one topology.
+
+    ``observe`` / ``observe_health_event`` return the verdicts that are new or changed by that event
+    (usually none). ``suspects(now)`` returns the full ranked list, including alternatives.
+    """
+
+    def __init__(
+        self,
+        topology: Topology,
+        window: timedelta = timedelta(minutes=30),
+        catalog: Catalog | None = None,
+        *,
+        emit_confidence: float = 0.5,
+        clear_confidence: float = 0.3,
+        min_change: float = 0.1,
+        holddown: timedelta = timedelta(seconds=10),
+        info_activation: int = 5,
+        move_memory: timedelta = timedelta(days=7),
+    ) -> None:
+        self.topology = topology
+        self.window = window
+        self.catalog = catalog if catalog is not None else load_default_catalog()
+        self._win = window.total_seconds()
+        self._emit, self._clear, self._min_change = emit_confidence, clear_confidence, min_change
+        self._holddown = holddown.total_seconds()
+        self._info_activation = info_activation
+        self._comps = topology.components
+        self._links = topology.links
+        self._judged: dict[tuple[EventKind, int | None, Severity | None], Judgement] = {}
+        self._syms: dict[tuple[str, str], Symptom] = {}
+        self._cover: dict[str, set[Symptom]] = {}
+        self._queue: deque[tuple[float, Symptom, float, int]] = deque()
+        self._folded: dict[str, deque[tuple[float, Ref]]] = {}
+        self._emitted: dict[str, tuple[Suspect, str]] = {}  # output component -> (suspect, candidate)
+        self._standing: dict[str, float] = {}  # candidate -> confidence of its standing verdict
+        self._kinds: dict[str, str] = {}
+        self.inventory = Inventory(topology, move_memory)
+        self._now = float("-inf")
+        self.unknown = 0  # events naming a component the topology does not have
+        self.late = 0  # events older than the window on arrival
+
+    # -- input ----------------------------------------------------------------------------------------
+
+    def observe(self, ev: FileEvent) -> list[Verdict]:
+        """Feed one ``gpufleet.event/v1`` event; returns new/changed/cleared verdicts."""
+        if ev.kind is EventKind.MOVED:
+            return self._move(ev.serial or "", ev.from_slot or "", ev.to_slot or "", ev.time, ev.line)
+        return self._event(ev.component, ev.link, ev.kind, ev.code, ev.severity, ev.time, ev.line)
+
+    def observe_health_event(self, ev: HealthEvent) -> list[Verdict]:
+        """Feed a controller :class:`HealthEvent`; ``ev.component`` (a topology id) or else ``ev.node``."""
+        if ev.kind is EventKind.MOVED:
+            attrs = dict(ev.attrs)
+            return self._move(attrs.get("serial", ""), attrs.get("from", ""), attrs.get("to", ""), ev.time, ev.id)
+        comp = ev.component if ev.component and ev.component in self._comps else ev.node
+        return self._event(comp, ev.link, ev.kind, ev.code, ev.severity, ev.time, ev.id)
+
+    def _event(
+        self,
+        comp: str,
+        link: str | None,
+        kind: EventKind,
+        code: int | None,
+        sev: Severity | None,
+        time: datetime,
+        ref: Ref,
+    ) -> list[Verdict]:
+        t = time.timestamp()
+        if t > self._now:
+            self._now = t
+        elif t < self._now - self._win:
+            self.late += 1
+            return []
+        changed = self._expire(self._now) if self._queue and self._queue[0][0] < self._now - self._win else None
+        fresh: Symptom | None = None
+        j = self._judged.get((kind, code, sev))
+        if j is None:
+            j = self._judge(kind, code, sev)
+        if j.role == IGNORE:
+            pass
+        elif comp not in self._comps:
+            self.unknown += 1
+        elif j.role == FOLD:
+            fq = self._folded.get(comp)
+            if fq is None:
+                fq = self._folded[comp] = deque(maxlen=_FOLDED_PER_COMPONENT)
+            fq.append((t, ref))
+        else:
+            if link is not None and link not in self._links:
+                self.unknown += 1
+                link = None
+            key = (comp, link or "")
+            sym = self._syms.get(key)
+            if sym is None:
+                sym = self._syms[key] = Symptom(key, (), _NO_LOCAL)
+            sym.refs.append((t, ref))
+            if not (j.damped and t - sym.last < self._holddown):
+                sym.last = t
+                sym.weight += j.step
+                sym.counts[j.sev] += 1
+                sym.floor = max(sym.floor, j.floor)
+                self._queue.append((t, sym, j.step, j.sev))
+                if sym.action is Action.NONE or j.sev >= sym.top:
+                    sym.action = j.action
+                if not sym.active and sym.weight >= 1.0 - _EPS:
+                    if not sym.cands:  # computed on first activation: most symptoms never activate
+                        self._place(sym)
+                    sym.active = True
+                    sym.top = sym._top()
+                    for c in sym.cands:
+                        cov = self._cover.get(c)
+                        if cov is None:
+                            cov = self._cover[c] = set()
+                        cov.add(sym)
+                    fresh = sym
+                elif sym.active and (j.sev or j.floor) > sym.top:
+                    sym.top = j.sev or j.floor  # a worse event (or an escalated run) raised severity
+                    fresh = sym
+        if changed:
+            return self._evaluate([*changed, fresh] if fresh is not None else changed, time)
+        if fresh is not None and not self._absorbed(fresh):
+            return self._evaluate([fresh], time)
+        return []
+
+    def _absorbed(self, sym: Symptom) -> bool:
+        """A standing verdict at ABSORB confidence or more already explains this symptom: one more
+        witness cannot move it by ``min_change``, so skip re-explaining the cluster (suspects() and
+        the next evaluation still see the symptom)."""
+        standing = self._standing
+        return any(standing.get(c, 0.0) >= _ABSORB for c in sym.cands)
+
+    def _place(self, sym: Symptom) -> None:
+        comp, link = sym.reporter, sym.link or None
+        sym.cands = self._candidates(comp, link)
+        far = self._links[link].other(comp) if link is not None else None
+        sym.local = frozenset(c for c in sym.cands if c != far or self.kind_of(c) not in ("gpu", "nic"))
+
+    def _judge(self, kind: EventKind, code: int | None, sev: Severity | None) -> Judgement:
+        j = judge(self.catalog, kind, code, sev, self._info_activation)
+        self._judged[(kind, code, sev)] = j
+        return j
+
+    def _candidates(self, reporter: str, link: str | None) -> tuple[str, ...]:
+        out: list[str] = []
+        ends: tuple[str, ...] = (reporter,)
+        if link is not None:
+            ln = self._links[link]
+            out.append(link)
+            ends = (ln.a, ln.b) if reporter in (ln.a, ln.b) else (reporter, ln.a, ln.b)
+        for e in ends:
+            if e not in out:
+                out.append(e)
+            u = self.topology.unit_of(e)
+            if u is not None and u not in out:
+                out.append(u)
+        return tuple(c for c in out if self.kind_of(c) != "rack")
+
+    def _expire(self, now: float) -> list[Symptom] | None:
+        cutoff = now - self._win
+        q = self._queue
+        changed: list[Symptom] | None = None
+        while q and q[0][0] < cutoff:
+            _, sym, step, sev = q.popleft()
+            if sym.gone:
+                continue
+            sym.weight -= step
+            sym.counts[sev] -= 1
+            if sym.active:
+                if sym.weight < 1.0 - _EPS:
+                    self._deactivate(sym)
+                    changed = [*changed, sym] if changed else [sym]
+                else:
+                    top = sym._top()
+                    if top != sym.top:
+                        sym.top = top
+                        changed = [*changed, sym] if changed else [sym]
+            if sym.weight <= _EPS and not sym.active:
+                self._syms.pop(sym.key, None)
+        return changed
+
+    def _deactivate(self, sym: Symptom) -> None:
+        sym.active = False
+        sym.top = -1
+        for c in sym.cands:
+            cov = self._cover.get(c)
+            if cov is not None:
+                cov.discard(sym)
+                if not cov:
+                    del self._cover[c]
+
+    # -- inventory moves --------------------------------------------------------------------------------
+
+    def _move(self, serial: str, from_slot: str, to_slot: str, time: datetime, ref: Ref) -> list[Verdict]:
+        t = time.timestamp()
+        self._now = max(self._now, t)
+        if from_slot not in self._comps or to_slot not in self._comps:
+            self.unknown += 1
+            return []
+        changed = self._expire(self._now) or []
+        self.inventory.forget_before(time)
+        touched = set(self.inventory.move(serial, from_slot, to_slot))
+        archived: list[Symptom] = []
+        for sym in list(self._syms.values()):
+            ends = (sym.reporter,) if not sym.link else (sym.reporter, self._links[sym.link].a, self._links[sym.link].b)
+            if any(e in touched for e in ends):
+                archived.append(sym)
+        subtree = {from_slot, *self.topology.descendants(from_slot)}
+        old = {
+            s
+            for s in archived
+            if s.reporter in subtree
+            or (s.link and (self._links[s.link].a in subtree or self._links[s.link].b in subtree))
+        }
+        evidence = [r for s in old if s.active for _, r in s.refs]
+        self.inventory.record(
+            MoveRecord(serial, from_slot, to_slot, time, sum(1 for s in old if s.active), (*sort_refs(evidence), ref))
+        )
+        for sym in archived:
+            sym.gone = True
+            self._syms.pop(sym.key, None)
+            if sym.active:
+                self._deactivate(sym)
+                changed.append(sym)
+        return self._evaluate(changed, time) if changed else []
+
+    # -- output ---------------------------------------------------------------------------------------
+
+    def kind_of(self, ident: str) -> str:
+        k = self._kinds.get(ident)
+        if k is None:
+            comp = self._comps.get(ident)
+            k = self._kinds[ident] = comp.kind.value if comp is not None else "link"
+        return k
+
+    def _witness(self, c: str, kind: str, s: SymptomLike) -> str:
+        if not s.link:
+            return s.reporter if s.reporter != c else "self"
+        ln = self._links[s.link]
+        if kind in ("node", "compute_tray", "switch_tray"):
+            for e in (ln.a, ln.b):
+                if self.topology.unit_of(e) == c:
+                    return e
+            return s.reporter
+        if c in (ln.a, ln.b):
+            far = ln.other(c)
+            far_unit = self.topology.unit_of(far)
+            # Distinct far *units* (trays, nodes): a fault in one compute tray must not frame the
+            # NVSwitch chips its GPUs talk to; inside an HGX node, distinct GPUs.
+            return far_unit if far_unit is not None and far_unit != self.topology.unit_of(c) else far
+        return s.link
+
+    def _explain(self, syms: set[Symptom]) -> list[Explanation]:
+        cover = self._cover
+        return explain(syms, lambda c: cover.get(c, ()), self.kind_of, self._witness)
+
+    def _cluster(self, seeds: set[str]) -> tuple[set[str], set[Symptom]]:
+        cands, syms = set(seeds), set[Symptom]()
+        stack = list(seeds)
+        while stack:
+            for s in self._cover.get(stack.pop(), ()):
+                if s not in syms:
+                    syms.add(s)
+                    for c in s.cands:
+                        if c not in cands:
+                            cands.add(c)
+                            stack.append(c)
+        return cands, syms
+
+    def _evaluate(self, changed: list[Symptom], time: datetime) -> list[Verdict]:
+        seeds = {c for s in changed for c in s.cands}
+        cands, syms = self._cluster(seeds)
+        now: dict[str, Suspect] = {}
+        expl: dict[str, Explanation] = {}
+        for ex in self._explain(syms):
+            sus = self._suspect(ex, full=False)
+            now[sus.component] = sus
+            expl[sus.component] = ex
+        out: list[Verdict] = []
+        for comp, (prev, cand) in list(self._emitted.items()):
+            if cand not in cands and comp not in now:
+                continue
+            cur = now.pop(comp, None)
+            if cur is None or cur.confidence < self._clear:
+                del self._emitted[comp]
+                self._standing.pop(cand, None)
+                out.append(Verdict(VerdictStatus.CLEARED, prev, time))
+                continue
+            self._standing[expl[comp].candidate] = cur.confidence  # current, even when not re-emitted
+            if (
+                abs(cur.confidence - prev.confidence) >= self._min_change
+                or cur.action != prev.action
+                or cur.finding != prev.finding
+            ):
+                full = self._suspect(expl[comp], full=True)
+                self._emitted[comp] = (full, expl[comp].candidate)
+                out.append(Verdict(VerdictStatus.CHANGED, full, time))
+        for comp, cur in now.items():
+            if cur.confidence >= self._emit:
+                full = self._suspect(expl[comp], full=True)
+                self._emitted[comp] = (full, expl[comp].candidate)
+                self._standing[expl[comp].candidate] = cur.confidence
+                out.append(Verdict(VerdictStatus.NEW, full, time))
+        for v in out:
+            log.info(
+                "%s: verdict %s (%s, confidence %.2f, action %s)",
+                v.suspect.component,
+                v.status,
+                v.suspect.finding,
+                v.suspect.confidence,
+                v.suspect.action,
+            )
+        return out
+
+    def suspects(self, now: datetime | None = None) -> list[Suspect]:
+        """Every current suspect, ranked by confidence (primaries and their alternatives)."""
+        if now is not None:
+            t = now.timestamp()
+            self._now = max(self._now, t)
+            self._expire(self._now)
+        active = {s for s in self._syms.values() if s.active}
+        out: dict[str, Suspect] = {}
+        alts: dict[str, Suspect] = {}
+        done: set[Symptom] = set()
+        for s in active:
+            if s in done:
+                continue
+            _, syms = self._cluster(set(s.cands))
+            done |= syms
+            for ex in self._explain(syms):
+                sus = self._suspect(ex, full=True)
+                if sus.component not in out or out[sus.component].confidence < sus.confidence:
+                    out[sus.component] = sus
+                for other, conf in ex.alternatives:
+                    alt = self._alternative(other, conf, sus)
+                    if other not in alts or alts[other].confidence < conf:
+                        alts[other] = alt
+        ranked = sorted(out.values(), key=lambda x: (-x.confidence, x.component))
+        ranked += sorted((a for k, a in alts.items() if k not in out), key=lambda x: (-x.confidence, x.component))
+        return ranked
+
+    def _alternative(self, comp: str, conf: float, of: Suspect) -> Suspect:
+        return Suspect(
+            comp,
+            self.kind_of(comp) if comp in self._comps else self._links[comp].kind,
+            self.inventory.serial_at(comp),
+            conf,
+            SuspectAction.OBSERVE,
+            of.evidence,
+            self.topology.nodes_behind(comp),
+            Finding.ALTERNATIVE,
+            f"alternative to {of.component}",
+            of.symptoms,
+        )
+
+    def _suspect(self, ex: Explanation, *, full: bool) -> Suspect:
+        c = ex.candidate
+        kind = ex.kind if ex.kind != "link" else self._links[c].kind
+        conf = ex.confidence
+        finding = Finding.SHARED
+        component = c
+        slots = self._slots(c)
+        rec: MoveRecord | None = self.inventory.follows(slots)
+        if rec is not None:
+            finding = Finding.FOLLOWS_SERIAL
+        else:
+            rec = self.inventory.stays(slots)
+            if rec is not None:
+                finding = Finding.STAYS_AT_SLOT
+                if ex.kind != "link":
+                    component = rec.from_slot
+                    kind = self.kind_of(component)
+        if rec is not None:
+            conf = min(0.99, 1.0 - (1.0 - conf) * 0.3)
+        action = action_for(ex, kind, finding, conf, self._emit)
+        evidence: tuple[Ref, ...] = ()
+        reason = ""
+        if full:
+            evidence = self._evidence(ex, rec)
+            reason = reason_for(ex, finding, rec)
+        return Suspect(
+            component,
+            kind,
+            self.inventory.serial_at(component) if component in self._comps else None,
+            round(conf, 4),
+            action,
+            evidence,
+            self.topology.nodes_behind(component) if full else (),
+            finding,
+            reason,
+            len(ex.symptoms),
+        )
+
+    def _slots(self, c: str) -> tuple[str, ...]:
+        if c in self._links:
+            ln = self._links[c]
+            return (c, ln.a, ln.b)
+        return (c, *self.topology.ancestors(c))
+
+    def _evidence(self, ex: Explanation, rec: MoveRecord | None) -> tuple[Ref, ...]:
+        cutoff = self._now - self._win
+        refs: list[Ref] = []
+        places: set[str] = set()
+        for s in ex.symptoms:
+            if isinstance(s, Symptom):
+                refs.extend(r for t, r in s.refs if t >= cutoff)
+                places.add(s.reporter)
+        for p in places:
+            refs.extend(r for t, r in self._folded.get(p, ()) if t >= cutoff)
+        if rec is not None:
+            refs.extend(rec.evidence)
+        return sort_refs(refs)
+
+    def emitted(self) -> list[Suspect]:
+        """The verdicts currently standing (as last emitted)."""
+        return [s for s, _ in self._emitted.values()]

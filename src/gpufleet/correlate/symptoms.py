@@ -1,0 +1,101 @@
+"""Per-event judgement and per-(reporter, link) symptom state of the correlation engine.
+
+:func:`judge` turns (kind, code, producer's severity) into a :class:`Judgement` through the fault
+catalog, once per distinct key; :class:`Symptom` accumulates the in-window weight of one reporter's
+trouble with one link (or with itself) and implements :class:`~gpufleet.correlate.explain.SymptomLike`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from gpufleet.correlate.explain import SEVERITY_WEIGHT
+from gpufleet.correlate.model import Ref
+from gpufleet.domain.catalog import Action, Catalog
+from gpufleet.domain.events import EventKind, Severity
+
+IGNORE, FOLD, SYMPTOM = 0, 1, 2
+SEV_INDEX = {Severity.INFO: 0, Severity.DEGRADED: 1, Severity.FATAL: 2}
+FLAPPY = frozenset({EventKind.LINK_FLAP, EventKind.LINK_DOWN})
+_REFS_PER_SYMPTOM = 32
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    role: int
+    step: float  # weight one event adds to its symptom (1.0 activates it)
+    sev: int
+    action: Action
+    damped: bool
+    floor: int = 0  # severity index an activated run of these info events escalates to (catalog)
+
+
+class Symptom:
+    """Mutable per-(reporter, link) state; implements explain.SymptomLike."""
+
+    __slots__ = (
+        "action",
+        "active",
+        "cands",
+        "counts",
+        "floor",
+        "gone",
+        "key",
+        "last",
+        "link",
+        "local",
+        "refs",
+        "reporter",
+        "top",
+        "weight",
+    )
+
+    def __init__(self, key: tuple[str, str], cands: tuple[str, ...], local: frozenset[str]) -> None:
+        self.key = key
+        self.reporter, self.link = key
+        self.cands = cands
+        self.local = local
+        self.weight = 0.0
+        self.counts = [0, 0, 0]
+        self.active = False
+        self.top = -1
+        self.refs: deque[tuple[float, Ref]] = deque(maxlen=_REFS_PER_SYMPTOM)
+        self.last = float("-inf")
+        self.action = Action.NONE
+        self.gone = False
+        self.floor = 0
+
+    @property
+    def selfsev(self) -> int:
+        return self.top if not self.link else -1
+
+    def strength(self) -> float:
+        """Severity weight, raised (up to 2x) by the volume of evidence beyond activation."""
+        if self.top < 0:
+            return 0.0
+        return SEVERITY_WEIGHT[self.top] * min(2.0, 1.0 + 0.3 * math.log(max(1.0, self.weight)))
+
+    def _top(self) -> int:
+        c = self.counts
+        top = 2 if c[2] else 1 if c[1] else 0 if c[0] else -1
+        return self.floor if c[0] and self.floor > top else top
+
+
+def judge(catalog: Catalog, kind: EventKind, code: int | None, sev: Severity | None, info_activation: int) -> Judgement:
+    """Fold, ignore, or count (with which step and severity) events of this (kind, code)."""
+    entry = catalog.lookup(kind.value, code)
+    severity = sev or entry.severity
+    damped = kind in FLAPPY
+    if kind in (EventKind.CHECK_PASSED, EventKind.MOVED):
+        return Judgement(IGNORE, 0.0, 0, entry.action, damped)
+    if entry.collateral or (kind in (EventKind.XID, EventKind.SXID) and severity is Severity.INFO):
+        return Judgement(FOLD, 0.0, 0, entry.action, damped)
+    if severity is Severity.INFO:
+        count, floor = info_activation, 0
+        for esc in catalog.escalations:
+            if esc.kind == kind.value and esc.code in (None, code):
+                count, floor = esc.count, SEV_INDEX[esc.severity]
+        return Judgement(SYMPTOM, 1.0 / max(1, count), 0, entry.action, damped, floor)
+    return Judgement(SYMPTOM, 1.0, SEV_INDEX[severity], entry.action, damped)

@@ -1,0 +1,39 @@
+"""Heartbeat loss: the reconciler turns an agent's silence into one heartbeat_lost event per silence."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from tests.integration.api.conftest import Api
+
+
+def _beat(api: Api, node: str) -> None:
+    r = api.post(f"/v1/nodes/{node}/heartbeat", {"time": api.clock.now().isoformat()}, "agent")
+    assert r.status_code == 200, r.text
+
+
+def _lost(api: Api) -> list[str]:
+    return sorted(e["node"] for e in api.get("/v1/events", kind="heartbeat_lost", limit=1000))
+
+
+def test_silent_nodes_are_reported_once_per_silence(api: Api) -> None:
+    for node in ("r01-n01", "r01-n02", "r02-n01", "r02-n02"):
+        _beat(api, node)
+    api.post("/v1/nodes/r02-n02/retire", {}, "operator")  # retired nodes are not expected to report
+    api.tick(timedelta(seconds=90))
+    _beat(api, "r01-n02")  # still talking
+    api.tick(timedelta(seconds=60))  # 150 s since the first beats; the timeout is 120 s
+    api.reconciler.run_once()
+    assert _lost(api) == ["r01-n01", "r02-n01"]  # r01-n02 beat 60 s ago; the others never beat
+
+    api.tick(timedelta(seconds=30))
+    api.reconciler.run_once()
+    assert _lost(api) == ["r01-n01", "r02-n01"]  # the same silence is not reported twice
+
+    _beat(api, "r02-n01")
+    api.tick(timedelta(seconds=121))
+    api.reconciler.run_once()
+    assert _lost(api) == ["r01-n01", "r01-n02", "r02-n01", "r02-n01"]  # a new silence after a new beat
+    (first,) = [e for e in api.get("/v1/events", node="r01-n01") if e["kind"] == "heartbeat_lost"]
+    assert first["source"] == "controller"
+    assert "no heartbeat since" in first["message"]

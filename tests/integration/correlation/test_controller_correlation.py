@@ -1,0 +1,104 @@
+"""Correlation inside the controller: one failing leaf switch becomes one decision, not 32 drains."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from gpufleet.controller.api.app import create_app
+from gpufleet.controller.clock import ManualClock
+from gpufleet.controller.service import Controller
+from gpufleet.controller.settings import Role, TokenConfig
+from gpufleet.controller.store.db import make_engine, migrate
+from gpufleet.controller.store.repo import Page, Store
+from gpufleet.domain.events import EventKind, HealthEvent
+from gpufleet.domain.topology import Topology, to_fleet
+from gpufleet.domain.topology_gen import generate_hgx
+from gpufleet.lifecycle.config import parse_policy
+from gpufleet.lifecycle.decisions import DecisionStatus
+from gpufleet.lifecycle.states import NodeState
+
+T0 = datetime(2026, 11, 21, 12, tzinfo=UTC)
+TOKEN = "operator-token-0123456789"
+
+
+def controller(tmp_path: Path, topo: Topology, budget: dict[str, float] | None = None) -> Controller:
+    engine = make_engine(f"sqlite:///{tmp_path / 'g.db'}")
+    migrate(engine)
+    policy = parse_policy({"breaker": budget} if budget else {})
+    c = Controller(Store(engine), policy, ManualClock(T0), topology=topo)
+    c.register_fleet(to_fleet(topo), NodeState.READY)
+    return c
+
+
+def leaf_down(topo: Topology, leaf: str, nodes: list[str]) -> list[HealthEvent]:
+    rail = leaf.rsplit("-r", 1)[1]
+    return [HealthEvent(f"ld-{n}", n, EventKind.LINK_DOWN, T0 + timedelta(seconds=i), f"{n}-nic{rail}",
+                        link=f"{n}-nic{rail}~{leaf}") for i, n in enumerate(nodes)]
+
+
+@pytest.fixture(scope="module")
+def hgx() -> Topology:
+    return generate_hgx(64)  # 2 scalable units: each leaf serves 32 nodes
+
+
+def su1_nodes(topo: Topology) -> list[str]:
+    return sorted(topo.nodes_behind("leaf-su1-r3"))
+
+
+def test_a_failed_leaf_is_one_held_decision_over_budget_and_one_approval(tmp_path: Path, hgx: Topology) -> None:
+    c = controller(tmp_path, hgx)
+    behind = su1_nodes(hgx)
+    assert len(behind) == 32
+    events = leaf_down(hgx, "leaf-su1-r3", behind[:5])
+    for e in events:
+        c.ingest([e])
+    suspects = {s.component: s for s in c.verdicts}
+    assert "leaf-su1-r3" in suspects and suspects["leaf-su1-r3"].kind == "leaf_switch"
+    held = c.engine.held_group("correlate:leaf-su1-r3")
+    # Every node behind the leaf, not only the five that reported, is in the one held group...
+    assert set(held) | {n for n in behind if c.state_of(n) == NodeState.DRAINING} == set(behind)
+    assert len(held) >= 29
+    assert c.breaker.tripped
+    held_lines = [a for a in c.store.audit(page=Page(limit=1000)) if a.action == "held"]
+    assert sum("leaf_switch leaf-su1-r3 faulty" in a.detail for a in held_lines) == len(held)
+    # ...and one operator approval carries the group out over the budget.
+    app = create_app(c, (TokenConfig(name="ops", role=Role.OPERATOR, token=TOKEN),))
+    http = TestClient(app, headers={"Authorization": f"Bearer {TOKEN}"})
+    r = http.post("/v1/held/approve", json={"component": "leaf-su1-r3"})
+    assert r.status_code == 200, r.text
+    assert all(c.state_of(n) == NodeState.DRAINING for n in behind)
+    assert not c.engine.held_group("correlate:leaf-su1-r3")
+    audit = http.get("/v1/audit", params={"limit": 1000}).json()
+    assert any(a["action"] == "approve_held" and a["actor_id"] == "operator:ops" for a in audit)
+    assert http.get("/v1/verdicts").json()["suspects"][0]["component"] == "leaf-su1-r3"
+
+
+def test_within_budget_the_group_is_applied_at_once(tmp_path: Path, hgx: Topology) -> None:
+    c = controller(tmp_path, hgx, {"max_unavailable_fleet": 0.6, "max_unavailable_domain": 1.0})
+    behind = su1_nodes(hgx)
+    for e in leaf_down(hgx, "leaf-su1-r3", behind[:4]):
+        c.ingest([e])
+    decisions = c.store.decisions(status=DecisionStatus.APPLIED.value, page=Page(limit=1000))
+    grouped = [d for d in decisions if d.actor_id == "correlate:leaf-su1-r3"]
+    assert {d.node for d in grouped} | {d.node for d in decisions if d.rule != "component_fault"} >= set(behind)
+    assert all(c.state_of(n) == NodeState.DRAINING for n in behind)
+    assert not c.breaker.tripped
+    # Nodes in the other scalable unit are untouched.
+    other = sorted(hgx.nodes_behind("leaf-su2-r3"))
+    assert all(c.state_of(n) == NodeState.READY for n in other)
+
+
+def test_scattered_single_node_faults_are_not_blamed_on_a_switch(tmp_path: Path, hgx: Topology) -> None:
+    c = controller(tmp_path, hgx, {"max_unavailable_fleet": 1.0, "max_unavailable_domain": 1.0})
+    behind = su1_nodes(hgx)
+    # Two different rails on two nodes: two cables, no shared switch.
+    c.ingest(leaf_down(hgx, "leaf-su1-r3", behind[:1]))
+    c.ingest([HealthEvent("x", behind[5], EventKind.LINK_DOWN, T0, f"{behind[5]}-nic6",
+                          link=f"{behind[5]}-nic6~leaf-su1-r6")])
+    assert not any(s.kind == "leaf_switch" for s in c.verdicts)
+    assert not any(d.actor_id.startswith("correlate:") for d in c.engine.held.values())
+    assert sum(c.state_of(n) in (NodeState.DRAINING, NodeState.SUSPECT) for n in behind) == 2
