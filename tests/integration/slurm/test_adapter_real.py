@@ -70,7 +70,8 @@ def test_unreachable_controller_then_retry_applies_once(lab: SlurmLab, sched: Sl
     sched.requeue(job)
     sched.requeue(job)
     assert sched.node("n3").reason == reason
-    assert sched.job(job).restarts == 1 and sched.job(job).state == JobState.PENDING
+    wait_for(lambda: sched.job(job).state == JobState.PENDING, "requeued job pending (after COMPLETING)")
+    assert sched.job(job).restarts == 1
     log = (lab.root / "log" / "slurmctld.log").read_text()
     assert log.count(f"node n3 reason set to: {reason}") == 1
 

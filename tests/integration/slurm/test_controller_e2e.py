@@ -27,6 +27,14 @@ def ctl(lab: SlurmLab, sched: SlurmScheduler, tmp_path: Path) -> Iterator[LabCon
     c.stop()
 
 
+def _done(ctl: LabController, node: str, kind: str) -> dict[str, object]:
+    """The action once the controller has recorded it done (Slurm may show its effect a moment earlier)."""
+    wait_for(lambda: (a := ctl.action(node, kind)) is not None and a["status"] == "done", f"{kind} on {node} done")
+    action = ctl.action(node, kind)
+    assert action is not None
+    return action
+
+
 def _in_service(ctl: LabController, node: str) -> None:
     wait_for(lambda: ctl.node_state(node) == "in_service", f"controller sees a job on {node}")
 
@@ -71,9 +79,8 @@ def test_drain_after_checkpoint_waits_for_the_checkpoint(lab: SlurmLab, sched: S
     wait_for(lambda: "DRAIN" in sched.slurm_node("n2").flags,
              lambda: f"n2 drained after the checkpoint; job output: {lab.job_output(job)!r}")
     wait_for(lambda: sched.job(job).restarts == 1, "job requeued to restart from its checkpoint elsewhere")
-    action = ctl.action("n2", "drain_after_checkpoint")
-    assert action is not None and action["result"].startswith("drained after checkpoint at")
-    assert action["result"].endswith(f"requeued {job}")
+    result = str(_done(ctl, "n2", "drain_after_checkpoint")["result"])
+    assert result.startswith("drained after checkpoint at") and result.endswith(f"requeued {job}")
     assert sched.node("n2").reason.startswith("gpufleet:")
 
 
@@ -89,8 +96,7 @@ def test_drain_after_checkpoint_drains_when_the_job_ends(lab: SlurmLab, sched: S
     stop.touch()  # the job ends without ever checkpointing
     wait_for(lambda: "DRAIN" in sched.slurm_node("n3").flags, "drained once the job ended")
     assert lab.job_state(job) == "COMPLETED"
-    action = ctl.action("n3", "drain_after_checkpoint")
-    assert action is not None and action["result"] == "drained: no job running"
+    assert _done(ctl, "n3", "drain_after_checkpoint")["result"] == "drained: no job running"
 
 
 def test_drain_after_checkpoint_gives_up_waiting_after_the_timeout(lab: SlurmLab, sched: SlurmScheduler,
@@ -102,8 +108,8 @@ def test_drain_after_checkpoint_gives_up_waiting_after_the_timeout(lab: SlurmLab
         _in_service(ctl, "n1")
         ctl.post_event("n1", "thermal", severity="degraded", component="n1-gpu0", message="HBM 96C")
         wait_for(lambda: "DRAIN" in sched.slurm_node("n1").flags, "drained after the checkpoint timeout")
-        action = ctl.action("n1", "drain_after_checkpoint")
-        assert action is not None and action["result"] == f"drained no checkpoint within 0:00:02; requeued {job}"
+        result = _done(ctl, "n1", "drain_after_checkpoint")["result"]
+        assert result == f"drained no checkpoint within 0:00:02; requeued {job}"
         wait_for(lambda: sched.job(job).restarts == 1, "job requeued after the wait timed out")
     finally:
         ctl.stop()

@@ -35,9 +35,9 @@ def test_prolog_refuses_node_whose_quick_check_fails(lab: SlurmLab, sched: Slurm
     assert node.drained_by_us
     assert node.reason == f"gpufleet:prolog-{job} quick check failed: gemm gpu2: 310 TFLOP/s, expected >= 600"
     # Slurm requeued the job (not held: SchedulerParameters=nohold_on_prolog_fail) and never ran it on n3.
-    wait_for(lambda: sched.job(job).restarts >= 1, "job requeued after the prolog failure")
-    j = sched.job(job)
-    assert j.state == JobState.PENDING and dict(j.extra)["state_reason"] != "launch_failed_requeued_held"
+    wait_for(lambda: (j := sched.job(job)).restarts >= 1 and j.state == JobState.PENDING,
+             "job requeued (pending) after the prolog failure")
+    assert dict(sched.job(job).extra)["state_reason"] != "launch_failed_requeued_held"
     assert not (lab.root / "jobs" / f"{job}.out").exists() or "n3" not in (lab.root / "jobs" / f"{job}.out").read_text()
 
 
