@@ -9,14 +9,25 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.contract.harness import SchedulerHarness, SimHarness
+from tests.contract.harness import SchedulerHarness, SimHarness, SlurmHarness
 
-IMPLEMENTATIONS = ["sim"]
+# The real Slurm lab is started once per session (tests.integration.slurm.lab.session_lab); its
+# tests carry the ``slurm`` marker, skip locally without Slurm and fail in CI.
+# "slurm-rest" is the same adapter reading through slurmrestd instead of sinfo/squeue.
+IMPLEMENTATIONS = [
+    "sim",
+    pytest.param("slurm", marks=pytest.mark.slurm),
+    pytest.param("slurm-rest", marks=pytest.mark.slurm),
+]
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
 def harness(request: pytest.FixtureRequest) -> Iterator[SchedulerHarness]:
     if request.param == "sim":
         yield SimHarness.create()
+    elif request.param in ("slurm", "slurm-rest"):
+        from tests.integration.slurm.lab import session_lab
+
+        yield SlurmHarness.create(session_lab(request), rest=request.param == "slurm-rest")
     else:  # pragma: no cover - a name listed above without a branch is a bug in this file
         raise AssertionError(f"no harness for {request.param}")

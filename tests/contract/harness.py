@@ -9,10 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from gpufleet.schedulers.port import Scheduler
+from gpufleet.schedulers.port import JobState, Scheduler
 from gpufleet.schedulers.sim import SimScheduler
+
+if TYPE_CHECKING:
+    from gpufleet.schedulers.slurm import SlurmScheduler
+    from tests.integration.slurm.lab import SlurmLab
 
 
 class SchedulerHarness(Protocol):
@@ -57,3 +61,42 @@ class SimHarness:
 
     def eventually(self, check: Callable[[], bool], what: str) -> None:
         assert check(), what  # the simulation applies every change synchronously
+
+
+@dataclass
+class SlurmHarness:
+    """The real Slurm lab (scripts/slurm-lab.sh): jobs are real sbatch jobs on real slurmd nodes."""
+
+    scheduler: SlurmScheduler
+    nodes: list[str]
+    lab: SlurmLab
+
+    @classmethod
+    def create(cls, lab: SlurmLab, *, rest: bool = False) -> SlurmHarness:
+        """``rest``: read nodes and jobs through slurmrestd (unix socket) instead of sinfo/squeue."""
+        from gpufleet.schedulers.slurm import SlurmScheduler
+        from gpufleet.schedulers.slurm.restd import RestReader
+
+        lab.reset()
+        reader = RestReader(socket=str(lab.root / "run" / "slurmrestd.sock")) if rest else None
+        return cls(SlurmScheduler(slurm_conf=lab.slurm_conf, reader=reader), list(lab.nodes), lab)
+
+    def start_job(self, node: str) -> str:
+        job = self.lab.sbatch(node)
+        self.eventually(lambda: self.lab.job_state(job) == "RUNNING", f"job {job} RUNNING on {node}")
+        return job
+
+    def end_job(self, job_id: str) -> None:
+        self.lab.cmd("scancel", job_id)
+        self.eventually(
+            lambda: all(j.state != JobState.RUNNING for j in self.scheduler.list_jobs() if j.id == job_id),
+            f"job {job_id} no longer running",
+        )
+
+    def foreign_drain(self, node: str, reason: str) -> None:
+        self.lab.cmd("scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}")
+
+    def eventually(self, check: Callable[[], bool], what: str) -> None:
+        from tests.integration.slurm.lab import wait_for
+
+        wait_for(check, what)

@@ -35,6 +35,7 @@ _COMMANDS: tuple[str, ...] = (
     "diagnose",
     "check",
     "sim",
+    "slurm",
     "version",
     "topology",
     "correlate",

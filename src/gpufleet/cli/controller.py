@@ -31,15 +31,24 @@ def serve(
     from gpufleet.controller.runtime import build
     from gpufleet.controller.settings import load_settings
     from gpufleet.domain.fleet import simulated_fleet
+    from gpufleet.domain.errors import InvalidInput
+    from gpufleet.schedulers.port import Scheduler
     from gpufleet.schedulers.sim import SimScheduler
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = load_settings(config, database_url=database_url, host=host, port=port, policy_file=policy)
-    if settings.scheduler != "sim":
-        msg = f"scheduler {settings.scheduler!r}: only 'sim' is built in here"
-        raise typer.BadParameter(msg, param_hint="scheduler")
-    fleet = simulated_fleet(sim_nodes, max(1, min(4, sim_nodes))) if sim_nodes else None
-    scheduler = SimScheduler([n.id for n in fleet] if fleet else [], state_file=sim_state)
+    fleet = None
+    scheduler: Scheduler
+    if settings.scheduler == "slurm":
+        from gpufleet.schedulers.slurm import SlurmScheduler
+
+        conf = str(settings.slurm_conf) if settings.slurm_conf else None
+        scheduler = SlurmScheduler(slurm_conf=conf)  # scontrol/sinfo/squeue on this host
+    elif settings.scheduler == "sim":
+        fleet = simulated_fleet(sim_nodes, max(1, min(4, sim_nodes))) if sim_nodes else None
+        scheduler = SimScheduler([n.id for n in fleet] if fleet else [], state_file=sim_state)
+    else:
+        raise InvalidInput("scheduler", settings.scheduler, "sim or slurm")
     rt = build(settings, scheduler)
     if fleet is not None:
         rt.controller.register_fleet(fleet)

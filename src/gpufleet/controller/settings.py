@@ -72,7 +72,8 @@ class ControllerSettings(BaseSettings):
     host: str = "127.0.0.1"
     port: int = Field(default=8470, ge=0, le=65535)
     reconcile_interval: float = Field(default=1.0, gt=0)
-    scheduler: str = "sim"
+    scheduler: str = Field(default="sim", pattern="^(sim|slurm)$")
+    slurm_conf: Path | None = None  # with scheduler = "slurm": the slurm.conf the commands use (SLURM_CONF)
     tokens: tuple[TokenConfig, ...] = ()
 
 

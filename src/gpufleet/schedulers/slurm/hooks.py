@@ -1,0 +1,210 @@
+"""The logic behind ``gpufleet slurm prolog|epilog|healthcheck|checkpoint`` (the CLI is a thin shell).
+
+* **prolog** runs the node's quick check through an injected seam and refuses the node when it fails:
+  it drains the node with a ``gpufleet:`` reason naming the failed check, and the hook exits 1 so
+  Slurm requeues the job elsewhere. A check that cannot run at all (not installed, usage error)
+  lets the job through with a warning, unless ``fail_closed``: a broken check command must not drain
+  a whole partition. A check that times out counts as failed (a hung GPU looks exactly like that).
+* **epilog** appends one JSON line per finished job to a local journal and never fails (a failing
+  Slurm epilog drains the node).
+* **healthcheck** (HealthCheckProgram) reads the agent's local status file and drains its node on a
+  fatal verdict. A missing or stale file is reported, not acted on: a dead agent is not a GPU fault.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Protocol
+
+from gpufleet.domain.errors import ExternalError, InvalidInput
+from gpufleet.schedulers.port import drain_reason
+from gpufleet.schedulers.slurm.runner import CommandResult
+
+log = logging.getLogger(__name__)
+
+STATUS_FORMAT = "gpufleet.node-status/v1"
+JOURNAL_FORMAT = "gpufleet.slurm-job/v1"
+_WORST = ("ok", "info", "degraded", "fatal")
+
+
+class Drainer(Protocol):
+    def drain(self, node: str, reason: str) -> None: ...
+
+
+CheckRunner = Callable[[Sequence[str], float], CommandResult]
+
+
+@dataclass(frozen=True, slots=True)
+class HookOutcome:
+    ok: bool  # the hook's verdict: the node may run work
+    message: str  # one line for slurmd's log / the user
+    drained: bool = False
+
+
+# ---- prolog -------------------------------------------------------------------------------------
+def _failed_checks(stdout: str) -> str:
+    """A short description of the failed checks from ``gpufleet check --json`` output, if it is that."""
+    try:
+        doc = json.loads(stdout)
+    except ValueError:
+        return ""
+    if not isinstance(doc, dict) or not isinstance(doc.get("results"), list):
+        return ""
+    parts = []
+    for r in doc["results"]:
+        if isinstance(r, dict) and r.get("status") == "fail":
+            where = f" gpu{r['gpu']}" if r.get("gpu") is not None else ""
+            msg = r.get("message") or f"{r.get('value')} {r.get('unit', '')} (expected {r.get('expected')})"
+            parts.append(f"{r.get('check', '?')}{where}: {msg}")
+    return "; ".join(parts)
+
+
+def _last_line(*texts: str) -> str:
+    for text in texts:
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        if lines:
+            return lines[-1]
+    return ""
+
+
+def prolog(
+    node: str,
+    job_id: str,
+    check_argv: Sequence[str],
+    run_check: CheckRunner,
+    drainer: Drainer,
+    *,
+    timeout: float = 60.0,
+    fail_closed: bool = False,
+) -> HookOutcome:
+    """Run the quick check; on failure drain ``node`` (reason names the check) and refuse."""
+    if not node:
+        raise InvalidInput("node", node, "the node name (SLURMD_NODENAME or --node)")
+    try:
+        res = run_check(check_argv, timeout)
+    except ExternalError as err:
+        if "did not answer" in str(err):
+            detail = f"quick check timed out after {timeout:g} s"
+        elif fail_closed:
+            detail = f"quick check could not run: {err}"
+        else:
+            return HookOutcome(True, f"gpufleet prolog: WARNING quick check could not run ({err}); job allowed")
+    else:
+        if res.returncode == 0:
+            return HookOutcome(True, f"gpufleet prolog: {node} passed the quick check")
+        if res.returncode != 1 and not fail_closed:
+            why = _last_line(res.stderr, res.stdout)
+            return HookOutcome(True, f"gpufleet prolog: WARNING quick check exited {res.returncode} ({why}); "
+                                     "job allowed")
+        detail = "quick check failed: " + (_failed_checks(res.stdout) or _last_line(res.stderr, res.stdout)
+                                           or f"exit status {res.returncode}")
+    reason = drain_reason(f"prolog-{job_id or 'nojob'}", detail)
+    drainer.drain(node, reason)
+    return HookOutcome(False, f"gpufleet prolog: refusing {node}: {reason}", drained=True)
+
+
+# ---- epilog -------------------------------------------------------------------------------------
+# What slurmd 22.05 puts in the epilog's environment (seen on the lab), copied into the journal.
+_EPILOG_ENV = ("SLURM_JOB_ID", "SLURM_JOB_USER", "SLURM_JOB_UID", "SLURM_JOB_PARTITION", "SLURM_JOB_EXIT_CODE",
+               "SLURM_JOB_EXIT_CODE2", "SLURM_JOB_DERIVED_EC", "SLURM_NODELIST", "SLURM_JOB_RESTART_COUNT",
+               "SLURM_JOB_WORK_DIR", "SLURM_SCRIPT_CONTEXT")
+
+
+def epilog_record(node: str, env: Mapping[str, str], now: datetime) -> dict[str, str]:
+    """The journal line for a job that just ended on ``node`` (from the epilog's environment)."""
+    rec = {"format": JOURNAL_FORMAT, "event": "job_end", "node": node, "time": now.astimezone(UTC).isoformat()}
+    for key in _EPILOG_ENV:
+        if key in env:
+            rec[key.removeprefix("SLURM_").lower()] = env[key]
+    return rec
+
+
+def epilog(node: str, env: Mapping[str, str], journal: Path, now: datetime) -> HookOutcome:
+    rec = epilog_record(node, env, now)
+    try:
+        journal.parent.mkdir(parents=True, exist_ok=True)
+        with journal.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(rec, sort_keys=True) + "\n")
+    except OSError as err:  # never fail the epilog: Slurm would drain the node for it
+        return HookOutcome(True, f"gpufleet epilog: WARNING could not write {journal}: {err}")
+    return HookOutcome(True, f"gpufleet epilog: job {rec.get('job_id', '?')} ended on {node}")
+
+
+# ---- healthcheck --------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    """The agent's local verdict (``gpufleet.node-status/v1``, see docs/slurm.md)."""
+
+    node: str
+    time: datetime
+    worst: str  # ok | info | degraded | fatal
+    reasons: tuple[str, ...] = ()
+    decision: str = ""
+
+    def to_json(self) -> dict[str, object]:
+        doc: dict[str, object] = {"format": STATUS_FORMAT, "node": self.node,
+                                  "time": self.time.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                                  "worst": self.worst, "reasons": list(self.reasons)}
+        if self.decision:
+            doc["decision"] = self.decision
+        return doc
+
+
+def parse_status(text: str, source: str = "status") -> NodeStatus:
+    try:
+        doc = json.loads(text)
+    except ValueError as err:
+        raise InvalidInput(source, text[:80], f"a JSON object in format {STATUS_FORMAT} ({err})") from None
+    if not isinstance(doc, dict):
+        raise InvalidInput(source, doc, f"a JSON object in format {STATUS_FORMAT}")
+    if doc.get("format") != STATUS_FORMAT:
+        raise InvalidInput(f"{source}.format", doc.get("format"), STATUS_FORMAT)
+    node, worst, when = doc.get("node"), doc.get("worst"), doc.get("time")
+    if not isinstance(node, str) or not node:
+        raise InvalidInput(f"{source}.node", node, "a node name")
+    if worst not in _WORST:
+        raise InvalidInput(f"{source}.worst", worst, f"one of {list(_WORST)}")
+    try:
+        at = datetime.fromisoformat(str(when).replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidInput(f"{source}.time", when, "an ISO-8601 time with a zone, e.g. 2026-11-21T12:00:00Z") from None
+    if at.tzinfo is None:
+        raise InvalidInput(f"{source}.time", when, "an ISO-8601 time with a zone, e.g. 2026-11-21T12:00:00Z")
+    reasons = doc.get("reasons", [])
+    if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
+        raise InvalidInput(f"{source}.reasons", reasons, "a list of strings")
+    decision = doc.get("decision", "")
+    return NodeStatus(node, at, str(worst), tuple(reasons), decision if isinstance(decision, str) else "")
+
+
+def write_status(path: Path, status: NodeStatus) -> None:
+    """Write the status file atomically (the agent's side of the contract; also used by tests)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(status.to_json()) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def healthcheck(node: str, status_file: Path, drainer: Drainer, now: datetime, max_age: timedelta) -> HookOutcome:
+    """Drain ``node`` if the agent's status says fatal (and is fresh and about this node)."""
+    try:
+        status = parse_status(status_file.read_text(encoding="utf-8"), str(status_file))
+    except FileNotFoundError:
+        return HookOutcome(True, f"gpufleet healthcheck: WARNING no agent status at {status_file}; nothing done")
+    if status.node != node:
+        return HookOutcome(True, f"gpufleet healthcheck: WARNING {status_file} is about {status.node}, not {node}")
+    age = now - status.time
+    if age > max_age:
+        return HookOutcome(True, f"gpufleet healthcheck: WARNING agent status is {age} old (max {max_age}); "
+                                 "nothing done")
+    if status.worst != "fatal":
+        return HookOutcome(True, f"gpufleet healthcheck: {node} {status.worst}")
+    text = "; ".join(status.reasons) or "agent reports a fatal fault"
+    reason = drain_reason(status.decision or "healthcheck", text)
+    drainer.drain(node, reason)
+    return HookOutcome(False, f"gpufleet healthcheck: drained {node}: {reason}", drained=True)

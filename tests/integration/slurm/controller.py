@@ -1,0 +1,93 @@
+"""A real gpufleet controller (store + reconciler + HTTP API, in this process) acting on the lab's Slurm.
+
+Used by the end-to-end tests and the detect-to-drain benchmark. The policy is tuned for tests: short
+checkpoint polling and retry back-off, no blast-radius limit (the lab has only three nodes).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from gpufleet.controller.runtime import Runtime, build
+from gpufleet.controller.settings import ControllerSettings, TokenConfig
+from gpufleet.schedulers.port import Scheduler
+
+ADMIN_TOKEN = "admin-" + "a" * 26
+AGENT_TOKEN = "agent-" + "b" * 26
+
+POLICY = """\
+[policy]
+checkpoint_poll = "0.2s"
+checkpoint_wait_timeout = "10m"
+auto_repair = false
+[breaker]
+max_unavailable_fleet = 1.0
+max_unavailable_domain = 1.0
+[reconciler]
+retry_base = "0.2s"
+retry_cap = "1s"
+"""
+
+
+@dataclass
+class LabController:
+    runtime: Runtime
+    url: str
+    admin: httpx.Client
+    agent: httpx.Client
+
+    @classmethod
+    def start(cls, workdir: Path, scheduler: Scheduler, nodes: list[str], *, interval: float = 0.1,
+              policy_text: str = POLICY) -> LabController:
+        policy = workdir / "policy.toml"
+        policy.write_text(policy_text)
+        settings = ControllerSettings(
+            database_url=f"sqlite:///{workdir / 'controller.db'}", policy_file=policy, port=0,
+            reconcile_interval=interval,
+            tokens=(TokenConfig(name="admin", role="admin", token=ADMIN_TOKEN),
+                    TokenConfig(name="agent", role="agent", token=AGENT_TOKEN)),
+        )
+        rt = build(settings, scheduler)
+        ports: list[int] = []
+        rt.start_api(on_started=ports.append)
+        url = f"http://127.0.0.1:{ports[0]}/v1"
+        admin = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30)
+        agent = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {AGENT_TOKEN}"}, timeout=30)
+        r = admin.post("/nodes", json={"nodes": [{"id": n, "rack": "r1"} for n in nodes], "state": "ready"})
+        r.raise_for_status()
+        rt.start_reconciler(interval)
+        return cls(rt, url, admin, agent)
+
+    def stop(self) -> None:
+        self.runtime.shutdown()
+        self.admin.close()
+        self.agent.close()
+
+    def post_event(self, node: str, kind: str, **fields: Any) -> str:
+        eid = f"ev-{uuid.uuid4().hex[:12]}"
+        body = {"id": eid, "node": node, "kind": kind, "time": datetime.now(UTC).isoformat(), **fields}
+        r = self.agent.post("/events", json={"events": [body]})
+        r.raise_for_status()
+        return eid
+
+    def node_state(self, node: str) -> str:
+        return str(self.admin.get(f"/nodes/{node}").json()["node"]["state"])
+
+    def actions(self, node: str) -> list[dict[str, Any]]:
+        r = self.admin.get("/actions", params={"node": node})
+        r.raise_for_status()
+        out: list[dict[str, Any]] = r.json()
+        return out
+
+    def action(self, node: str, kind: str) -> dict[str, Any] | None:
+        return next((a for a in self.actions(node) if a["kind"] == kind), None)
+
+    def decisions(self, node: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = self.admin.get("/decisions", params={"node": node}).json()
+        return out

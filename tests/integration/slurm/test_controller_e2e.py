@@ -1,0 +1,159 @@
+"""End to end on real Slurm: events posted to the controller -> decisions -> the Slurm adapter acts."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpufleet.schedulers.port import JobState
+from gpufleet.schedulers.slurm import SlurmScheduler
+from tests.integration.slurm.controller import AGENT_TOKEN, POLICY, LabController
+from tests.integration.slurm.lab import SlurmLab, wait_for
+
+pytestmark = pytest.mark.slurm
+
+GPUFLEET = str(Path(sys.executable).with_name("gpufleet"))
+
+
+@pytest.fixture
+def ctl(lab: SlurmLab, sched: SlurmScheduler, tmp_path: Path) -> Iterator[LabController]:
+    c = LabController.start(tmp_path, sched, lab.nodes)
+    yield c
+    c.stop()
+
+
+def _done(ctl: LabController, node: str, kind: str) -> dict[str, object]:
+    """The action once the controller has recorded it done (Slurm may show its effect a moment earlier)."""
+    wait_for(lambda: (a := ctl.action(node, kind)) is not None and a["status"] == "done", f"{kind} on {node} done")
+    action = ctl.action(node, kind)
+    assert action is not None
+    return action
+
+
+def _in_service(ctl: LabController, node: str) -> None:
+    wait_for(lambda: ctl.node_state(node) == "in_service", f"controller sees a job on {node}")
+
+
+def test_fatal_xid_drains_in_slurm_and_requeues_the_job(lab: SlurmLab, sched: SlurmScheduler,
+                                                       ctl: LabController) -> None:
+    job = lab.sbatch("n1")
+    _in_service(ctl, "n1")
+    ctl.post_event("n1", "xid", code=79, component="n1-gpu3", message="GPU has fallen off the bus")
+    wait_for(lambda: "DRAIN" in sched.slurm_node("n1").flags, "n1 DRAIN in slurm")
+    (decision,) = [d for d in ctl.decisions("n1") if d["rule"] == "fatal_event"]
+    assert sched.slurm_node("n1").reason.startswith(f"gpufleet:{decision['id']} ")
+    assert f"Reason=gpufleet:{decision['id']}" in lab.scontrol_show_node("n1")
+    wait_for(lambda: sched.job(job).restarts == 1, "job requeued")
+    wait_for(lambda: job not in [j.id for j in sched.jobs_on("n1")], "job off n1 (after COMPLETING)")
+    assert sched.job(job).state == JobState.PENDING
+    wait_for(lambda: all(a["status"] == "done" for a in ctl.actions("n1")), "actions done")
+    assert sorted(a["kind"] for a in ctl.actions("n1")) == ["drain", "requeue_jobs"]
+    assert "n2" not in [n.name for n in sched.list_nodes() if n.drained_by_us]
+
+
+@pytest.mark.parametrize("carrier", ["job-comment", "controller-api"])
+def test_drain_after_checkpoint_waits_for_the_checkpoint(lab: SlurmLab, sched: SlurmScheduler, ctl: LabController,
+                                                        tmp_path: Path, carrier: str) -> None:
+    trigger = tmp_path / "write-checkpoint-now"
+    if carrier == "job-comment":
+        report = f"{shlex.quote(GPUFLEET)} slurm checkpoint"
+    else:
+        token = tmp_path / "token"
+        token.write_text(AGENT_TOKEN)
+        report = (f"{shlex.quote(GPUFLEET)} slurm checkpoint --no-comment --controller {ctl.url.removesuffix('/v1')} "
+                  f"--token-file {token}")
+    script = f"while [ ! -e {trigger} ]; do sleep 0.1; done; {report}; sleep 600"
+    job = lab.sbatch("n2", script)
+    _in_service(ctl, "n2")
+    ctl.post_event("n2", "thermal", severity="degraded", component="n2-gpu1", message="HBM 96C")
+    wait_for(lambda: (a := ctl.action("n2", "drain_after_checkpoint")) is not None and a["status"] == "waiting",
+             "drain_after_checkpoint waiting for the job's checkpoint")
+    assert "DRAIN" not in sched.slurm_node("n2").flags, "must not drain before the checkpoint"
+    assert ctl.node_state("n2") == "suspect"
+    trigger.touch()
+    wait_for(lambda: "DRAIN" in sched.slurm_node("n2").flags,
+             lambda: f"n2 drained after the checkpoint; job output: {lab.job_output(job)!r}")
+    wait_for(lambda: sched.job(job).restarts == 1, "job requeued to restart from its checkpoint elsewhere")
+    result = str(_done(ctl, "n2", "drain_after_checkpoint")["result"])
+    assert result.startswith("drained after checkpoint at") and result.endswith(f"requeued {job}")
+    assert sched.node("n2").reason.startswith("gpufleet:")
+
+
+def test_drain_after_checkpoint_drains_when_the_job_ends(lab: SlurmLab, sched: SlurmScheduler,
+                                                         ctl: LabController, tmp_path: Path) -> None:
+    stop = tmp_path / "stop"
+    job = lab.sbatch("n3", f"while [ ! -e {stop} ]; do sleep 0.1; done")
+    _in_service(ctl, "n3")
+    ctl.post_event("n3", "thermal", severity="degraded", component="n3-gpu0", message="HBM 96C")
+    wait_for(lambda: (a := ctl.action("n3", "drain_after_checkpoint")) is not None and a["status"] == "waiting",
+             "waiting for a checkpoint")
+    assert "DRAIN" not in sched.slurm_node("n3").flags
+    stop.touch()  # the job ends without ever checkpointing
+    wait_for(lambda: "DRAIN" in sched.slurm_node("n3").flags, "drained once the job ended")
+    assert lab.job_state(job) == "COMPLETED"
+    assert _done(ctl, "n3", "drain_after_checkpoint")["result"] == "drained: no job running"
+
+
+def test_drain_after_checkpoint_gives_up_waiting_after_the_timeout(lab: SlurmLab, sched: SlurmScheduler,
+                                                                   tmp_path: Path) -> None:
+    policy = POLICY.replace('checkpoint_wait_timeout = "10m"', 'checkpoint_wait_timeout = "2s"')
+    ctl = LabController.start(tmp_path, sched, lab.nodes, policy_text=policy)
+    try:
+        job = lab.sbatch("n1")
+        _in_service(ctl, "n1")
+        ctl.post_event("n1", "thermal", severity="degraded", component="n1-gpu0", message="HBM 96C")
+        wait_for(lambda: "DRAIN" in sched.slurm_node("n1").flags, "drained after the checkpoint timeout")
+        result = _done(ctl, "n1", "drain_after_checkpoint")["result"]
+        assert result == f"drained no checkpoint within 0:00:02; requeued {job}"
+        wait_for(lambda: sched.job(job).restarts == 1, "job requeued after the wait timed out")
+    finally:
+        ctl.stop()
+
+
+class KillsControllerAfterDrain(SlurmScheduler):
+    """The real adapter; right after its first successful drain, slurmctld is SIGKILLed (a crash)."""
+
+    def __init__(self, lab: SlurmLab) -> None:
+        super().__init__(slurm_conf=lab.slurm_conf)
+        self.lab, self.killed = lab, False
+
+    def drain(self, node: str, reason: str) -> None:
+        super().drain(node, reason)
+        if not self.killed:
+            self.killed = True
+            self.lab.script("ctld-stop")
+
+
+def test_slurmctld_killed_mid_operation_retried_never_duplicated(lab: SlurmLab, tmp_path: Path) -> None:
+    job = lab.sbatch("n3")
+    wait_for(lambda: lab.job_state(job) == "RUNNING", "job running")
+    lab.wait_saved("job", time.time())  # the job's start must survive the crash below
+    sched = KillsControllerAfterDrain(lab)
+    ctl = LabController.start(tmp_path, sched, lab.nodes)
+    try:
+        _in_service(ctl, "n3")
+        ctl.post_event("n3", "xid", code=48, component="n3-gpu0", message="DBE")
+        # drain went through, then slurmctld died: the requeue fails, is recorded and retried
+        wait_for(lambda: (a := ctl.action("n3", "requeue_jobs")) is not None and a["attempts"] >= 2,
+                 "requeue retried while slurmctld is down")
+        requeue = ctl.action("n3", "requeue_jobs")
+        assert requeue is not None and requeue["status"] == "pending"
+        assert "unreachable" in requeue["last_error"]
+        assert ctl.admin.get("/status").json()["scheduler_reachable"] is False
+        lab.script("ctld-start")
+        wait_for(lambda: all(a["status"] == "done" for a in ctl.actions("n3")), "actions done after restart", 60)
+        wait_for(lambda: "DRAIN" in sched.slurm_node("n3").flags, "n3 drained (re-asserted if the crash lost it)")
+        decisions = [d for d in ctl.decisions("n3") if d["rule"] == "fatal_event"]
+        assert len(decisions) == 1
+        assert sorted(a["kind"] for a in ctl.actions("n3")) == ["drain", "requeue_jobs"]
+        assert sched.job(job).restarts == 1, "the job was requeued exactly once"
+        assert sched.node("n3").reason.startswith(f"gpufleet:{decisions[0]['id']} ")
+    finally:
+        ctl.stop()
+        if "slurmctld up" not in lab.script("status", check=False):
+            lab.script("ctld-start")

@@ -1,0 +1,78 @@
+"""The gpufleet Slurm hooks run by real slurmd daemons (Prolog, Epilog, HealthCheckProgram)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from gpufleet.schedulers.port import JobState
+from gpufleet.schedulers.slurm import SlurmScheduler
+from gpufleet.schedulers.slurm.hooks import NodeStatus, write_status
+from tests.integration.slurm.lab import SlurmLab, wait_for
+
+pytestmark = pytest.mark.slurm
+
+GPUFLEET = str(Path(sys.executable).with_name("gpufleet"))
+
+
+def _hook_cmd(*args: str) -> str:
+    return "#!/bin/sh\nexec " + " ".join(shlex.quote(a) for a in (GPUFLEET, "slurm", *args)) + "\n"
+
+
+def test_prolog_refuses_node_whose_quick_check_fails(lab: SlurmLab, sched: SlurmScheduler, tmp_path: Path) -> None:
+    check = tmp_path / "failing-check.sh"
+    check.write_text("#!/bin/sh\necho 'gemm gpu2: 310 TFLOP/s, expected >= 600' >&2\nexit 1\n")
+    check.chmod(0o755)
+    lab.hook("prolog", _hook_cmd("prolog", "--check-command", str(check)), node="n3")
+    job = lab.sbatch("n3", "sleep 1")
+    wait_for(lambda: "DRAIN" in sched.slurm_node("n3").flags, "n3 drained by the prolog")
+    node = sched.node("n3")
+    assert node.drained_by_us
+    assert node.reason == f"gpufleet:prolog-{job} quick check failed: gemm gpu2: 310 TFLOP/s, expected >= 600"
+    # Slurm requeued the job (not held: SchedulerParameters=nohold_on_prolog_fail) and never ran it on n3.
+    wait_for(lambda: (j := sched.job(job)).restarts >= 1 and j.state == JobState.PENDING,
+             "job requeued (pending) after the prolog failure")
+    assert dict(sched.job(job).extra)["state_reason"] != "launch_failed_requeued_held"
+    assert not (lab.root / "jobs" / f"{job}.out").exists() or "n3" not in (lab.root / "jobs" / f"{job}.out").read_text()
+
+
+def test_prolog_lets_healthy_node_run(lab: SlurmLab, sched: SlurmScheduler) -> None:
+    lab.hook("prolog", _hook_cmd("prolog", "--check-command", "true"), node="n1")
+    job = lab.sbatch("n1", "echo ran-on-$SLURMD_NODENAME")
+    wait_for(lambda: lab.job_state(job) == "COMPLETED", "job completed")
+    assert (lab.root / "jobs" / f"{job}.out").read_text().strip() == "ran-on-n1"
+    assert "DRAIN" not in sched.slurm_node("n1").flags
+
+
+def test_healthcheck_drains_on_fatal_agent_status(lab: SlurmLab, sched: SlurmScheduler, tmp_path: Path) -> None:
+    status = tmp_path / "n2-status.json"
+    write_status(status, NodeStatus("n2", datetime.now(UTC), "ok"))
+    lab.hook("healthcheck", _hook_cmd("healthcheck", "--status-file", str(status)), node="n2")
+    write_status(status, NodeStatus("n2", datetime.now(UTC), "fatal", ("xid 79 on gpu5: fell off the bus",),
+                                    decision="d-hc1"))
+    wait_for(lambda: "DRAIN" in sched.slurm_node("n2").flags, "HealthCheckProgram drained n2", timeout=60)
+    assert sched.node("n2").reason == "gpufleet:d-hc1 xid 79 on gpu5: fell off the bus"
+    assert "DRAIN" not in sched.slurm_node("n1").flags  # only its own node
+
+
+def test_epilog_records_job_end(lab: SlurmLab, tmp_path: Path) -> None:
+    journal = tmp_path / "jobs.jsonl"
+    lab.hook("epilog", _hook_cmd("epilog", "--journal", str(journal)), node="n2")
+    job = lab.sbatch("n2", "exit 3")
+    wait_for(lambda: journal.exists() and job in journal.read_text(), "epilog journal line")
+    rec = json.loads(journal.read_text().splitlines()[-1])
+    assert rec["job_id"] == job and rec["node"] == "n2" and rec["format"] == "gpufleet.slurm-job/v1"
+
+
+def test_checkpoint_hook_inside_job_reaches_adapter(lab: SlurmLab, sched: SlurmScheduler) -> None:
+    cmd = f"{shlex.quote(GPUFLEET)} slurm checkpoint --at 2026-11-21T13:14:15Z; sleep 600"
+    job = lab.sbatch("n1", cmd, "--comment", "llama run 3")
+    wait_for(lambda: sched.job(job).last_checkpoint is not None, "checkpoint visible through squeue --json")
+    j = sched.job(job)
+    assert j.last_checkpoint == datetime(2026, 11, 21, 13, 14, 15, tzinfo=UTC)
+    assert dict(j.extra)["comment"] == "llama run 3 gpufleet:checkpoint=2026-11-21T13:14:15Z"
