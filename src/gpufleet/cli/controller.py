@@ -30,8 +30,8 @@ def serve(
     """Serve the HTTP API and run the reconciler until interrupted."""
     from gpufleet.controller.runtime import build
     from gpufleet.controller.settings import load_settings
-    from gpufleet.domain.fleet import simulated_fleet
     from gpufleet.domain.errors import InvalidInput
+    from gpufleet.domain.fleet import simulated_fleet
     from gpufleet.schedulers.port import Scheduler
     from gpufleet.schedulers.sim import SimScheduler
 
