@@ -7,7 +7,9 @@ Example ``controller.toml``::
     topology_file = "topology.json"            # optional; enables fault correlation (docs/correlate.md)
     host = "127.0.0.1"
     port = 8470
-    reconcile_interval = "1s"
+    reconcile_interval = 1.0                   # seconds between reconciler passes
+    scheduler = "slurm"                        # or "sim"; slurm drives scontrol/sinfo/squeue on this host
+    slurm_conf = "/etc/slurm/slurm.conf"        # optional; otherwise the commands' default / $SLURM_CONF
 
     [[tokens]]
     name = "alice"
