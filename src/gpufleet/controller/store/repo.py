@@ -211,8 +211,8 @@ class Store:
 
     def counts(self) -> dict[str, dict[str, int]]:
         with self.session() as s:
-            states = dict(s.execute(select(NodeRow.state, func.count()).group_by(NodeRow.state)).tuples().all())
-            acts = dict(s.execute(select(ActionRow.status, func.count()).group_by(ActionRow.status)).tuples().all())
+            states = {st: n for st, n in s.execute(select(NodeRow.state, func.count()).group_by(NodeRow.state))}
+            acts = {st: n for st, n in s.execute(select(ActionRow.status, func.count()).group_by(ActionRow.status))}
             events = s.scalar(select(func.count()).select_from(EventRow)) or 0
         return {"nodes": states, "actions": acts, "events": {"total": events}}
 
