@@ -20,7 +20,8 @@ from typing import Protocol
 from gpufleet.domain.errors import Conflict, ExternalError, InvalidInput, NotFound
 from gpufleet.lifecycle.decisions import ActionKind
 from gpufleet.lifecycle.engine import SchedObservation
-from gpufleet.schedulers.port import Job, SchedNodeState, Scheduler, drain_reason
+from gpufleet.lifecycle.states import NodeState
+from gpufleet.schedulers.port import Job, SchedNode, SchedNodeState, Scheduler, drain_reason
 
 from .service import Controller
 from .store.convert import planned_of
@@ -29,6 +30,8 @@ from .store.repo import ActionStatus
 
 log = logging.getLogger(__name__)
 FULL_SYNC_EVERY = 30  # passes between full scheduler syncs (incremental in between)
+# States in which gpufleet has confirmed the node drained and keeps it out until it is revalidated.
+HELD_OUT = frozenset({NodeState.DRAINED, NodeState.REPAIR, NodeState.REVALIDATE})
 
 
 class Validator(Protocol):
@@ -87,7 +90,33 @@ class Reconciler:
         self._seen = observed
         if changed:
             self.controller.sync(changed)
+        if changed:  # a lost drain changes the observation, so only changed nodes need a look
+            self._redrain_drift([n for n in nodes if n.name in changed])
         return True
+
+    def _redrain_drift(self, nodes: Sequence[SchedNode]) -> None:
+        """Nodes gpufleet holds out of service (drained, in repair, revalidating) must stay drained in the
+        scheduler. If the scheduler lost the drain (slurmctld can forget one it acknowledged if it
+        crashes before saving state) or someone resumed the node behind gpufleet's back, drain it again
+        and say so in the audit log: a node nobody revalidated never quietly takes work."""
+        for n in nodes:
+            if n.state not in (SchedNodeState.IDLE, SchedNodeState.ALLOCATED):
+                continue
+            try:
+                state = self.controller.state_of(n.name)
+            except NotFound:
+                continue
+            if state not in HELD_OUT:
+                continue
+            detail = f"scheduler shows {n.name} {n.state} while gpufleet has it {state}: drained again"
+            try:
+                self.scheduler.drain(n.name, drain_reason("drift", f"{state}: not revalidated"))
+            except (ExternalError, Conflict, NotFound) as err:
+                log.error("%s: %s; the re-drain failed (%s). Manual action: drain it in the scheduler",
+                          n.name, detail, err)
+                continue
+            log.warning("%s: %s", n.name, detail)
+            self.controller.audit(n.name, "drift_redrain", detail)
 
     # ---- one action -------------------------------------------------------------------------
     def execute(self, row: ActionRow) -> None:

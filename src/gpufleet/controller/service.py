@@ -23,9 +23,9 @@ from gpufleet.lifecycle.breaker import BreakerState
 from gpufleet.lifecycle.config import PolicyFile
 from gpufleet.lifecycle.decisions import ComponentFault, PlannedAction
 from gpufleet.lifecycle.engine import LifecycleEngine, NodeRecord, OperatorOp, SchedObservation
-from gpufleet.lifecycle.plan import Plan
+from gpufleet.lifecycle.plan import AuditEntry, Plan
 from gpufleet.lifecycle.policy import Policy
-from gpufleet.lifecycle.states import NodeState
+from gpufleet.lifecycle.states import Actor, NodeState
 
 from .clock import Clock
 from .store.repo import Store
@@ -126,6 +126,12 @@ class Controller:
             if node not in self.engine.nodes:
                 raise NotFound("node", node)
             self.store.commit(Plan(), heartbeat=(node, time, version))
+
+    def audit(self, target: str, action: str, detail: str, actor_id: str = "reconciler") -> None:
+        """Record a system observation (e.g. scheduler drift) in the audit log."""
+        entry = AuditEntry(self.clock.now(), Actor.SYSTEM, actor_id, action, target, detail)
+        with self.lock:
+            self._persist(Plan(audit=[entry]))
 
     def checkpoint(self, job_id: str, time: datetime) -> None:
         if not job_id:

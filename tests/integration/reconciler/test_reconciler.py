@@ -1,0 +1,147 @@
+"""The reconciler against the simulated scheduler: waits, retries, gives up visibly, resists drift."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from gpufleet.controller.clock import ManualClock
+from gpufleet.controller.reconciler import Reconciler, backoff
+from gpufleet.controller.service import Controller
+from gpufleet.controller.store.db import make_engine, migrate
+from gpufleet.controller.store.repo import Page, Store
+from gpufleet.domain.events import EventKind, HealthEvent
+from gpufleet.domain.fleet import simulated_fleet
+from gpufleet.lifecycle.config import parse_policy
+from gpufleet.lifecycle.engine import OperatorOp
+from gpufleet.lifecycle.states import NodeState
+from gpufleet.schedulers.port import SchedNodeState
+from gpufleet.schedulers.sim import SimScheduler
+
+T0 = datetime(2026, 11, 21, 12, tzinfo=UTC)
+
+
+@dataclass
+class Rig:
+    c: Controller
+    r: Reconciler
+    s: SimScheduler
+    clock: ManualClock
+    nodes: list[str]
+
+    def step(self, seconds: float = 1.0) -> None:
+        self.clock.advance(timedelta(seconds=seconds))
+        self.r.run_once()
+
+    def actions(self, node: str) -> dict[str, str]:
+        return {a.kind: a.status for a in self.c.store.actions(node=node, page=Page(1000))}
+
+
+@pytest.fixture
+def rig(tmp_path: Path) -> Iterator[Rig]:
+    engine = make_engine(f"sqlite:///{tmp_path / 'g.db'}")
+    migrate(engine)
+    clock = ManualClock(T0)
+    policy = parse_policy({"breaker": {"max_unavailable_fleet": 1.0, "max_unavailable_domain": 1.0},
+                           "policy": {"checkpoint_wait_timeout": "1h", "heartbeat_timeout": "0s"}})
+    c = Controller(Store(engine), policy, clock)
+    fleet = simulated_fleet(8, 2)
+    c.register_fleet(fleet)
+    s = SimScheduler([n.id for n in fleet])
+    yield Rig(c, Reconciler(c, s), s, clock, [n.id for n in fleet])
+
+
+def ev(node: str, kind: EventKind, at: datetime, code: int | None = None) -> HealthEvent:
+    return HealthEvent(f"{node}-{kind}-{code}-{at.timestamp()}", node, kind, at, f"{node}-gpu0", code)
+
+
+def test_drain_after_checkpoint_waits_then_drains_and_requeues(rig: Rig) -> None:
+    n = rig.nodes[0]
+    job = rig.s.submit("train", [n, rig.nodes[1]], start=T0)
+    rig.step()
+    rig.c.ingest([ev(n, EventKind.XID, rig.clock.now(), 94)])
+    assert rig.c.state_of(n) == NodeState.SUSPECT
+    rig.step(30)
+    assert rig.actions(n) == {"drain_after_checkpoint": "waiting"}
+    assert rig.s.node(n).state == SchedNodeState.ALLOCATED, "never drained before the checkpoint"
+    rig.s.checkpoint(job.id, rig.clock.now())
+    rig.step(31)  # past the poll interval
+    assert rig.actions(n) == {"drain_after_checkpoint": "done"}
+    assert rig.s.node(n).state == SchedNodeState.DRAINED
+    assert {j.id: j for j in rig.s.list_jobs()}[job.id].restarts == 1  # requeued from its checkpoint
+    rig.step()
+    assert rig.c.state_of(n) in (NodeState.DRAINED, NodeState.REPAIR)
+
+
+def test_drain_after_checkpoint_gives_up_waiting_after_the_timeout(rig: Rig) -> None:
+    n = rig.nodes[0]
+    rig.s.submit("train", [n], start=T0)
+    rig.step()
+    rig.c.ingest([ev(n, EventKind.XID, rig.clock.now(), 94)])
+    rig.step(1800)
+    assert rig.s.node(n).state == SchedNodeState.ALLOCATED
+    rig.step(1900)
+    action = next(a for a in rig.c.store.actions(node=n) if a.kind == "drain_after_checkpoint")
+    assert action.status == "done" and "no checkpoint within" in action.result
+
+
+def test_unreachable_scheduler_is_retried_with_backoff_and_visible(rig: Rig) -> None:
+    n = rig.nodes[2]
+    rig.s.set_reachable(False)
+    rig.c.ingest([ev(n, EventKind.XID, T0, 79)])
+    rig.step()
+    a = next(a for a in rig.c.store.actions(node=n) if a.kind == "drain")
+    assert a.status == "pending" and a.attempts == 1 and "unreachable" in a.last_error
+    assert a.next_attempt > rig.clock.now()
+    assert not rig.r.scheduler_ok
+    rig.s.set_reachable(True)
+    rig.step(10)
+    assert rig.s.node(n).state == SchedNodeState.DRAINED
+    drains = [e for e in rig.s.effects if e[0] == "drain" and e[1] == n]
+    assert len(drains) == 1
+
+
+def test_backoff_doubles_to_the_cap_with_bounded_jitter() -> None:
+    base, cap = timedelta(seconds=2), timedelta(minutes=5)
+    steps = [backoff("a1", k, base, cap).total_seconds() for k in range(1, 12)]
+    for k, s in enumerate(steps, start=1):
+        full = min(cap.total_seconds(), 2.0 * 2 ** (k - 1))
+        assert 0.5 * full <= s <= full
+    assert backoff("a1", 3, base, cap) == backoff("a1", 3, base, cap)  # deterministic per (action, attempt)
+
+
+def test_a_foreign_drain_is_never_resumed_and_the_failure_is_visible(rig: Rig) -> None:
+    n = rig.nodes[3]
+    rig.c.ingest([ev(n, EventKind.XID, T0, 79)])
+    rig.step()
+    rig.step()
+    assert rig.c.state_of(n) == NodeState.REPAIR
+    rig.s.resume(n)  # an admin takes over the node...
+    rig.s.drain(n, "admin: replacing the PSU")
+    rig.step()
+    rig.c.operate(n, OperatorOp.REPAIR_DONE, "alice")
+    rig.c.ingest([ev(n, EventKind.CHECK_PASSED, rig.clock.now())])
+    rig.step()
+    resume = next(a for a in rig.c.store.actions(node=n) if a.kind == "resume")
+    assert resume.status == "failed" and "someone else" in resume.last_error
+    assert "PSU" in rig.s.node(n).reason
+
+
+def test_a_lost_drain_is_put_back_and_audited(rig: Rig) -> None:
+    n = rig.nodes[4]
+    rig.c.ingest([ev(n, EventKind.XID, T0, 79)])
+    rig.step()
+    rig.step()
+    assert rig.c.state_of(n) == NodeState.REPAIR and rig.s.node(n).state == SchedNodeState.DRAINED
+    rig.s.resume(n)  # the scheduler forgets the drain (or someone resumes it behind gpufleet's back)
+    rig.step()
+    assert rig.s.node(n).state == SchedNodeState.DRAINED
+    assert rig.s.node(n).reason.startswith("gpufleet:drift")
+    audit = [a for a in rig.c.store.audit(target=n) if a.action == "drift_redrain"]
+    assert audit and "not revalidated" not in audit[0].detail and "repair" in audit[0].detail
+    rig.step()
+    assert len([a for a in rig.c.store.audit(target=n) if a.action == "drift_redrain"]) == 1
