@@ -148,3 +148,12 @@ def test_openapi_is_served_without_a_token_and_lists_every_route(api: Api) -> No
     assert doc["info"]["title"] == "gpufleet controller"
     documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
     assert documented == set(ACCESS)
+
+
+def test_openapi_declares_the_bearer_scheme_on_every_v1_route(api: Api) -> None:
+    doc = api.client.get("/openapi.json").json()
+    assert doc["components"]["securitySchemes"]["bearer"] == {
+        "type": "http", "scheme": "bearer", "description": "a token from controller.toml"}
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            assert op.get("security") == [{"bearer": []}], (method, path)

@@ -225,7 +225,27 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         return {"status": "recorded"}
 
     app.include_router(v1)
+    _declare_bearer(app)
     return app
+
+
+def _declare_bearer(app: FastAPI) -> None:
+    """Tell OpenAPI clients (and /docs) that every /v1 route takes ``Authorization: Bearer <token>``."""
+    from fastapi.openapi.utils import get_openapi
+
+    def schema() -> dict[str, object]:
+        if app.openapi_schema is None:
+            doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+            doc.setdefault("components", {})["securitySchemes"] = {
+                "bearer": {"type": "http", "scheme": "bearer", "description": "a token from controller.toml"}}
+            for path, ops in doc.get("paths", {}).items():
+                if path.startswith("/v1/"):
+                    for op in ops.values():
+                        op["security"] = [{"bearer": []}]
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = schema  # type: ignore[method-assign]
 
 
 def _may_report(caller: Caller, node: str, field: str) -> None:
