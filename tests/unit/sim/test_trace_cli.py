@@ -15,6 +15,7 @@ from gpufleet.sim.control import FixedControl
 from gpufleet.sim.engine import run_replica
 from gpufleet.sim.repair import default_repair, exponential_cdf, ks_distance
 from gpufleet.sim.trace import Effect, classify, parse_trace
+from tests.conftest import require_service
 
 SHARED = Path("/work/shared/data/infinitehbd-trace/fault_trace.json")
 
@@ -81,8 +82,7 @@ def test_shipped_repair_distribution_fits_better_than_an_exponential_guess() -> 
 def test_infinitehbd_trace_counts() -> None:
     from gpufleet.sim.trace import load_trace
 
-    if not SHARED.exists():
-        pytest.skip("shared InfiniteHBD trace not present in this checkout")
+    require_service(SHARED.exists(), f"the shared InfiniteHBD trace at {SHARED}")
     t = load_trace(SHARED)
     assert t.nodes == 400
     assert len(t.faults) == 584
