@@ -17,7 +17,7 @@ from gpufleet.sim.repair import default_repair, exponential_cdf, ks_distance
 from gpufleet.sim.trace import Effect, classify, parse_trace
 from tests.conftest import require_service
 
-SHARED = Path("/work/shared/data/infinitehbd-trace/fault_trace.json")
+SHARED = Path(__file__).resolve().parents[3].parent / "shared/data/infinitehbd-trace/fault_trace.json"
 
 
 def ev(node: str, day: float, kind: str, level: str, cls: str, desc: str) -> dict[str, object]:
