@@ -17,7 +17,7 @@ writes the same form back. Everything else here is pure.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -176,37 +176,28 @@ class Topology:
 
     def node_of(self, ident: str) -> str | None:
         """The enclosing node or compute tray of ``ident`` (itself if it is one), else None."""
-        if ident in self._host:
-            return self._host[ident]
-        comp = self._by_id.get(ident)
-        if comp is None:
-            raise NotFound("component", ident)
-        found: str | None = None
-        cur: Component | None = comp
-        while cur is not None:
-            if cur.kind in HOST_KINDS:
-                found = cur.id
-                break
-            cur = self._by_id[cur.parent] if cur.parent is not None else None
-        self._host[ident] = found
-        return found
+        return self._enclosing(ident, HOST_KINDS, self._host)
 
     def unit_of(self, ident: str) -> str | None:
         """The nearest replaceable unit (node, compute tray or switch tray) enclosing ``ident`` or
         ``ident`` itself when it is one; None for a free-standing switch or a rack."""
-        if ident in self._unit:
-            return self._unit[ident]
+        return self._enclosing(ident, UNIT_KINDS, self._unit)
+
+    def _enclosing(self, ident: str, kinds: Container[str], cache: dict[str, str | None]) -> str | None:
+        """The nearest of ``ident`` and its ancestors whose kind is in ``kinds`` (memoised in ``cache``)."""
+        if ident in cache:
+            return cache[ident]
         comp = self._by_id.get(ident)
         if comp is None:
             raise NotFound("component", ident)
         found: str | None = None
         cur: Component | None = comp
         while cur is not None:
-            if cur.kind in UNIT_KINDS:
+            if cur.kind in kinds:
                 found = cur.id
                 break
             cur = self._by_id[cur.parent] if cur.parent is not None else None
-        self._unit[ident] = found
+        cache[ident] = found
         return found
 
     def kind_of(self, ident: str) -> str:
