@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 
 import uvicorn
 
+from gpufleet.controller import heap
 from gpufleet.controller.api.app import create_app
 from gpufleet.controller.clock import Clock, SystemClock
+from gpufleet.controller.ingest import GroupCommitter
 from gpufleet.controller.reconciler import Reconciler, Validator
 from gpufleet.controller.service import Controller
 from gpufleet.controller.settings import ControllerSettings
@@ -35,6 +37,7 @@ class Runtime:
     stop: threading.Event = field(default_factory=threading.Event)
     server: uvicorn.Server | None = None
     threads: list[threading.Thread] = field(default_factory=list)
+    committer: GroupCommitter | None = None
 
     def start_reconciler(self, interval: float | None = None) -> None:
         t = threading.Thread(target=self.reconciler.run_forever,
@@ -45,6 +48,7 @@ class Runtime:
 
     def start_api(self, *, in_thread: bool = True, on_started: Callable[[int], None] | None = None) -> None:
         app = create_app(self.controller, self.settings.tokens, self.reconciler)
+        self.committer = app.state.ingest
         config = uvicorn.Config(app, host=self.settings.host, port=self.settings.port, log_level="warning",
                                 access_log=False, lifespan="off")
         self.server = uvicorn.Server(config)
@@ -71,6 +75,8 @@ class Runtime:
             self.server.should_exit = True
         for t in self.threads:
             t.join(timeout=5)
+        if self.committer is not None:
+            self.committer.close()
 
 
 def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | None = None,
@@ -81,4 +87,5 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
     topology = load_topology(settings.topology_file) if settings.topology_file else None
     controller = Controller(Store(engine), policy, clock or SystemClock(), topology=topology)
     reconciler = Reconciler(controller, scheduler, validator)
+    heap.settle("start-up")
     return Runtime(settings, controller, reconciler)

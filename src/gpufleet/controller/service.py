@@ -27,8 +27,9 @@ from gpufleet.lifecycle.plan import AuditEntry, Plan
 from gpufleet.lifecycle.policy import Policy
 from gpufleet.lifecycle.states import Actor, NodeState
 
+from . import heap
 from .clock import Clock
-from .store.repo import Store
+from .store.repo import Round, Store
 
 _NO_DRAIN = frozenset({SuspectAction.OBSERVE, SuspectAction.ISOLATE_SWITCH})
 
@@ -68,7 +69,9 @@ class Controller:
                 added.append((self.engine.nodes[node.id], node.rack, now))
             if added:
                 self._persist(plan, new_nodes=added)
-            return len(added)
+        if len(added) >= heap.SETTLE_AFTER_NODES:
+            heap.settle(f"registering {len(added)} nodes")
+        return len(added)
 
     def register_fleet(self, fleet: Fleet, state: NodeState = NodeState.READY) -> int:
         return self.register(iter(fleet), state=state)
@@ -76,25 +79,74 @@ class Controller:
     # ---- evidence ---------------------------------------------------------------------------
     def ingest(self, events: Sequence[HealthEvent]) -> IngestResult:
         """Accept a batch whole or reject it whole (InvalidInput names the first bad field)."""
+        result = self.ingest_many([events])[0]
+        if isinstance(result, GpufleetError):
+            raise result
+        return result
+
+    def ingest_many(self, batches: Sequence[Sequence[HealthEvent]]) -> list[IngestResult | GpufleetError]:
+        """Group commit: apply ``batches`` in order, as if one after the other, in ONE transaction.
+
+        Each batch is still accepted whole or rejected whole: a batch that fails validation gets its
+        error in its slot and the others go on; if the shared write fails, every batch is retried on
+        its own, so one batch cannot sink the others. An id already stored, or sent by an earlier batch
+        of the group, counts as a duplicate, exactly as it would have one request later.
+        """
         with self.lock:
-            for i, e in enumerate(events):
-                if e.node not in self.engine.nodes:
-                    raise InvalidInput(f"events[{i}].node", e.node, "a registered node (POST /v1/nodes)")
-            ids = [e.id for e in events]
-            seen: set[str] = set()
-            for i, eid in enumerate(ids):
-                if eid in seen:
-                    raise InvalidInput(f"events[{i}].id", eid, "an id not repeated within the batch")
-                seen.add(eid)
-            known = self.store.known_event_ids(ids)
-            fresh = [e for e in events if e.id not in known]
+            out: list[IngestResult | GpufleetError] = []
+            valid: list[tuple[int, Sequence[HealthEvent]]] = []
+            for slot, events in enumerate(batches):
+                try:
+                    self._validate(events)
+                except InvalidInput as err:
+                    out.append(err)
+                    continue
+                out.append(IngestResult(0, 0, 0))
+                valid.append((slot, events))
+            if not valid:
+                return out
             now = self.clock.now()
-            plan = self._correlate(fresh, now) if self.correlator is not None and fresh else Plan()
-            if fresh:
-                plan.extend(self.engine.observe(fresh, now))
-            if fresh or plan:
-                self._persist(plan, events=fresh, received=now)
-            return IngestResult(len(fresh), len(events) - len(fresh), len(plan.decisions))
+
+            def decide(known: set[str]) -> Round | None:
+                plan, stored = Plan(), []
+                for slot, events in valid:
+                    fresh = [e for e in events if e.id not in known]
+                    known.update(e.id for e in fresh)
+                    decided = len(plan.decisions)
+                    if fresh:
+                        if self.correlator is not None:
+                            plan.extend(self._correlate(fresh, now))
+                        plan.extend(self.engine.observe(fresh, now))
+                    stored.extend(fresh)
+                    out[slot] = IngestResult(len(fresh), len(events) - len(fresh), len(plan.decisions) - decided)
+                if not stored and not plan:
+                    return None
+                return Round(plan, stored, now, self._touched(plan))
+
+            try:
+                written = self.store.ingest([e.id for _, events in valid for e in events], decide)
+            except Exception as err:
+                log.error("could not write an ingest round (%s); reloading state from the store", err)
+                self.engine = self._load()
+                if len(valid) == 1:
+                    out[valid[0][0]] = ExternalError("database", f"write failed: {err}")
+                    return out
+                log.warning("group commit of %d batches failed; retrying each on its own", len(valid))
+                for slot, events in valid:
+                    out[slot] = self.ingest_many([events])[0]
+                return out
+            if written is not None:
+                self._notify(written.plan)
+            return out
+
+    def _validate(self, events: Sequence[HealthEvent]) -> None:
+        seen: set[str] = set()
+        for i, e in enumerate(events):
+            if e.node not in self.engine.nodes:
+                raise InvalidInput(f"events[{i}].node", e.node, "a registered node (POST /v1/nodes)")
+            if e.id in seen:
+                raise InvalidInput(f"events[{i}].id", e.id, "an id not repeated within the batch")
+            seen.add(e.id)
 
     def approve_held(self, nodes: Sequence[str], actor_id: str) -> Plan:
         with self.lock:
@@ -221,15 +273,18 @@ class Controller:
         received: datetime | None = None,
         new_nodes: Sequence[tuple[NodeRecord, str, datetime]] = (),
     ) -> None:
-        touched = {t.node for t in plan.transitions} | {a.action.node for a in plan.actions}
-        records = [self.engine.nodes[n] for n in sorted(touched) if n in self.engine.nodes]
         try:
-            self.store.commit(plan, nodes=records, events=events, received=received, new_nodes=new_nodes)
+            self.store.commit(plan, nodes=self._touched(plan), events=events, received=received, new_nodes=new_nodes)
         except Exception as err:
             log.error("could not persist a plan (%s); reloading state from the store", err)
             self.engine = self._load()
             raise ExternalError("database", f"write failed: {err}") from err
         self._notify(plan)
+
+    def _touched(self, plan: Plan) -> list[NodeRecord]:
+        """The engine's records of every node ``plan`` changes (their rows are rewritten with it)."""
+        touched = {t.node for t in plan.transitions} | {a.action.node for a in plan.actions}
+        return [self.engine.nodes[n] for n in sorted(touched) if n in self.engine.nodes]
 
     def _notify(self, plan: Plan) -> None:
         if plan:
@@ -242,7 +297,7 @@ class Controller:
         breaker, dry_run = self.store.load_settings()
         records = [rec for rec, _rack in self.store.load_nodes()]
         engine = LifecycleEngine(policy, records, breaker=breaker, held=self.store.load_held(), dry_run=dry_run)
-        engine.remember(self.store.events_since(self.clock.now() - policy.lookback()))
+        engine.remember(self.store.events_since(self.clock.now() - policy.lookback(), kinds=policy.counted_kinds()))
         return engine
 
     def _silent_nodes(self, now: datetime) -> list[HealthEvent]:

@@ -29,7 +29,7 @@ from gpufleet.lifecycle.decisions import (
     decision_id,
 )
 from gpufleet.lifecycle.plan import AuditEntry, OutboxAction, Plan
-from gpufleet.lifecycle.policy import TIMED_STATES, NodeView, Policy
+from gpufleet.lifecycle.policy import TIMED_STATES, NodeView, Policy, Sighting, sighting
 from gpufleet.lifecycle.states import SCHEDULABLE, UNAVAILABLE, Actor, NodeState, transition
 
 log = logging.getLogger(__name__)
@@ -54,7 +54,8 @@ class NodeRecord:
     domains: frozenset[str] = frozenset()
     has_jobs: bool = False
     committed: bool = False  # a drain is queued or waiting for a checkpoint
-    recent: deque[HealthEvent] = field(default_factory=lambda: deque(maxlen=_MAX_RECENT))
+    # Sightings of the events an escalation counts (newest last), not whole events: see policy.Sighting.
+    recent: deque[Sighting] = field(default_factory=lambda: deque(maxlen=_MAX_RECENT))
 
     def view(self) -> NodeView:
         return NodeView(self.node, self.state, self.since, self.has_jobs)
@@ -106,22 +107,23 @@ class LifecycleEngine:
     def remember(self, events: Iterable[HealthEvent]) -> None:
         """Load past evidence (after a restart) without deciding anything."""
         for e in sorted(events, key=lambda e: e.time):
-            if e.node in self.nodes:
-                self.nodes[e.node].recent.append(e)
+            if e.node in self.nodes and self.policy.remembers(e):
+                self.nodes[e.node].recent.append(sighting(e))
 
     # ---- evidence ---------------------------------------------------------------------------
     def observe(self, events: Sequence[HealthEvent], now: datetime) -> Plan:
         plan = Plan()
-        touched: dict[str, None] = {}
+        arrived: dict[str, list[HealthEvent]] = {}
         for e in sorted(events, key=lambda e: e.time):
             rec = self._node(e.node)
-            rec.recent.append(e)
-            touched[e.node] = None
-        fresh = frozenset(e.id for e in events)
-        for node in touched:
+            if self.policy.remembers(e):
+                rec.recent.append(sighting(e))
+            arrived.setdefault(e.node, []).append(e)
+        for node, mine in arrived.items():
             rec = self.nodes[node]
             self._prune(rec, now)
-            decision = self.policy.evaluate(rec.view(), list(rec.recent), now, fresh_ids=fresh)
+            view = rec.view()
+            decision = self.policy.decide(view, self.policy.fresh(view, mine, now), rec.recent, now)
             if decision is not None:
                 plan.extend(self._apply(decision, now))
         return plan
@@ -425,7 +427,7 @@ class LifecycleEngine:
 
     def _prune(self, rec: NodeRecord, now: datetime) -> None:
         horizon = now - self.policy.lookback()
-        while rec.recent and rec.recent[0].time < horizon:
+        while rec.recent and rec.recent[0][0] < horizon:
             rec.recent.popleft()
 
     def _node(self, node: str) -> NodeRecord:

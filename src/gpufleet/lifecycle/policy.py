@@ -16,7 +16,7 @@ repaired for; escalation counts look over the whole window.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -40,6 +40,16 @@ class NodeView:
     has_jobs: bool = False
 
 
+# What an escalation counts of a past event: (time, kind, code). A plain tuple of atomic values on
+# purpose: CPython stops tracking such tuples in its cycle collector, so a controller remembering
+# hundreds of thousands of them pays nothing for them in garbage-collection pauses.
+Sighting = tuple[datetime, str, int | None]
+
+
+def sighting(e: HealthEvent) -> Sighting:
+    return (e.time, str(e.kind.value), e.code)
+
+
 @dataclass(frozen=True, slots=True)
 class Judged:
     event: HealthEvent
@@ -51,6 +61,17 @@ class Policy:
     def __init__(self, config: PolicyConfig, catalog: Catalog) -> None:
         self.config = config
         self.catalog = catalog
+        # Which events an escalation can count: only those need remembering.
+        self._counted_kinds = frozenset(e.kind for e in catalog.escalations if e.code is None)
+        self._counted_codes = frozenset((e.kind, e.code) for e in catalog.escalations if e.code is not None)
+
+    def remembers(self, e: HealthEvent) -> bool:
+        """Whether some escalation counts ``e`` (the engine keeps a sighting of those only)."""
+        return e.kind in self._counted_kinds or (e.kind, e.code) in self._counted_codes
+
+    def counted_kinds(self) -> frozenset[str]:
+        """Every event kind some escalation counts (what a restart needs to reload)."""
+        return self._counted_kinds | frozenset(k for k, _ in self._counted_codes)
 
     # ---- judging events ---------------------------------------------------------------------
     def judge(self, event: HealthEvent) -> Judged:
@@ -63,14 +84,16 @@ class Policy:
         name = f" ({entry.name})" if entry.name and entry.code is not None else ""
         return Judged(event, entry.severity, f"{_label(event)}{name}: {entry.severity}")
 
-    def escalate(self, fresh: Sequence[HealthEvent], history: Sequence[HealthEvent], now: datetime) -> list[Judged]:
-        """Escalations that fire because of at least one fresh event."""
+    def escalate(self, fresh: Sequence[HealthEvent], history: Iterable[Sighting], now: datetime) -> list[Judged]:
+        """Escalations that fire because of at least one fresh event (``history`` includes the fresh ones)."""
         out: list[Judged] = []
         for esc in self.catalog.escalations:
             trigger = next((e for e in reversed(fresh) if _matches(esc, e)), None)
             if trigger is None:
                 continue
-            n = sum(1 for e in history if _matches(esc, e) and now - esc.window <= e.time <= now)
+            since = now - esc.window
+            n = sum(1 for t, kind, code in history
+                    if kind == esc.kind and (esc.code is None or code == esc.code) and since <= t <= now)
             if n >= esc.count:
                 why = f"{_label(trigger)} seen {n} times within {esc.window} (threshold {esc.count})"
                 out.append(Judged(trigger, esc.severity, why))
@@ -86,9 +109,21 @@ class Policy:
         late-delivered report of a fault that was already handled). Without ``fresh_ids``, every event
         stamped after the last transition (minus the skew) counts as fresh.
         """
-        history = sorted((e for e in events if e.time >= now - self.lookback()), key=lambda e: e.time)
-        cutoff = view.since - self.config.clock_skew
-        fresh = [e for e in history if e.time > cutoff and (fresh_ids is None or e.id in fresh_ids)]
+        horizon = now - self.lookback()
+        history = [sighting(e) for e in events if e.time >= horizon and self.remembers(e)]
+        fresh = self.fresh(view, [e for e in events if fresh_ids is None or e.id in fresh_ids], now)
+        return self.decide(view, fresh, history, now)
+
+    def fresh(self, view: NodeView, arrived: Iterable[HealthEvent], now: datetime) -> list[HealthEvent]:
+        """The events of ``arrived`` that may trigger a decision, oldest first: inside the lookback and
+        stamped after the node's last transition (minus the clock-skew tolerance)."""
+        horizon, cutoff = now - self.lookback(), view.since - self.config.clock_skew
+        return sorted((e for e in arrived if e.time >= horizon and e.time > cutoff), key=lambda e: e.time)
+
+    def decide(self, view: NodeView, fresh: Sequence[HealthEvent], history: Iterable[Sighting],
+               now: datetime) -> Decision | None:
+        """The decision for ``view`` given the ``fresh`` events (from :meth:`fresh`) and the sightings
+        of every remembered event in the window, fresh ones included."""
         judged = [self.judge(e) for e in fresh if e.kind not in (EventKind.CHECK_PASSED, EventKind.MOVED)]
         judged += self.escalate(fresh, history, now)
         worst = max(judged, key=lambda j: (j.severity.rank, j.event.time), default=None)

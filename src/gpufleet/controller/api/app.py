@@ -5,12 +5,14 @@ Every /v1 route needs a bearer token; the role needed is in each route's descrip
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, status
 
 from gpufleet import __version__
+from gpufleet.controller.ingest import GroupCommitter
 from gpufleet.controller.reconciler import Reconciler
 from gpufleet.controller.service import Controller
 from gpufleet.controller.settings import TokenConfig
@@ -52,6 +54,8 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
     v1 = APIRouter(prefix="/v1")
     c = controller
     store = controller.store
+    committer = GroupCommitter(controller)
+    app.state.ingest = committer
 
     # ---- health ------------------------------------------------------------------------------
     @v1.get("/health", summary="Liveness (any valid token)")
@@ -137,10 +141,11 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
     # ---- events ------------------------------------------------------------------------------
     @v1.post("/events", status_code=status.HTTP_202_ACCEPTED, response_model=IngestOut,
              summary="Ingest a batch of events, all or nothing (agent for its nodes)")
-    def ingest(body: EventBatch, caller: Reporter) -> IngestOut:
+    async def ingest(body: EventBatch, caller: Reporter) -> IngestOut:
         for i, e in enumerate(body.events):
             _may_report(caller, e.node, f"events[{i}].node")
-        r = c.ingest([e.to_domain() for e in body.events])
+        # Group commit: concurrent reports share one transaction; this answers once ours is durable.
+        r = await asyncio.wrap_future(committer.submit([e.to_domain() for e in body.events]))
         return IngestOut(accepted=r.accepted, duplicates=r.duplicates, decisions=r.decisions)
 
     @v1.get("/events", response_model=list[EventOut], summary="List events, newest first (viewer)")

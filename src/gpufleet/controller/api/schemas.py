@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -14,7 +14,9 @@ from gpufleet.lifecycle.states import NodeState
 def _aware(v: datetime) -> datetime:
     if v.tzinfo is None:
         raise ValueError("time must include a timezone, e.g. 2026-11-21T12:00:00Z")
-    return v
+    # Normalised to the one stdlib UTC object: pydantic gives every parsed time its own tzinfo object,
+    # which the controller would otherwise keep alive (and scan in every GC pass) for each event.
+    return v.astimezone(UTC)
 
 
 AwareTime = Annotated[datetime, AfterValidator(_aware)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
 from gpufleet.lifecycle.decisions import ActionKind, Decision, DecisionStatus, PlannedAction
@@ -10,15 +11,17 @@ from gpufleet.lifecycle.engine import NodeRecord
 from gpufleet.lifecycle.plan import AuditEntry
 from gpufleet.lifecycle.states import Actor, NodeState, Transition
 
-from .models import ActionRow, AuditRow, DecisionRow, EventRow, NodeRow, TransitionRow
+from .models import ActionRow, DecisionRow, EventRow, NodeRow
+
+# Append-only rows (events, transitions, audit) are written as plain column dicts with one Core
+# executemany INSERT: no ORM objects, no unit-of-work bookkeeping on the ingest path.
+Values = dict[str, Any]
 
 
-def event_row(e: HealthEvent, received: datetime) -> EventRow:
-    return EventRow(
-        id=e.id, node=e.node, kind=e.kind.value, time=e.time, component=e.component, code=e.code,
-        severity=e.severity.value if e.severity else None, link=e.link, message=e.message, source=e.source,
-        attrs=dict(e.attrs), received=received,
-    )
+def event_values(e: HealthEvent, received: datetime) -> Values:
+    return {"id": e.id, "node": e.node, "kind": e.kind.value, "time": e.time, "component": e.component,
+            "code": e.code, "severity": e.severity.value if e.severity else None, "link": e.link,
+            "message": e.message, "source": e.source, "attrs": dict(e.attrs), "received": received}
 
 
 def event_of(r: EventRow) -> HealthEvent:
@@ -47,16 +50,15 @@ def decision_of(r: DecisionRow) -> Decision:
     )
 
 
-def transition_row(t: Transition) -> TransitionRow:
-    return TransitionRow(
-        node=t.node, from_state=t.from_state.value, to_state=t.to_state.value, time=t.time, reason=t.reason,
-        actor=t.actor.value, actor_id=t.actor_id, evidence=list(t.evidence), decision_id=t.decision_id,
-    )
+def transition_values(t: Transition) -> Values:
+    return {"node": t.node, "from_state": t.from_state.value, "to_state": t.to_state.value, "time": t.time,
+            "reason": t.reason, "actor": t.actor.value, "actor_id": t.actor_id, "evidence": list(t.evidence),
+            "decision_id": t.decision_id}
 
 
-def audit_row(a: AuditEntry) -> AuditRow:
-    return AuditRow(time=a.time, actor=a.actor.value, actor_id=a.actor_id, action=a.action, target=a.target,
-                    detail=a.detail)
+def audit_values(a: AuditEntry) -> Values:
+    return {"time": a.time, "actor": a.actor.value, "actor_id": a.actor_id, "action": a.action,
+            "target": a.target, "detail": a.detail}
 
 
 def record_of(r: NodeRow) -> NodeRecord:

@@ -6,11 +6,12 @@ entries, the audit lines, the node rows) go through :meth:`Store.commit` in ONE 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import cast
 
-from sqlalchemy import Engine, func, insert, select, update
+from sqlalchemy import Connection, Engine, Table, bindparam, func, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.domain.events import HealthEvent
@@ -19,7 +20,16 @@ from gpufleet.lifecycle.decisions import Decision, DecisionStatus
 from gpufleet.lifecycle.engine import NodeRecord
 from gpufleet.lifecycle.plan import Plan
 
-from .convert import audit_row, decision_of, decision_row, event_of, event_row, record_of, transition_row
+from .convert import (
+    Values,
+    audit_values,
+    decision_of,
+    decision_row,
+    event_of,
+    event_values,
+    record_of,
+    transition_values,
+)
 from .models import ActionRow, AuditRow, Base, CheckpointRow, DecisionRow, EventRow, NodeRow, SettingRow, TransitionRow
 
 _CHUNK = 500
@@ -32,6 +42,16 @@ class ActionStatus:
     FAILED = "failed"
     CANCELLED = "cancelled"
     OPEN = (PENDING, WAITING)
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """What one ingest round writes: the new events, the plan they caused, the node rows it touched."""
+
+    plan: Plan
+    events: Sequence[HealthEvent]
+    received: datetime
+    nodes: Sequence[NodeRecord]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,19 +97,19 @@ class Store:
                           since=rec.since, has_jobs=rec.has_jobs, committed=rec.committed, registered=when))
         if events:
             assert received is not None
-            _bulk(s, EventRow, [event_row(e, received) for e in events])
+            _append(s, EventRow, [event_values(e, received) for e in events])
         for d in plan.decisions:
             s.merge(decision_row(d))
         for did, status in plan.status_changes:
             s.execute(update(DecisionRow).where(DecisionRow.id == did).values(status=status.value))
-        _bulk(s, TransitionRow, [transition_row(t) for t in plan.transitions])
+        _append(s, TransitionRow, [transition_values(t) for t in plan.transitions])
         for a in plan.actions:
             if s.get(ActionRow, a.id) is None:
                 s.add(ActionRow(id=a.id, decision_id=a.decision_id, node=a.action.node, kind=a.action.kind.value,
                                 reason=a.action.reason, level=a.action.level, status=ActionStatus.PENDING,
                                 attempts=0, next_attempt=a.created, last_error="", result="",
                                 created=a.created, updated=a.created))
-        _bulk(s, AuditRow, [audit_row(a) for a in plan.audit])
+        _append(s, AuditRow, [audit_values(a) for a in plan.audit])
         if plan.breaker is not None:
             b = plan.breaker
             s.merge(SettingRow(key="breaker", value={"tripped": b.tripped, "reason": b.reason,
@@ -104,13 +124,20 @@ class Store:
             s.execute(update(NodeRow).where(NodeRow.id == node).values(last_heartbeat=when,
                                                                         agent_version=version))
 
+    def ingest(self, ids: Sequence[str], decide: Callable[[set[str]], Round | None]) -> Round | None:
+        """The ingest path in ONE transaction: find which of ``ids`` are already stored, let ``decide``
+        build the round from that (the events that are new, the plan they caused), and write it.
+        ``decide`` returning None writes nothing. Any error rolls the whole round back."""
+        with self.session.begin() as s:
+            known = _known_ids(s.connection(), ids)
+            r = decide(known)
+            if r is not None:
+                self._write(s, r.plan, events=r.events, received=r.received, nodes=r.nodes)
+        return r
+
     def known_event_ids(self, ids: Sequence[str]) -> set[str]:
-        found: set[str] = set()
-        with self.session() as s:
-            for i in range(0, len(ids), _CHUNK):
-                chunk = list(ids[i:i + _CHUNK])
-                found.update(s.scalars(select(EventRow.id).where(EventRow.id.in_(chunk))))
-        return found
+        with self.engine.connect() as conn:
+            return _known_ids(conn, ids)
 
     # ---- loading the engine after a (re)start -----------------------------------------------
     def load_nodes(self) -> list[tuple[NodeRecord, str]]:
@@ -133,9 +160,13 @@ class Store:
                                        datetime.fromisoformat(since) if since else None)
             return breaker, (bool(d.value.get("on")) if d is not None else None)
 
-    def events_since(self, since: datetime) -> list[HealthEvent]:
+    def events_since(self, since: datetime, kinds: Collection[str] | None = None) -> list[HealthEvent]:
+        """Events stamped at or after ``since``, oldest first; only of ``kinds`` when given."""
+        q = select(EventRow).where(EventRow.time >= since).order_by(EventRow.time)
+        if kinds is not None:
+            q = q.where(EventRow.kind.in_(sorted(kinds)))
         with self.session() as s:
-            rows = s.scalars(select(EventRow).where(EventRow.time >= since).order_by(EventRow.time))
+            rows = s.scalars(q)
             return [event_of(r) for r in rows]
 
     # ---- reads for the API ------------------------------------------------------------------
@@ -264,7 +295,18 @@ class Store:
             return s.scalar(select(func.max(CheckpointRow.time)).where(CheckpointRow.job_id.in_(list(job_ids))))
 
 
-def _bulk(s: Session, model: type[Base], rows: Sequence[Base]) -> None:
-    """One executemany INSERT (no ORM unit-of-work bookkeeping) for append-only rows."""
+def _append(s: Session, model: type[Base], rows: list[Values]) -> None:
+    """One Core executemany INSERT into ``model``'s table for append-only rows (no ORM objects)."""
     if rows:
-        s.execute(insert(model), [{k: v for k, v in vars(r).items() if not k.startswith("_")} for r in rows])
+        s.connection().execute(insert(cast(Table, model.__table__)), rows)
+
+
+# One statement object, so SQLAlchemy compiles it once; the IN list expands per call.
+_KNOWN = select(EventRow.id).where(EventRow.id.in_(bindparam("ids", expanding=True)))
+
+
+def _known_ids(conn: Connection, ids: Sequence[str]) -> set[str]:
+    found: set[str] = set()
+    for i in range(0, len(ids), _CHUNK):
+        found.update(conn.execute(_KNOWN, {"ids": list(ids[i:i + _CHUNK])}).scalars())
+    return found
