@@ -107,24 +107,21 @@ class Controller:
                 return out
             now = self.clock.now()
 
-            def decide(known: set[str]) -> Round | None:
-                plan, stored = Plan(), []
+            def decide(new: set[str]) -> Round | None:
+                plan = Plan()
                 for slot, events in valid:
-                    fresh = [e for e in events if e.id not in known]
-                    known.update(e.id for e in fresh)
+                    fresh = [e for e in events if e.id in new]
+                    new.difference_update(e.id for e in fresh)  # a later batch repeating an id: duplicate
                     decided = len(plan.decisions)
                     if fresh:
                         if self.correlator is not None:
                             plan.extend(self._correlate(fresh, now))
                         plan.extend(self.engine.observe(fresh, now))
-                    stored.extend(fresh)
                     out[slot] = IngestResult(len(fresh), len(events) - len(fresh), len(plan.decisions) - decided)
-                if not stored and not plan:
-                    return None
-                return Round(plan, stored, now, self._touched(plan))
+                return Round(plan, self._touched(plan)) if plan else None
 
             try:
-                written = self.store.ingest([e.id for _, events in valid for e in events], decide)
+                written = self.store.ingest([e for _, events in valid for e in events], now, decide)
             except Exception as err:
                 log.error("could not write an ingest round (%s); reloading state from the store", err)
                 self.engine = self._load()

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import gc
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
+from gpufleet.controller.api.schemas import EventIn
+from gpufleet.lifecycle.policy import sighting
 from tests.integration.api.conftest import Api, auth
 from tests.integration.api.test_auth import body_for, v1_routes
 
@@ -107,3 +111,25 @@ def test_a_body_that_is_not_json_is_reported_against_the_body(api: Api) -> None:
     assert d["field"] == "body"
     assert "JSON" in d["expected"]
     assert "character 12" in d["expected"]
+
+
+@pytest.mark.parametrize("headers", [{}, {"authorization": "Bearer not-a-token"}, {"authorization": "Basic abc"}])
+def test_a_body_that_is_not_json_from_an_unknown_caller_gets_401_not_422(api: Api, headers: dict[str, str]) -> None:
+    before = api.rows()
+    r = api.client.post("/v1/events", content=b'{"events": [', headers=headers | {"content-type": "application/json"})
+    assert r.status_code == 401, r.text
+    assert r.headers["www-authenticate"] == "Bearer"
+    assert "JSON" not in r.text  # nothing about the body leaks to a caller that is not authenticated
+    assert api.rows() == before
+
+
+def test_event_times_with_any_offset_become_the_same_instant_on_the_one_utc_object() -> None:
+    # The controller keeps event times for the escalation windows: each must use the stdlib UTC object,
+    # not a tzinfo object of its own that the cycle collector would then have to walk (docs/benchmarks.md).
+    e = EventIn.model_validate({"id": "tz-1", "node": "r01-n01", "kind": "ecc_sbe",
+                                "time": "2026-11-21T14:30:00+02:00"}).to_domain()
+    assert e.time.tzinfo is UTC
+    assert e.time == datetime(2026, 11, 21, 12, 30, tzinfo=UTC)
+    seen = sighting(e)
+    gc.collect(0)  # CPython drops a tuple of atomic values from the collector when it first examines it
+    assert not gc.is_tracked(seen)

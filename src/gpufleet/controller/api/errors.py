@@ -39,11 +39,24 @@ def _entry(e: Any) -> dict[str, Any]:
     return {"field": _field(tuple(e["loc"])), "value": _value(e.get("input")), "expected": e["msg"]}
 
 
+def _authenticated(req: Request) -> bool:
+    scheme, _, token = req.headers.get("authorization", "").partition(" ")
+    registry = getattr(req.app.state, "tokens", None)
+    if scheme.lower() != "bearer" or not token or registry is None:
+        return False
+    return registry.caller(token.strip()) is not None
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
-    async def _invalid_body(_req: Request, err: RequestValidationError) -> JSONResponse:
-        detail = [_entry(e) for e in err.errors()]
-        return JSONResponse({"detail": detail}, status_code=422)
+    async def _invalid_body(req: Request, err: RequestValidationError) -> JSONResponse:
+        errors = err.errors()
+        # FastAPI decodes the JSON before it runs the auth dependency; a caller without a valid token
+        # learns nothing about the body, so it gets the 401 it would have got with a well-formed one.
+        if any(e.get("type") == "json_invalid" for e in errors) and not _authenticated(req):
+            return JSONResponse({"detail": "missing or invalid bearer token (Authorization: Bearer <token>)"},
+                                status_code=401, headers={"WWW-Authenticate": "Bearer"})
+        return JSONResponse({"detail": [_entry(e) for e in errors]}, status_code=422)
 
     @app.exception_handler(InvalidInput)
     async def _invalid(_req: Request, err: InvalidInput) -> JSONResponse:

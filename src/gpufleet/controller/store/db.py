@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, inspect
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import ArgumentError, DisconnectionError, OperationalError
 from sqlalchemy.pool import StaticPool
 
 from gpufleet.domain.errors import ExternalError, InvalidInput
@@ -30,11 +31,42 @@ def make_engine(url: str) -> Engine:
             engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
             event.listen(engine, "connect", _sqlite_pragmas)
         else:
-            engine = create_engine(url, pool_size=10, max_overflow=20, pool_pre_ping=True)
+            engine = create_engine(url, pool_size=10, max_overflow=20)
+            _ping_when_idle(engine)
     except (ArgumentError, ImportError) as err:
         expected = f"a SQLAlchemy URL such as sqlite:///gpufleet.db or postgresql://... ({err})"
         raise InvalidInput("database_url", _redact(url), expected) from None
     return engine
+
+
+PING_AFTER_IDLE_S = 10.0
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """Check a pooled connection before use only if it sat idle for ``PING_AFTER_IDLE_S``.
+
+    ``pool_pre_ping`` would cost every checkout a round trip (one per ingest round, which is most of
+    the traffic), and one in constant use is very likely alive. A connection that died while idle is
+    replaced here without an error; one that dies in use fails that one round, SQLAlchemy then
+    recycles every pooled connection, and the agents send the round again (they retry until answered).
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _checkin(_dbapi_conn: Any, record: Any) -> None:
+        record.info["idle_since"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("idle_since")
+        if since is None or time.monotonic() - since < PING_AFTER_IDLE_S:
+            return
+        try:
+            cur = dbapi_conn.cursor()
+            cur.execute("SELECT 1")
+            cur.close()
+            dbapi_conn.rollback()
+        except Exception as err:
+            raise DisconnectionError(f"pooled connection was dead after {time.monotonic() - since:.0f}s idle") from err
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

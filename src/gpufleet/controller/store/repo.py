@@ -9,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import cast
+from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, Table, bindparam, func, insert, select, update
+from sqlalchemy import Connection, Engine, Executable, Table, bindparam, func, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.domain.events import HealthEvent
@@ -46,11 +48,9 @@ class ActionStatus:
 
 @dataclass(frozen=True, slots=True)
 class Round:
-    """What one ingest round writes: the new events, the plan they caused, the node rows it touched."""
+    """What an ingest round writes besides its events: the plan they caused, the node rows it touched."""
 
     plan: Plan
-    events: Sequence[HealthEvent]
-    received: datetime
     nodes: Sequence[NodeRecord]
 
 
@@ -124,15 +124,20 @@ class Store:
             s.execute(update(NodeRow).where(NodeRow.id == node).values(last_heartbeat=when,
                                                                         agent_version=version))
 
-    def ingest(self, ids: Sequence[str], decide: Callable[[set[str]], Round | None]) -> Round | None:
-        """The ingest path in ONE transaction: find which of ``ids`` are already stored, let ``decide``
-        build the round from that (the events that are new, the plan they caused), and write it.
-        ``decide`` returning None writes nothing. Any error rolls the whole round back."""
+    def ingest(self, events: Sequence[HealthEvent], received: datetime,
+               decide: Callable[[set[str]], Round | None]) -> Round | None:
+        """The ingest path in ONE transaction: store the ``events`` whose ids are not stored yet, let
+        ``decide`` build the round from the set of ids that were new (the plan they caused, the node
+        rows it touched), and write that. Any error, in ``decide`` too, rolls the whole round back.
+
+        On SQLite and PostgreSQL the dedup IS the insert (``INSERT .. ON CONFLICT (id) DO NOTHING
+        RETURNING id``): one statement, no separate lookup. An id repeated within ``events`` is
+        stored once, for its first occurrence."""
         with self.session.begin() as s:
-            known = _known_ids(s.connection(), ids)
-            r = decide(known)
+            new = _insert_new(s.connection(), events, received)
+            r = decide(new)
             if r is not None:
-                self._write(s, r.plan, events=r.events, received=r.received, nodes=r.nodes)
+                self._write(s, r.plan, nodes=r.nodes)
         return r
 
     def known_event_ids(self, ids: Sequence[str]) -> set[str]:
@@ -301,8 +306,36 @@ def _append(s: Session, model: type[Base], rows: list[Values]) -> None:
         s.connection().execute(insert(cast(Table, model.__table__)), rows)
 
 
+_EVENTS = cast(Table, EventRow.__table__)
 # One statement object, so SQLAlchemy compiles it once; the IN list expands per call.
 _KNOWN = select(EventRow.id).where(EventRow.id.in_(bindparam("ids", expanding=True)))
+
+
+_UPSERT: dict[str, Callable[..., Any]] = {"sqlite": sqlite_insert, "postgresql": pg_insert}
+_INSERT_NEW: dict[str, Executable] = {}
+
+
+def _insert_new(conn: Connection, events: Sequence[HealthEvent], received: datetime) -> set[str]:
+    """Insert the events not stored yet; return their ids."""
+    rows, seen = [], set()
+    for e in events:
+        if e.id not in seen:
+            seen.add(e.id)
+            rows.append(event_values(e, received))
+    if not rows:
+        return set()
+    name = conn.dialect.name
+    if name not in _UPSERT:  # another database: look first, then insert the rest
+        known = _known_ids(conn, [r["id"] for r in rows])
+        rows = [r for r in rows if r["id"] not in known]
+        if rows:
+            conn.execute(insert(_EVENTS), rows)
+        return {r["id"] for r in rows}
+    stmt = _INSERT_NEW.get(name)
+    if stmt is None:
+        stmt = _INSERT_NEW[name] = (_UPSERT[name](_EVENTS).on_conflict_do_nothing(index_elements=["id"])
+                                    .returning(_EVENTS.c.id))
+    return set(conn.execute(stmt, rows).scalars())
 
 
 def _known_ids(conn: Connection, ids: Sequence[str]) -> set[str]:
