@@ -106,6 +106,19 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def machine_cpu() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine (Linux /proc/stat): the database server's share too."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
+def busy_share(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """Share of all the machine's cores that were busy between two ``machine_cpu`` readings."""
+    total = after[1] - before[1]
+    return round((after[0] - before[0]) / total, 2) if total else 0.0
+
+
 def own_cpu() -> float:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
@@ -283,10 +296,11 @@ def register(base: str, names: list[str]) -> float:
 
 
 def _fixed(base: str, reports: Reports, pid: int, rate: float, seconds: float) -> dict[str, Any]:
-    s0, c0 = cpu_seconds(pid), own_cpu()
+    s0, c0, m0 = cpu_seconds(pid), own_cpu(), machine_cpu()
     lat, errors, elapsed, unsent = _run(fixed_load(base, reports, rate, seconds))
     cpu = {"server": cpu_seconds(pid) - s0, "load_generator": own_cpu() - c0}
-    return summary(lat, errors, elapsed, rate, cpu) | {"unsent_backlog": unsent}
+    return summary(lat, errors, elapsed, rate, cpu) | {"unsent_backlog": unsent,
+                                                       "machine_busy": busy_share(m0, machine_cpu())}
 
 
 def measure(database_url: str, nodes: int, seconds: float, *, reconciler: bool = True) -> dict[str, Any]:
@@ -295,10 +309,11 @@ def measure(database_url: str, nodes: int, seconds: float, *, reconciler: bool =
         out: dict[str, Any] = {"register_s": round(register(base, names), 1)}
         reports = Reports(names, seed=1)
         _run(closed_loop(base, reports, 4, min(2.0, seconds)))  # warm-up
-        s0, c0 = cpu_seconds(pid), own_cpu()
+        s0, c0, m0 = cpu_seconds(pid), own_cpu(), machine_cpu()
         lat, errors, elapsed = _run(closed_loop(base, reports, CONNECTIONS, seconds))
         cpu = {"server": cpu_seconds(pid) - s0, "load_generator": own_cpu() - c0}
-        out["max_sustained"] = summary(lat, errors, elapsed, None, cpu)
+        busy = busy_share(m0, machine_cpu())
+        out["max_sustained"] = summary(lat, errors, elapsed, None, cpu) | {"machine_busy": busy}
         out["server_cpu_ms_per_report"] = round(1000 * cpu["server"] / max(1, len(lat)), 2)
         out["fixed_load"] = _fixed(base, reports, pid, RATE, seconds)
         # The highest offered load (as a share of the closed-loop maximum) that still meets the p99 goal.

@@ -90,7 +90,7 @@ class Api:
         return {n["id"]: n["state"] for n in self.get("/v1/nodes", limit=1000)}
 
 
-def make_api(tmp_path: Path, nodes: int = 8, racks: int = 2) -> Api:
+def make_api(tmp_path: Path, nodes: int = 8, racks: int = 2, *, fast_ingest: bool = True) -> Api:
     engine = make_engine(f"sqlite:///{tmp_path / 'api.db'}")
     migrate(engine)
     clock = ManualClock(T0)
@@ -98,7 +98,7 @@ def make_api(tmp_path: Path, nodes: int = 8, racks: int = 2) -> Api:
     names = node_ids(nodes, racks)
     scheduler = SimScheduler(names)
     reconciler = Reconciler(controller, scheduler)
-    app = create_app(controller, tuple(TOKENS.values()), reconciler)
+    app = create_app(controller, tuple(TOKENS.values()), reconciler, fast_ingest=fast_ingest)
     client = TestClient(app)
     api = Api(app, client, controller, reconciler, scheduler, clock, engine, names)
     body = {"state": "ready", "nodes": [{"id": n, "rack": n.split("-")[0]} for n in names]}

@@ -24,6 +24,7 @@ from gpufleet.lifecycle.states import NodeState
 
 from . import errors
 from .auth import ADMINISTER, OPERATE, READ, REPORT, Caller, TokenRegistry, require
+from .fastpath import FastPathCounts, IngestFastPath
 from .schemas import (
     ApproveIn,
     BreakerResetIn,
@@ -46,7 +47,9 @@ Offset = Annotated[int, Query(ge=0)]
 
 
 def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenConfig, ...],
-               reconciler: Reconciler | None = None) -> FastAPI:
+               reconciler: Reconciler | None = None, *, fast_ingest: bool = True) -> FastAPI:
+    """The API app. ``fast_ingest=False`` leaves every event post to the framework's route (the fast
+    path answers exactly alike; the switch exists to show that, and to rule it out when debugging)."""
     app = FastAPI(title="gpufleet controller", version=__version__,
                   description="Reliability control plane for GPU training clusters.")
     app.state.tokens = TokenRegistry(tokens)
@@ -56,6 +59,11 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
     store = controller.store
     committer = GroupCommitter(controller)
     app.state.ingest = committer
+    # Well-formed reports skip the framework (see fastpath.py); everything else reaches the route below.
+    app.state.fast_ingest = FastPathCounts()
+    if fast_ingest:
+        app.add_middleware(IngestFastPath, committer=committer, tokens=app.state.tokens,
+                           counts=app.state.fast_ingest)
 
     # ---- health ------------------------------------------------------------------------------
     @v1.get("/health", summary="Liveness (any valid token)")

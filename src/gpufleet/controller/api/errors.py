@@ -12,7 +12,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from gpufleet.domain.errors import Conflict, ExternalError, InvalidInput, NotFound
+from gpufleet.domain.errors import Conflict, ExternalError, GpufleetError, InvalidInput, NotFound
 
 
 def _field(loc: tuple[Any, ...]) -> str:
@@ -58,19 +58,20 @@ def install(app: FastAPI) -> None:
                                 status_code=401, headers={"WWW-Authenticate": "Bearer"})
         return JSONResponse({"detail": [_entry(e) for e in errors]}, status_code=422)
 
-    @app.exception_handler(InvalidInput)
-    async def _invalid(_req: Request, err: InvalidInput) -> JSONResponse:
+    @app.exception_handler(GpufleetError)
+    async def _domain(_req: Request, err: GpufleetError) -> JSONResponse:
+        return response_for(err)
+
+
+def response_for(err: GpufleetError) -> JSONResponse:
+    """The answer to a domain error (also used by the ingest fast path, so both answer alike)."""
+    if isinstance(err, InvalidInput):
         return JSONResponse({"detail": [{"field": err.field, "value": _value(err.value), "expected": err.expected}]},
                             status_code=422)
-
-    @app.exception_handler(NotFound)
-    async def _not_found(_req: Request, err: NotFound) -> JSONResponse:
+    if isinstance(err, NotFound):
         return JSONResponse({"detail": str(err)}, status_code=404)
-
-    @app.exception_handler(Conflict)
-    async def _conflict(_req: Request, err: Conflict) -> JSONResponse:
+    if isinstance(err, Conflict):
         return JSONResponse({"detail": str(err)}, status_code=409)
-
-    @app.exception_handler(ExternalError)
-    async def _external(_req: Request, err: ExternalError) -> JSONResponse:
+    if isinstance(err, ExternalError):
         return JSONResponse({"detail": str(err)}, status_code=503)
+    return JSONResponse({"detail": str(err)}, status_code=500)

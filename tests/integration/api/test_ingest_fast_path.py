@@ -1,0 +1,104 @@
+"""The ingest fast path answers exactly as the framework route does, and only serves what it should.
+
+Two controllers, one with the fast path and one without, get the same requests in the same order;
+every answer (status and body) and the rows each stores must be the same.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.api.conftest import TOKENS, Api, auth, make_api
+
+JSON = {"content-type": "application/json"}
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[Api, Api]]:
+    (tmp_path / "fast").mkdir()
+    (tmp_path / "plain").mkdir()
+    fast = make_api(tmp_path / "fast", fast_ingest=True)
+    plain = make_api(tmp_path / "plain", fast_ingest=False)
+    yield fast, plain
+    for a in (fast, plain):
+        a.client.close()
+        a.engine.dispose()
+
+
+def _requests(api: Api) -> list[tuple[str, dict[str, str], bytes | None]]:
+    """(name, headers, body) of every kind of event post; None body means a chunked upload."""
+    now = api.clock.now().isoformat()
+
+    def ev(eid: str, node: str = "r01-n01", **extra: Any) -> dict[str, Any]:
+        return {"id": eid, "node": node, "kind": "ecc_sbe", "time": now} | extra
+
+    def body(*events: dict[str, Any]) -> bytes:
+        return json.dumps({"events": list(events)}).encode()
+
+    agent, r01 = auth("agent") | JSON, auth("agent-r01") | JSON
+    return [
+        ("valid", agent, body(ev("e1"), ev("e2", "r02-n01"))),
+        ("fatal decides", agent, body(ev("e3", kind="xid", code=79))),
+        ("resent: duplicates", agent, body(ev("e1"), ev("e4"))),
+        ("unknown node (controller's 422)", agent, body(ev("e5"), ev("e6", "r99-n99"))),
+        ("repeated id in batch", agent, body(ev("e7"), ev("e7"))),
+        ("scoped token, own nodes", r01, body(ev("e8", "r01-n02"))),
+        ("scoped token, other node (403)", r01, body(ev("e9", "r02-n02"))),
+        ("viewer may not report (403)", auth("viewer") | JSON, body(ev("e10"))),
+        ("no token (401)", JSON, body(ev("e11"))),
+        ("wrong token (401)", {"authorization": "Bearer nope"} | JSON, body(ev("e12"))),
+        ("schema error (422)", agent, body(ev("e13", kind="bogus"))),
+        ("not JSON (422)", agent, b'{"events": ['),
+        ("empty batch (422)", agent, b'{"events": []}'),
+        ("text/plain", auth("agent") | {"content-type": "text/plain"}, body(ev("e14"))),
+        ("chunked upload", agent, None),
+    ]
+
+
+def _send(api: Api, headers: dict[str, str], body: bytes | None) -> tuple[int, Any]:
+    if body is None:  # no content-length: a streamed body
+        now = api.clock.now().isoformat()
+        chunks = [b'{"events": [{"id": "e15", "node": "r01-n03", ', f'"kind": "ecc_sbe", "time": "{now}"}}]}}'.encode()]
+        r = api.client.post("/v1/events", content=iter(chunks), headers=headers)
+    else:
+        r = api.client.post("/v1/events", content=body, headers=headers)
+    return r.status_code, r.json()
+
+
+def test_fast_path_and_framework_give_the_same_answers_and_store_the_same_rows(pair: tuple[Api, Api]) -> None:
+    fast, plain = pair
+    answers = {}
+    for name, headers, body in _requests(fast):
+        got = _send(fast, headers, body)
+        want = _send(plain, headers, body)
+        assert got == want, name
+        answers[name] = got[0]
+    assert answers["valid"] == answers["resent: duplicates"] == answers["chunked upload"] == 202
+    assert answers["no token (401)"] == 401 and answers["scoped token, other node (403)"] == 403
+    assert fast.rows() == plain.rows()
+    assert fast.states() == plain.states()
+    counts = fast.app.state.fast_ingest
+    # The fast path served exactly the well-formed, authorised posts; the framework saw everything else.
+    served = {"valid", "fatal decides", "resent: duplicates", "unknown node (controller's 422)",
+              "repeated id in batch", "scoped token, own nodes"}
+    assert counts.served == len(served)
+    assert counts.passed_on == len(_requests(fast)) - len(served)
+    assert plain.app.state.fast_ingest.served == 0
+
+
+def test_the_fast_path_answer_matches_the_documented_schema(pair: tuple[Api, Api]) -> None:
+    fast, _ = pair
+    now = fast.clock.now().isoformat()
+    r = fast.client.post("/v1/events", json={"events": [{"id": "s1", "node": "r01-n01", "kind": "xid", "code": 79,
+                                                         "time": now}]}, headers=auth("agent"))
+    assert r.status_code == 202
+    assert r.headers["content-type"] == "application/json"
+    schema = fast.client.get("/openapi.json").json()["components"]["schemas"]["IngestOut"]
+    assert set(r.json()) == set(schema["properties"]) == set(schema["required"])
+    assert r.json() == {"accepted": 1, "duplicates": 0, "decisions": 1}
+    assert TOKENS["agent"].role == "agent"
