@@ -102,3 +102,18 @@ def test_the_fast_path_answer_matches_the_documented_schema(pair: tuple[Api, Api
     assert set(r.json()) == set(schema["properties"]) == set(schema["required"])
     assert r.json() == {"accepted": 1, "duplicates": 0, "decisions": 1}
     assert TOKENS["agent"].role == "agent"
+
+
+def test_a_repeated_authorization_header_is_read_as_the_framework_reads_it(pair: tuple[Api, Api]) -> None:
+    good = TOKENS["agent"].token
+    assert good is not None
+    answers = []
+    for api in pair:
+        now = api.clock.now().isoformat()
+        body = json.dumps({"events": [{"id": "h1", "node": "r01-n01", "kind": "ecc_sbe", "time": now}]})
+        headers = [("authorization", "Bearer not-a-valid-token"), ("authorization", f"Bearer {good}"),
+                   ("content-type", "application/json")]
+        r = api.client.post("/v1/events", content=body.encode(), headers=headers)
+        answers.append((r.status_code, r.json()))
+    assert answers[0] == answers[1]
+    assert answers[0][0] == 401

@@ -54,7 +54,9 @@ class IngestFastPath:
         if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != _PATH:
             await self.app(scope, receive, send)
             return
-        headers = dict(scope["headers"])
+        headers: dict[bytes, bytes] = {}
+        for name, value in scope["headers"]:  # the first of a repeated header, as Starlette reads it
+            headers.setdefault(name, value)
         length = headers.get(b"content-length")
         caller = self._reporter(headers.get(b"authorization", b""))
         if (caller is None or length is None or not length.isdigit() or int(length) > MAX_FAST_BODY
