@@ -47,6 +47,7 @@ GOAL_P99_MS = 100.0
 GRACE_S = 5.0  # how long the fixed-load phase waits for a backlog after its last report was due
 NODES_PER_RACK = 32
 CONNECTIONS = 32
+HEARTBEAT_S = 30.0  # the agent's default heartbeat interval
 ADMIN = "bench-admin-token-0001"
 AGENT = "bench-agent-token-0001"
 BENIGN = (("ecc_sbe", None), ("xid", 13), ("aer_corrected", None), ("link_error", None))
@@ -187,8 +188,8 @@ class Connection:
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
         self.reader, self.writer = reader, writer
-        self.head = (f"POST /v1/events HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {AGENT}\r\n"
-                     "Content-Type: application/json\r\n").encode()
+        self.host = host
+        self.heads: dict[str, bytes] = {}
 
     @classmethod
     async def open(cls, base: str) -> Connection:
@@ -197,10 +198,14 @@ class Connection:
         reader, writer = await asyncio.open_connection(host, int(port))
         return cls(reader, writer, host_port)
 
-    async def post(self, body: bytes) -> int:
-        """Send one report; return the HTTP status (0 when the connection failed)."""
+    async def post(self, body: bytes, path: str = "/v1/events") -> int:
+        """Send one request; return the HTTP status (0 when the connection failed)."""
+        head = self.heads.get(path)
+        if head is None:
+            head = self.heads[path] = (f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\n"
+                                       f"Authorization: Bearer {AGENT}\r\nContent-Type: application/json\r\n").encode()
         try:
-            self.writer.write(self.head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            self.writer.write(head + b"Content-Length: %d\r\n\r\n" % len(body) + body)
             head = await self.reader.readuntil(b"\r\n\r\n")
             status = int(head[9:12])
             length = 0
@@ -223,24 +228,34 @@ async def _post(conn: Connection, reports: Reports) -> bool:
     return await conn.post(json.dumps(reports.next()).encode()) == 202
 
 
-async def fixed_load(base: str, reports: Reports, rate: float, seconds: float
-                     ) -> tuple[list[float], int, float, int]:
+async def _beat(conn: Connection, reports: Reports) -> bool:
+    node = reports.rng.choice(reports.nodes)
+    body = json.dumps({"time": datetime.now(UTC).isoformat(), "agent_version": "bench"}).encode()
+    return await conn.post(body, f"/v1/nodes/{node}/heartbeat") == 200
+
+
+async def fixed_load(base: str, reports: Reports, rate: float, seconds: float, hb_rate: float = 0.0
+                     ) -> tuple[list[float], int, float, int, list[float]]:
     """Open loop: report i is due at start + i / rate and goes out on the next free connection; its latency
     counts from the due time, so time spent waiting for a connection is part of it. Reports still queued
-    ``GRACE_S`` after the last one was due are not sent: they are returned as ``unsent``."""
+    ``GRACE_S`` after the last one was due are not sent: they are returned as ``unsent``. With
+    ``hb_rate``, agents' heartbeats are offered the same way on the same connections (their latencies
+    are returned apart; a failed heartbeat counts as an error too)."""
     lat: list[float] = []
+    hb_lat: list[float] = []
     errors = unsent = 0
-    due_times: asyncio.Queue[float | None] = asyncio.Queue()
+    due_times: asyncio.Queue[tuple[float, bool] | None] = asyncio.Queue()
     hard_stop = 0.0
 
     async def worker() -> None:
         nonlocal errors, unsent
         conn = await Connection.open(base)
-        while (due := await due_times.get()) is not None:
+        while (item := await due_times.get()) is not None:
+            due, beat = item
             if hard_stop and time.perf_counter() > hard_stop:
                 unsent += 1
-            elif await _post(conn, reports):
-                lat.append(time.perf_counter() - due)
+            elif await (_beat(conn, reports) if beat else _post(conn, reports)):
+                (hb_lat if beat else lat).append(time.perf_counter() - due)
             else:
                 errors += 1
         await conn.close()
@@ -248,17 +263,19 @@ async def fixed_load(base: str, reports: Reports, rate: float, seconds: float
     workers = [asyncio.create_task(worker()) for _ in range(CONNECTIONS)]
     await asyncio.sleep(0.2)  # let the connections open
     start = time.perf_counter()
-    for i in range(int(rate * seconds)):
-        due = start + i / rate
+    schedule = [(start + i / rate, False) for i in range(int(rate * seconds))]
+    if hb_rate:
+        schedule += [(start + i / hb_rate, True) for i in range(int(hb_rate * seconds))]
+    for due, beat in sorted(schedule):
         delay = due - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        due_times.put_nowait(due)
+        due_times.put_nowait((due, beat))
     hard_stop = start + seconds + GRACE_S
     for _ in workers:
         due_times.put_nowait(None)
     await asyncio.gather(*workers)
-    return lat, errors, time.perf_counter() - start, unsent
+    return lat, errors, time.perf_counter() - start, unsent, hb_lat
 
 
 async def closed_loop(base: str, reports: Reports, connections: int, seconds: float
@@ -295,12 +312,18 @@ def register(base: str, names: list[str]) -> float:
     return time.perf_counter() - t0
 
 
-def _fixed(base: str, reports: Reports, pid: int, rate: float, seconds: float) -> dict[str, Any]:
+def _fixed(base: str, reports: Reports, pid: int, rate: float, seconds: float, hb_rate: float = 0.0
+           ) -> dict[str, Any]:
     s0, c0, m0 = cpu_seconds(pid), own_cpu(), machine_cpu()
-    lat, errors, elapsed, unsent = _run(fixed_load(base, reports, rate, seconds))
+    lat, errors, elapsed, unsent, hb_lat = _run(fixed_load(base, reports, rate, seconds, hb_rate))
     cpu = {"server": cpu_seconds(pid) - s0, "load_generator": own_cpu() - c0}
-    return summary(lat, errors, elapsed, rate, cpu) | {"unsent_backlog": unsent,
-                                                       "machine_busy": busy_share(m0, machine_cpu())}
+    out = summary(lat, errors, elapsed, rate, cpu) | {"unsent_backlog": unsent,
+                                                      "machine_busy": busy_share(m0, machine_cpu())}
+    if hb_rate:
+        out["heartbeats"] = {"offered_per_s": round(hb_rate, 1), "completed": len(hb_lat),
+                             "p50_ms": round(percentile(hb_lat, 50) * 1000, 1),
+                             "p99_ms": round(percentile(hb_lat, 99) * 1000, 1)}
+    return out
 
 
 def measure(database_url: str, nodes: int, seconds: float, *, reconciler: bool = True) -> dict[str, Any]:
@@ -316,6 +339,8 @@ def measure(database_url: str, nodes: int, seconds: float, *, reconciler: bool =
         out["max_sustained"] = summary(lat, errors, elapsed, None, cpu) | {"machine_busy": busy}
         out["server_cpu_ms_per_report"] = round(1000 * cpu["server"] / max(1, len(lat)), 2)
         out["fixed_load"] = _fixed(base, reports, pid, RATE, seconds)
+        # The same reports with every agent's heartbeat on top (one per node every 30 s, the default).
+        out["fixed_load_with_heartbeats"] = _fixed(base, reports, pid, RATE, seconds, hb_rate=nodes / HEARTBEAT_S)
         # The highest offered load (as a share of the closed-loop maximum) that still meets the p99 goal.
         top = out["max_sustained"]["throughput_per_s"]
         steps = []

@@ -37,6 +37,13 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
+class Heartbeat:
+    node: str
+    time: datetime
+    version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class IngestResult:
     accepted: int
     duplicates: int
@@ -171,10 +178,24 @@ class Controller:
         return plan
 
     def heartbeat(self, node: str, time: datetime, version: str = "") -> None:
+        err = self.heartbeats([Heartbeat(node, time, version)])[0]
+        if err is not None:
+            raise err
+
+    def heartbeats(self, beats: Sequence[Heartbeat]) -> list[GpufleetError | None]:
+        """Record many agents' heartbeats in one transaction; None in a slot means recorded."""
         with self.lock:
-            if node not in self.engine.nodes:
-                raise NotFound("node", node)
-            self.store.commit(Plan(), heartbeat=(node, time, version))
+            out: list[GpufleetError | None] = [
+                None if b.node in self.engine.nodes else NotFound("node", b.node) for b in beats]
+            known = [b for b, err in zip(beats, out, strict=True) if err is None]
+            if not known:
+                return out
+            try:
+                self.store.record_heartbeats([(b.node, b.time, b.version) for b in known])
+            except Exception as err:
+                failed = ExternalError("database", f"recording heartbeats: {err}")
+                return [failed if e is None else e for e in out]
+            return out
 
     def audit(self, target: str, action: str, detail: str, actor_id: str = "reconciler") -> None:
         """Record a system observation (e.g. scheduler drift) in the audit log."""

@@ -15,10 +15,10 @@ from sqlalchemy import Engine, event, func, select, text
 
 from gpufleet.controller.clock import ManualClock
 from gpufleet.controller.ingest import GroupCommitter
-from gpufleet.controller.service import Controller, IngestResult
+from gpufleet.controller.service import Controller, Heartbeat, IngestResult
 from gpufleet.controller.store.models import DecisionRow, EventRow, NodeRow
 from gpufleet.controller.store.repo import Store
-from gpufleet.domain.errors import ExternalError, GpufleetError, InvalidInput
+from gpufleet.domain.errors import ExternalError, GpufleetError, InvalidInput, NotFound
 from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.fleet import Node
 from gpufleet.lifecycle.config import load_policy
@@ -185,3 +185,26 @@ def _refuse_event_id(engine: Engine, eid: str) -> None:
                 IF NEW.id = '{eid}' THEN RAISE EXCEPTION 'event id refused by test trigger: poison'; END IF;
                 RETURN NEW; END $$ LANGUAGE plpgsql"""))
             conn.execute(text("CREATE TRIGGER refuse BEFORE INSERT ON events FOR EACH ROW EXECUTE FUNCTION refuse()"))
+
+
+def test_heartbeats_of_a_round_are_one_transaction_and_an_unknown_node_fails_alone(
+        engine: Engine, controller: Controller, commits: list[int]) -> None:
+    committer = GroupCommitter(controller)
+    later = T0 + timedelta(seconds=5)
+    before = len(commits)
+    with controller.lock:  # everything below queues up before the writer can start
+        beats = [committer.submit_heartbeat(Heartbeat(n, later, f"v{i}")) for i, n in enumerate(NODES)]
+        unknown = committer.submit_heartbeat(Heartbeat("r99-n99", later, "v9"))
+        batch = committer.submit([sbe("hb-e1")])
+    for f in beats:
+        assert f.result(timeout=30) is None
+    err = unknown.exception(timeout=30)
+    assert isinstance(err, NotFound)
+    assert "r99-n99" in str(err)
+    assert batch.result(timeout=30) == IngestResult(1, 0, 0)
+    committer.close()
+    assert len(commits) - before <= 4  # at most two rounds, each one events and one heartbeat transaction
+    with engine.connect() as conn:
+        rows = {n: (hb, v) for n, hb, v in conn.execute(select(NodeRow.id, NodeRow.last_heartbeat,
+                                                                NodeRow.agent_version))}
+    assert rows == {n: (later, f"v{i}") for i, n in enumerate(NODES)}

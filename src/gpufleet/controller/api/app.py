@@ -14,7 +14,7 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, status
 from gpufleet import __version__
 from gpufleet.controller.ingest import GroupCommitter
 from gpufleet.controller.reconciler import Reconciler
-from gpufleet.controller.service import Controller
+from gpufleet.controller.service import Controller, Heartbeat
 from gpufleet.controller.settings import TokenConfig
 from gpufleet.controller.store.repo import ActionStatus, Page
 from gpufleet.domain.errors import Conflict, NotFound
@@ -117,9 +117,10 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         return {"registered": added, "already_known": len(nodes) - added}
 
     @v1.post("/nodes/{node}/heartbeat", summary="Agent heartbeat (agent for its nodes)")
-    def heartbeat(node: str, body: HeartbeatIn, caller: Reporter) -> dict[str, str]:
+    async def heartbeat(node: str, body: HeartbeatIn, caller: Reporter) -> dict[str, str]:
         _may_report(caller, node, "node")
-        c.heartbeat(node, body.time, body.agent_version)
+        # Recorded with the other heartbeats of the writer's round (one UPDATE), answered once durable.
+        await asyncio.wrap_future(committer.submit_heartbeat(Heartbeat(node, body.time, body.agent_version)))
         return {"status": "ok"}
 
     def _operate(node: str, op: OperatorOp, body: ReasonIn | None, caller: Caller) -> dict[str, object]:

@@ -140,6 +140,13 @@ class Store:
                 self._write(s, r.plan, nodes=r.nodes)
         return r
 
+    def record_heartbeats(self, beats: Sequence[tuple[str, datetime, str]]) -> None:
+        """(node, time, agent version) of many heartbeats: one executemany UPDATE, one transaction."""
+        if not beats:
+            return
+        with self.engine.begin() as conn:
+            conn.execute(_HEARTBEAT, [{"n": n, "t": t, "v": v} for n, t, v in beats])
+
     def known_event_ids(self, ids: Sequence[str]) -> set[str]:
         with self.engine.connect() as conn:
             return _known_ids(conn, ids)
@@ -307,6 +314,9 @@ def _append(s: Session, model: type[Base], rows: list[Values]) -> None:
 
 
 _EVENTS = cast(Table, EventRow.__table__)
+_NODES = cast(Table, NodeRow.__table__)
+_HEARTBEAT = (update(_NODES).where(_NODES.c.id == bindparam("n"))
+              .values(last_heartbeat=bindparam("t"), agent_version=bindparam("v")))
 # One statement object, so SQLAlchemy compiles it once; the IN list expands per call.
 _KNOWN = select(EventRow.id).where(EventRow.id.in_(bindparam("ids", expanding=True)))
 
