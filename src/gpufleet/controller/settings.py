@@ -96,7 +96,7 @@ class FleetJudgeSettings(BaseModel):
     window: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=24)
     min_samples: int = Field(default=8, ge=3)
     threshold: float = Field(default=3.5, gt=0)
-    min_rel: float = Field(default=0.02, ge=0, lt=1)
+    min_rel: float = Field(default=0.05, ge=0, lt=1)  # at least 5 % below the median
     checks: tuple[str, ...] = Field(
         default=("gemm_bf16", "gemm_fp16", "gemm_tf32", "gemm_fp8", "gemm_fp32", "hbm_copy"), min_length=1)
 

@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from gpufleet.checks.events import result_to_event
 from gpufleet.checks.model import CheckResult, Status
@@ -301,3 +302,14 @@ def test_settings_defaults_are_the_judges_defaults(rig: Rig) -> None:
     assert (d.every, d.window, d.min_samples, d.threshold, d.min_rel) == (
         j.every, j.window, j.min_samples, j.threshold, j.min_rel)
     assert frozenset(d.checks) == j.checks
+
+
+def test_a_failing_run_is_logged_and_never_fails_the_reconciler_pass(
+        rig: Rig, caplog: pytest.LogCaptureFixture) -> None:
+    judge = FleetJudge(rig.c, every=1)
+    rig.r.fleet_judge = judge
+    with rig.c.store.engine.begin() as conn:  # the store loses the table the judge reads
+        conn.execute(text("DROP TABLE events"))
+    rig.step()  # the pass completes
+    assert judge.last is None
+    assert any("fleet judge run failed" in r.getMessage() for r in caplog.records)
