@@ -36,9 +36,12 @@ def _num(value: float | None) -> str:
     return "" if value is None else f"{value:.6g}"
 
 
-def result_to_event(result: CheckResult, *, node: str, run_id: str, time: datetime) -> HealthEvent:
+def result_to_event(
+    result: CheckResult, *, node: str, run_id: str, time: datetime, sku: str = ""
+) -> HealthEvent:
     """One judged result as a :class:`HealthEvent` (pure). ``node`` is the reporter; a result that
-    names its own node (multinode blame) is filed against that node."""
+    names its own node (multinode blame) is filed against that node. ``sku`` (the report's SKU) goes
+    into ``attrs.sku`` so the controller can judge the result against its SKU's fleet."""
     if not node:
         raise InvalidInput("node", node, "a non-empty node name")
     if not run_id:
@@ -67,6 +70,8 @@ def result_to_event(result: CheckResult, *, node: str, run_id: str, time: dateti
         "margin": _num(result.margin),
         "run": run_id,
     }
+    if sku:
+        attrs["sku"] = sku
     attrs.update(dict(result.attrs))
     return HealthEvent(
         id=f"check:{node}:{run_id}:{result.check}:{where}",

@@ -125,7 +125,8 @@ def register(app: typer.Typer) -> None:
 
             run_id = f"{started.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
             events = [
-                result_to_event(r, node=report.node, run_id=run_id, time=started) for r in report.results
+                result_to_event(r, node=report.node, run_id=run_id, time=started, sku=report.sku)
+                for r in report.results
             ]
             sent = post_events(controller, read_token(token_file), events)
             typer.echo(f"posted {sent} check events to {controller} (run {run_id})", err=True)

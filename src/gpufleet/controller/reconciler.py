@@ -23,6 +23,7 @@ from gpufleet.lifecycle.engine import SchedObservation
 from gpufleet.lifecycle.states import NodeState
 from gpufleet.schedulers.port import Job, SchedNode, SchedNodeState, Scheduler, drain_reason
 
+from .fleetjudge import FleetJudge
 from .service import Controller
 from .store.convert import planned_of
 from .store.models import ActionRow
@@ -41,10 +42,12 @@ class Validator(Protocol):
 
 
 class Reconciler:
-    def __init__(self, controller: Controller, scheduler: Scheduler, validator: Validator | None = None) -> None:
+    def __init__(self, controller: Controller, scheduler: Scheduler, validator: Validator | None = None,
+                 *, fleet_judge: FleetJudge | None = None) -> None:
         self.controller = controller
         self.scheduler = scheduler
         self.validator = validator
+        self.fleet_judge = fleet_judge  # runs at its own low cadence after the actions (docs/checks.md)
         self.cfg = controller.policy_file.config
         self.scheduler_ok = True
         self.last_error = ""
@@ -59,6 +62,8 @@ class Reconciler:
         due = self.controller.store.due_actions(self.controller.clock.now())
         for row in due:
             self.execute(row)
+        if self.fleet_judge is not None:
+            self.fleet_judge.on_pass()
         return len(due)
 
     def run_forever(self, stop: threading.Event, interval: float = 1.0) -> None:

@@ -16,6 +16,7 @@ import uvicorn
 from gpufleet.controller import heap
 from gpufleet.controller.api.app import create_app
 from gpufleet.controller.clock import Clock, SystemClock
+from gpufleet.controller.fleetjudge import FleetJudge
 from gpufleet.controller.ingest import GroupCommitter
 from gpufleet.controller.reconciler import Reconciler, Validator
 from gpufleet.controller.service import Controller
@@ -86,6 +87,9 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
     policy = policy or load_policy(settings.policy_file)
     topology = load_topology(settings.topology_file) if settings.topology_file else None
     controller = Controller(Store(engine), policy, clock or SystemClock(), topology=topology)
-    reconciler = Reconciler(controller, scheduler, validator)
+    fj = settings.fleet_judge
+    judge = FleetJudge(controller, fj.window, fj.min_samples, threshold=fj.threshold, min_rel=fj.min_rel,
+                       checks=fj.checks, every=fj.every) if fj.every else None
+    reconciler = Reconciler(controller, scheduler, validator, fleet_judge=judge)
     heap.settle("start-up")
     return Runtime(settings, controller, reconciler)

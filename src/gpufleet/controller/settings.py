@@ -11,6 +11,11 @@ Example ``controller.toml``::
     scheduler = "slurm"                        # or "sim"; slurm drives scontrol/sinfo/squeue on this host
     slurm_conf = "/etc/slurm/slurm.conf"        # optional; otherwise the commands' default / $SLURM_CONF
 
+    [fleet_judge]                               # fleet-relative outliers among check results (docs/checks.md)
+    every = 300                                 # reconciler passes between runs; 0 = off
+    window = "24h"                              # how far back check results count
+    min_samples = 8                             # smaller (SKU, check) groups are not judged
+
     [[tokens]]
     name = "alice"
     role = "operator"
@@ -27,13 +32,15 @@ from __future__ import annotations
 
 import hashlib
 import tomllib
+from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gpufleet.domain.durations import parse_duration
 from gpufleet.domain.errors import InvalidInput
 
 
@@ -66,6 +73,34 @@ class TokenConfig(BaseModel):
         return hashlib.sha256(self.token.encode()).hexdigest()
 
 
+def _duration(value: object) -> timedelta:
+    if isinstance(value, timedelta):
+        value = value.total_seconds()
+    if not isinstance(value, str | int | float):
+        raise ValueError("a duration such as 30m, 24h or 7d")
+    try:
+        td = parse_duration(value)
+    except InvalidInput as err:
+        raise ValueError(err.expected) from None
+    if td <= timedelta(0):
+        raise ValueError("a positive duration, e.g. 24h")
+    return td
+
+
+class FleetJudgeSettings(BaseModel):
+    """``[fleet_judge]``: the controller's fleet-relative judging of check results
+    (``controller.fleetjudge``; the defaults there are the same)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    every: int = Field(default=300, ge=0)  # reconciler passes between runs; 0 = off
+    window: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=24)
+    min_samples: int = Field(default=8, ge=3)
+    threshold: float = Field(default=3.5, gt=0)
+    min_rel: float = Field(default=0.05, ge=0, lt=1)  # at least 5 % below the median
+    checks: tuple[str, ...] = Field(
+        default=("gemm_bf16", "gemm_fp16", "gemm_tf32", "gemm_fp8", "gemm_fp32", "hbm_copy"), min_length=1)
+
+
 class ControllerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUFLEET_", extra="forbid")
     database_url: str = "sqlite:///gpufleet.db"
@@ -77,6 +112,7 @@ class ControllerSettings(BaseSettings):
     scheduler: str = Field(default="sim", pattern="^(sim|slurm)$")
     slurm_conf: Path | None = None  # with scheduler = "slurm": the slurm.conf the commands use (SLURM_CONF)
     tokens: tuple[TokenConfig, ...] = ()
+    fleet_judge: FleetJudgeSettings = FleetJudgeSettings()
 
 
 def load_settings(path: Path | None = None, **overrides: Any) -> ControllerSettings:

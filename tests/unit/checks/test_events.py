@@ -83,3 +83,9 @@ def test_a_failed_allocation_wide_result_blames_no_node() -> None:
     )
     ev = result_to_event(r, node="r01-n001", run_id="r", time=T)
     assert ev.kind is EventKind.CHECK_FAILED and ev.severity is Severity.INFO
+
+
+def test_the_sku_rides_along_for_fleet_judging() -> None:
+    ev = result_to_event(_r(Status.PASS), node="r01-n03", run_id="r", time=T, sku="H100-SXM")
+    assert dict(ev.attrs)["sku"] == "H100-SXM"
+    assert "sku" not in dict(result_to_event(_r(Status.PASS), node="r01-n03", run_id="r", time=T).attrs)

@@ -6,7 +6,7 @@ entries, the audit lines, the node rows) go through :meth:`Store.commit` in ONE 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -52,6 +52,16 @@ class Round:
 
     plan: Plan
     nodes: Sequence[NodeRecord]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckEvent:
+    """A stored check result, only what the fleet judge reads (attrs values are strings)."""
+
+    id: str
+    node: str
+    time: datetime
+    attrs: Mapping[str, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +190,21 @@ class Store:
         with self.session() as s:
             rows = s.scalars(q)
             return [event_of(r) for r in rows]
+
+    def check_events_since(self, since: datetime, checks: Collection[str], *,
+                           exclude_source: str = "") -> list[CheckEvent]:
+        """``check_passed`` / ``check_failed`` events stamped at or after ``since`` whose ``attrs.check`` is
+        one of ``checks`` (filtered in the database), oldest first, leaving out events of
+        ``exclude_source``. Plain columns, no ORM objects: the fleet judge reads a day of a fleet's results."""
+        q = (select(EventRow.id, EventRow.node, EventRow.time, EventRow.attrs)
+             .where(EventRow.time >= since, EventRow.kind.in_(("check_passed", "check_failed")),
+                    EventRow.attrs["check"].as_string().in_(sorted(checks)))
+             .order_by(EventRow.time, EventRow.seq))
+        if exclude_source:
+            q = q.where(EventRow.source != exclude_source)
+        with self.engine.connect() as conn:
+            return [CheckEvent(i, n, t, {str(k): str(v) for k, v in (a or {}).items()})
+                    for i, n, t, a in conn.execute(q)]
 
     # ---- reads for the API ------------------------------------------------------------------
     def nodes(self, *, state: str | None = None, rack: str | None = None, page: Page = Page()) -> list[NodeRow]:
