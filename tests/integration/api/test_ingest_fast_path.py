@@ -117,3 +117,37 @@ def test_a_repeated_authorization_header_is_read_as_the_framework_reads_it(pair:
         answers.append((r.status_code, r.json()))
     assert answers[0] == answers[1]
     assert answers[0][0] == 401
+
+
+def test_heartbeats_fast_and_framework_answer_alike(pair: tuple[Api, Api]) -> None:
+    fast, plain = pair
+    agent, r01 = auth("agent") | JSON, auth("agent-r01") | JSON
+    cases: list[tuple[str, str, dict[str, str], bytes]] = []
+    for api in pair:
+        now = api.clock.now().isoformat()
+        ok = json.dumps({"time": now, "agent_version": "1.2.3"}).encode()
+        cases = [
+            ("valid", "r01-n01", agent, ok),
+            ("scoped token, own node", "r01-n02", r01, ok),
+            ("scoped token, other node (403)", "r02-n01", r01, ok),
+            ("unknown node (404)", "r99-n99", agent, ok),
+            ("no timezone (422)", "r01-n01", agent, b'{"time": "2026-11-21T12:00:00"}'),
+            ("extra field (422)", "r01-n01", agent, json.dumps({"time": now, "colour": "red"}).encode()),
+            ("viewer (403)", "r01-n01", auth("viewer") | JSON, ok),
+            ("no token (401)", "r01-n01", JSON, ok),
+            ("a node id with a slash: no such route (404)", "r01/n01", agent, ok),
+        ]
+    served_before = fast.app.state.fast_ingest.served
+    answers = {}
+    for name, node, headers, body in cases:
+        got = [api.client.post(f"/v1/nodes/{node}/heartbeat", content=body, headers=headers) for api in pair]
+        assert [(r.status_code, r.json()) for r in got][0] == [(r.status_code, r.json()) for r in got][1], name
+        answers[name] = got[0].status_code
+    assert answers["valid"] == answers["scoped token, own node"] == 200
+    assert answers["unknown node (404)"] == 404
+    assert fast.app.state.fast_ingest.served - served_before == 3  # valid, own node, unknown node
+    for api in pair:
+        node = api.get("/v1/nodes/r01-n01")["node"]
+        assert node["agent_version"] == "1.2.3"
+        assert node["last_heartbeat"] is not None
+    assert fast.get("/v1/nodes/r01-n02")["node"] == plain.get("/v1/nodes/r01-n02")["node"]
