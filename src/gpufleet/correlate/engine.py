@@ -32,7 +32,7 @@ from gpufleet.correlate.inventory import Inventory, MoveRecord
 from gpufleet.correlate.model import Finding, Ref, Suspect, SuspectAction, Verdict, VerdictStatus, sort_refs
 from gpufleet.correlate.symptoms import FOLD, IGNORE, Judgement, Symptom, judge
 from gpufleet.domain.catalog import Action, Catalog, load_default_catalog
-from gpufleet.domain.eventio import FileEvent
+from gpufleet.domain.eventio import EventFields, FileEvent
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
 from gpufleet.domain.topology import Topology
 
@@ -42,6 +42,8 @@ _FOLDED_PER_COMPONENT = 8
 _EPS = 1e-9
 _NO_LOCAL: frozenset[str] = frozenset()
 _ABSORB = 0.9
+_MOVED = EventKind.MOVED  # module constants: an enum member looked up on its class costs ~60 ns
+_NO_ACTION = Action.NONE
 
 
 class Engine:
@@ -90,9 +92,17 @@ class Engine:
 
     def observe(self, ev: FileEvent) -> list[Verdict]:
         """Feed one ``gpufleet.event/v1`` event; returns new/changed/cleared verdicts."""
-        if ev.kind is EventKind.MOVED:
+        if ev.kind is _MOVED:
             return self._move(ev.serial or "", ev.from_slot or "", ev.to_slot or "", ev.time, ev.line)
         return self._event(ev.component, ev.link, ev.kind, ev.code, ev.severity, ev.time, ev.line)
+
+    def observe_fields(self, fields: EventFields) -> list[Verdict]:
+        """:meth:`observe` for an event as :func:`~gpufleet.domain.eventio.read_event_fields` yields it:
+        the same verdicts, without building a :class:`FileEvent` per line (the file path's hot loop)."""
+        line, time, kind, comp, code, link, serial, from_slot, to_slot, sev, _, _, _ = fields
+        if kind is _MOVED:
+            return self._move(serial or "", from_slot or "", to_slot or "", time, line)
+        return self._event(comp, link, kind, code, sev, time, line)
 
     def observe_health_event(self, ev: HealthEvent) -> list[Verdict]:
         """Feed a controller :class:`HealthEvent`; ``ev.component`` (a topology id) or else ``ev.node``."""
@@ -143,11 +153,12 @@ class Engine:
             sym.refs.append((t, ref))
             if not (j.damped and t - sym.last < self._holddown):
                 sym.last = t
-                sym.weight += j.step
-                sym.counts[j.sev] += 1
+                step, level = j.step, j.sev
+                sym.weight += step
+                sym.counts[level] += 1
                 sym.floor = max(sym.floor, j.floor)
-                self._queue.append((t, sym, j.step, j.sev))
-                if sym.action is Action.NONE or j.sev >= sym.top:
+                self._queue.append((t, sym, step, level))
+                if sym.action is _NO_ACTION or level >= sym.top:
                     sym.action = j.action
                 if not sym.active and sym.weight >= 1.0 - _EPS:
                     if not sym.cands:  # computed on first activation: most symptoms never activate
