@@ -50,12 +50,14 @@ class Symptom:
         "local",
         "refs",
         "reporter",
+        "serial",
         "top",
         "weight",
     )
 
-    def __init__(self, key: tuple[str, str], cands: tuple[str, ...], local: frozenset[str]) -> None:
+    def __init__(self, key: tuple[str, str], cands: tuple[str, ...], local: frozenset[str], serial: int = 0) -> None:
         self.key = key
+        self.serial = serial  # tells this symptom from an earlier one of the same key (archived by a move)
         self.reporter, self.link = key
         self.cands = cands
         self.local = local
