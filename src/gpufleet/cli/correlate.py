@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
         from gpufleet.correlate.model import SuspectAction, verdicts_json
         from gpufleet.domain.durations import parse_duration
         from gpufleet.domain.errors import NotFound
-        from gpufleet.domain.eventio import parse_time, read_events
+        from gpufleet.domain.eventio import parse_time, read_event_fields
         from gpufleet.domain.topology import load_topology
 
         topo = load_topology(topology)
@@ -52,12 +52,12 @@ def register(app: typer.Typer) -> None:
             except FileNotFoundError:
                 raise NotFound("events file", str(events)) from None
         with lines:
-            for ev in read_events(lines):
-                for v in engine.observe(ev):
+            for ev in read_event_fields(lines):  # plain tuples: no FileEvent per line on this hot path
+                for v in engine.observe_fields(ev):
                     if stream:
                         s = v.suspect
                         typer.echo(
-                            f"line {ev.line}: {v.status} {s.component} ({s.kind}) "
+                            f"line {ev[0]}: {v.status} {s.component} ({s.kind}) "
                             f"confidence {s.confidence:.2f} -> {s.action}",
                             err=as_json,
                         )

@@ -20,6 +20,8 @@ IGNORE, FOLD, SYMPTOM = 0, 1, 2
 SEV_INDEX = {Severity.INFO: 0, Severity.DEGRADED: 1, Severity.FATAL: 2}
 FLAPPY = frozenset({EventKind.LINK_FLAP, EventKind.LINK_DOWN})
 _REFS_PER_SYMPTOM = 32
+_NEVER = float("-inf")
+_NO_ACTION = Action.NONE  # an enum member looked up on its class costs ~60 ns; symptoms are made often
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,12 +50,14 @@ class Symptom:
         "local",
         "refs",
         "reporter",
+        "serial",
         "top",
         "weight",
     )
 
-    def __init__(self, key: tuple[str, str], cands: tuple[str, ...], local: frozenset[str]) -> None:
+    def __init__(self, key: tuple[str, str], cands: tuple[str, ...], local: frozenset[str], serial: int = 0) -> None:
         self.key = key
+        self.serial = serial  # tells this symptom from an earlier one of the same key (archived by a move)
         self.reporter, self.link = key
         self.cands = cands
         self.local = local
@@ -62,8 +66,8 @@ class Symptom:
         self.active = False
         self.top = -1
         self.refs: deque[tuple[float, Ref]] = deque(maxlen=_REFS_PER_SYMPTOM)
-        self.last = float("-inf")
-        self.action = Action.NONE
+        self.last = _NEVER
+        self.action = _NO_ACTION
         self.gone = False
         self.floor = 0
 
