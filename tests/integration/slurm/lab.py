@@ -126,6 +126,16 @@ class SlurmLab:
         path = self.root / "state" / f"{what}_state"
         wait_for(lambda: path.exists() and path.stat().st_mtime >= since, f"slurmctld saved {path.name}")
 
+    def wait_job_saved(self, job: str) -> None:
+        """Wait until slurmctld's saved job state includes ``job`` as it is now.
+
+        Waiting for a save after "now" alone races: slurmctld may have saved the change just before,
+        and then nothing makes it save again. An admin comment on the job is a change after now, so
+        the save that follows it surely contains everything before it."""
+        mark = time.time()
+        self.cmd("scontrol", "update", f"JobId={job}", "Comment=gpufleet-lab-save")
+        self.wait_saved("job", mark)
+
     def hook(self, name: str, body: str, node: str | None = None) -> Path:
         """Install an executable hook (prolog, epilog, healthcheck), for one node or all."""
         path = self.root / "hooks" / (f"{name}.{node}" if node else name)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from gpufleet.domain.errors import ExternalError, NotFound
@@ -54,7 +52,7 @@ def test_node_without_slurmd_drains_and_resumes(lab: SlurmLab, sched: SlurmSched
 def test_unreachable_controller_then_retry_applies_once(lab: SlurmLab, sched: SlurmScheduler) -> None:
     job = lab.sbatch("n3")
     wait_for(lambda: lab.job_state(job) == "RUNNING", "job running")
-    lab.wait_saved("job", time.time())  # a crash must not lose the job's start
+    lab.wait_job_saved(job)  # a crash must not lose the job's start
     lab.script("ctld-stop")
     try:
         for call in (sched.list_nodes, sched.list_jobs, lambda: sched.drain("n3", drain_reason("d-u", "xid 79"))):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shlex
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -132,7 +131,7 @@ class KillsControllerAfterDrain(SlurmScheduler):
 def test_slurmctld_killed_mid_operation_retried_never_duplicated(lab: SlurmLab, tmp_path: Path) -> None:
     job = lab.sbatch("n3")
     wait_for(lambda: lab.job_state(job) == "RUNNING", "job running")
-    lab.wait_saved("job", time.time())  # the job's start must survive the crash below
+    lab.wait_job_saved(job)  # the job's start must survive the crash below
     sched = KillsControllerAfterDrain(lab)
     ctl = LabController.start(tmp_path, sched, lab.nodes)
     try:
