@@ -43,7 +43,9 @@ class Validator(Protocol):
 
 class Reconciler:
     def __init__(self, controller: Controller, scheduler: Scheduler, validator: Validator | None = None,
-                 *, fleet_judge: FleetJudge | None = None) -> None:
+                 *, fleet_judge: FleetJudge | None = None, sync_interval: float = 0.0) -> None:
+        if sync_interval < 0:
+            raise InvalidInput("scheduler_sync_interval", sync_interval, "seconds, 0 or more (0 = every pass)")
         self.controller = controller
         self.scheduler = scheduler
         self.validator = validator
@@ -53,11 +55,16 @@ class Reconciler:
         self.last_error = ""
         self._seen: dict[str, SchedObservation] = {}
         self._passes = 0
+        self.sync_interval = timedelta(seconds=sync_interval)
+        self._last_sync: datetime | None = None
 
     # ---- the loop ---------------------------------------------------------------------------
     def run_once(self) -> int:
         """One pass; returns how many actions were attempted."""
-        self.sync()
+        now = self.controller.clock.now()
+        sync_due = self._last_sync is None or now - self._last_sync >= self.sync_interval
+        if sync_due and self.sync():  # a failed read is tried again on the next pass
+            self._last_sync = now
         self.controller.tick()
         due = self.controller.store.due_actions(self.controller.clock.now())
         for row in due:

@@ -90,6 +90,7 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
     fj = settings.fleet_judge
     judge = FleetJudge(controller, fj.window, fj.min_samples, threshold=fj.threshold, min_rel=fj.min_rel,
                        checks=fj.checks, every=fj.every) if fj.every else None
-    reconciler = Reconciler(controller, scheduler, validator, fleet_judge=judge)
+    reconciler = Reconciler(controller, scheduler, validator, fleet_judge=judge,
+                            sync_interval=settings.scheduler_sync_interval)
     heap.settle("start-up")
     return Runtime(settings, controller, reconciler)

@@ -14,6 +14,7 @@ from gpufleet.controller.reconciler import Reconciler, backoff
 from gpufleet.controller.service import Controller
 from gpufleet.controller.store.db import make_engine, migrate
 from gpufleet.controller.store.repo import Page, Store
+from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.fleet import simulated_fleet
 from gpufleet.lifecycle.config import parse_policy
@@ -145,3 +146,26 @@ def test_a_lost_drain_is_put_back_and_audited(rig: Rig) -> None:
     assert audit and "not revalidated" not in audit[0].detail and "repair" in audit[0].detail
     rig.step()
     assert len([a for a in rig.c.store.audit(target=n) if a.action == "drift_redrain"]) == 1
+
+
+def test_the_scheduler_is_read_at_most_every_sync_interval_and_actions_still_run_every_pass(rig: Rig) -> None:
+    r = Reconciler(rig.c, rig.s, sync_interval=10.0)
+    node, other = rig.nodes[0], rig.nodes[1]
+    r.run_once()  # the first pass always reads the scheduler
+    rig.s.submit("j1", [node], start=rig.clock.now())
+    rig.clock.advance(timedelta(seconds=3))
+    r.run_once()
+    assert rig.c.state_of(node) == NodeState.READY  # the job is not seen yet: no read within 10 s
+    rig.c.operate(other, OperatorOp.DRAIN, "operator:alice", "bad fan")
+    rig.clock.advance(timedelta(seconds=3))
+    r.run_once()
+    assert rig.s.node(other).state != SchedNodeState.IDLE  # actions are carried out on every pass
+    rig.clock.advance(timedelta(seconds=5))
+    r.run_once()  # 11 s after the last read
+    assert rig.c.state_of(node) == NodeState.IN_SERVICE
+
+
+def test_a_negative_sync_interval_is_refused_with_its_name(rig: Rig) -> None:
+    with pytest.raises(InvalidInput) as err:
+        Reconciler(rig.c, rig.s, sync_interval=-1.0)
+    assert (err.value.field, err.value.value) == ("scheduler_sync_interval", -1.0)
