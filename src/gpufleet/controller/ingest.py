@@ -53,7 +53,7 @@ class GroupCommitter:
         self.max_group_events = max_group_events
         self._queue: queue.SimpleQueue[_Batch | _Beat | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
-        self._start_lock = threading.Lock()
+        self._start_lock = threading.Lock()  # guards starting the thread, closing, and queueing
         self._closed = False
         self.rounds = 0  # how many event transactions were written (for tests and metrics)
         self.batches = 0
@@ -61,37 +61,34 @@ class GroupCommitter:
     def submit(self, events: Sequence[HealthEvent]) -> Future[IngestResult]:
         """Queue one batch; the future resolves after it is durable (or fails with its GpufleetError)."""
         fut: Future[IngestResult] = Future()
-        if self._closed:
-            fut.set_exception(ExternalError("controller", "shutting down: not accepting events"))
-            return fut
-        self._ensure_started()
-        self._queue.put(_Batch(events, fut))
+        self._enqueue(_Batch(events, fut), "events")
         return fut
 
     def submit_heartbeat(self, beat: Heartbeat) -> Future[None]:
         """Queue one heartbeat; all heartbeats of a round are recorded with one UPDATE."""
         fut: Future[None] = Future()
-        if self._closed:
-            fut.set_exception(ExternalError("controller", "shutting down: not accepting heartbeats"))
-            return fut
-        self._ensure_started()
-        self._queue.put(_Beat(beat, fut))
+        self._enqueue(_Beat(beat, fut), "heartbeats")
         return fut
 
     def close(self, timeout: float = 5.0) -> None:
-        """Finish the queued work and stop the writer thread."""
-        self._closed = True
-        self._queue.put(None)
+        """Finish the queued work, refuse new work, and stop the writer thread."""
+        with self._start_lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._queue.put(None)
         if self._thread is not None:
             self._thread.join(timeout)
 
-    def _ensure_started(self) -> None:
-        if self._thread is not None:
-            return
-        with self._start_lock:
+    def _enqueue(self, item: _Batch | _Beat, what: str) -> None:
+        with self._start_lock:  # one lock with close(): nothing can be queued behind the stop marker
+            if self._closed:
+                item.future.set_exception(ExternalError("controller", f"shutting down: not accepting {what}"))
+                return
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="ingest-writer", daemon=True)
                 self._thread.start()
+            self._queue.put(item)
 
     def _run(self) -> None:
         while True:
@@ -102,13 +99,16 @@ class GroupCommitter:
             beats: list[_Beat] = []
             item: _Batch | _Beat | None = first
             size, stop = 0, False
-            while True:
-                if isinstance(item, _Batch):
-                    batches.append(item)
-                    size += len(item.events)
-                elif isinstance(item, _Beat):
-                    beats.append(item)
-                    size += 1
+            while item is not None:
+                # A request whose caller gave up (its future was cancelled) is skipped; one taken here
+                # can no longer be cancelled, so resolving it below cannot fail.
+                if item.future.set_running_or_notify_cancel():
+                    if isinstance(item, _Batch):
+                        batches.append(item)
+                        size += len(item.events)
+                    else:
+                        beats.append(item)
+                        size += 1
                 if size >= self.max_group_events:
                     break
                 try:
@@ -117,11 +117,19 @@ class GroupCommitter:
                     break
                 if item is None:
                     stop = True
-                    break
-            if batches:
-                self._write(batches)
-            if beats:
-                self._beat(beats)
+            try:
+                if batches:
+                    self._write(batches)
+                if beats:
+                    self._beat(beats)
+            except BaseException as err:  # never let the writer die: fail what is left of the round
+                log.exception("ingest writer round failed")
+                failure = ExternalError("controller", f"ingest failed: {err}")
+                futures: list[Future[IngestResult] | Future[None]] = [b.future for b in batches]
+                futures += [b.future for b in beats]
+                for fut in futures:
+                    if not fut.done():
+                        fut.set_exception(failure)
             if stop:
                 return
 

@@ -62,7 +62,8 @@ class Reconciler:
     def run_once(self) -> int:
         """One pass; returns how many actions were attempted."""
         now = self.controller.clock.now()
-        sync_due = self._last_sync is None or now - self._last_sync >= self.sync_interval
+        last = self._last_sync
+        sync_due = last is None or not timedelta(0) <= now - last < self.sync_interval  # a clock step back: read
         if sync_due and self.sync():  # a failed read is tried again on the next pass
             self._last_sync = now
         self.controller.tick()

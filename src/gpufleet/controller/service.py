@@ -131,7 +131,7 @@ class Controller:
                 written = self.store.ingest([e for _, events in valid for e in events], now, decide)
             except Exception as err:
                 log.error("could not write an ingest round (%s); reloading state from the store", err)
-                self.engine = self._load()
+                self._reload()
                 if len(valid) == 1:
                     out[valid[0][0]] = ExternalError("database", f"write failed: {err}")
                     return out
@@ -144,10 +144,12 @@ class Controller:
             return out
 
     def _validate(self, events: Sequence[HealthEvent]) -> None:
-        seen: set[str] = set()
+        """Unknown nodes first, then ids repeated within the batch (the first such field is named)."""
         for i, e in enumerate(events):
             if e.node not in self.engine.nodes:
                 raise InvalidInput(f"events[{i}].node", e.node, "a registered node (POST /v1/nodes)")
+        seen: set[str] = set()
+        for i, e in enumerate(events):
             if e.id in seen:
                 raise InvalidInput(f"events[{i}].id", e.id, "an id not repeated within the batch")
             seen.add(e.id)
@@ -262,7 +264,7 @@ class Controller:
             except GpufleetError:
                 raise
             except Exception as err:
-                self.engine = self._load()
+                self._reload()
                 raise ExternalError("database", f"recording action {action_id}: {err}") from err
             self._notify(plan)
 
@@ -295,7 +297,7 @@ class Controller:
             self.store.commit(plan, nodes=self._touched(plan), events=events, received=received, new_nodes=new_nodes)
         except Exception as err:
             log.error("could not persist a plan (%s); reloading state from the store", err)
-            self.engine = self._load()
+            self._reload()
             raise ExternalError("database", f"write failed: {err}") from err
         self._notify(plan)
 
@@ -308,6 +310,11 @@ class Controller:
         if plan:
             for cb in self.on_plan:
                 cb(plan)
+
+    def _reload(self) -> None:
+        """After a failed write: memory goes back to what the database holds."""
+        self.engine = self._load()
+        heap.settle("reloading state after a failed write")
 
     def _load(self) -> LifecycleEngine:
         cfg, catalog = self.policy_file.config, self.policy_file.catalog

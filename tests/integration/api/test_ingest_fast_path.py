@@ -56,6 +56,10 @@ def _requests(api: Api) -> list[tuple[str, dict[str, str], bytes | None]]:
         ("not JSON (422)", agent, b'{"events": ['),
         ("empty batch (422)", agent, b'{"events": []}'),
         ("text/plain", auth("agent") | {"content-type": "text/plain"}, body(ev("e14"))),
+        ("application/jsonl (422)", auth("agent") | {"content-type": "application/jsonl"}, body(ev("e16"))),
+        ("+json media type", auth("agent") | {"content-type": "application/x.agent+json; charset=utf-8"},
+         body(ev("e17"))),
+        ("lone surrogate in a bad field (422)", agent, body(ev("e18", kind="\ud800"))),
         ("chunked upload", agent, None),
     ]
 
@@ -79,13 +83,15 @@ def test_fast_path_and_framework_give_the_same_answers_and_store_the_same_rows(p
         assert got == want, name
         answers[name] = got[0]
     assert answers["valid"] == answers["resent: duplicates"] == answers["chunked upload"] == 202
+    assert answers["+json media type"] == 202
+    assert answers["application/jsonl (422)"] == answers["lone surrogate in a bad field (422)"] == 422
     assert answers["no token (401)"] == 401 and answers["scoped token, other node (403)"] == 403
     assert fast.rows() == plain.rows()
     assert fast.states() == plain.states()
     counts = fast.app.state.fast_ingest
     # The fast path served exactly the well-formed, authorised posts; the framework saw everything else.
     served = {"valid", "fatal decides", "resent: duplicates", "unknown node (controller's 422)",
-              "repeated id in batch", "scoped token, own nodes"}
+              "repeated id in batch", "scoped token, own nodes", "+json media type"}
     assert counts.served == len(served)
     assert counts.passed_on == len(_requests(fast)) - len(served)
     assert plain.app.state.fast_ingest.served == 0

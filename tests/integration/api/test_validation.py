@@ -39,6 +39,9 @@ def _batch(api: Api, second: dict[str, Any]) -> dict[str, Any]:
     ({"colour": "red"}, "events[1].colour", "red", "Extra inputs"),
     ({"id": ""}, "events[1].id", "", "at least 1 character"),
     ({"attrs": {"n": 1}}, "events[1].attrs.n", 1, "string"),
+    ({"code": 2**31}, "events[1].code", 2**31, "less than or equal to 2147483647"),
+    ({"message": "disk\u0000full"}, "events[1].message", "disk\u0000full", "NUL"),
+    ({"attrs": {"k": "a\u0000"}}, "events[1].attrs.k", "a\u0000", "NUL"),
 ])
 def test_a_malformed_event_names_its_field_and_value(api: Api, change: dict[str, Any], field: str, value: Any,
                                                      expected: str) -> None:

@@ -7,6 +7,7 @@ write are made by the database itself (a trigger that refuses one event id), not
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -208,3 +209,20 @@ def test_heartbeats_of_a_round_are_one_transaction_and_an_unknown_node_fails_alo
         rows = {n: (hb, v) for n, hb, v in conn.execute(select(NodeRow.id, NodeRow.last_heartbeat,
                                                                 NodeRow.agent_version))}
     assert rows == {n: (later, f"v{i}") for i, n in enumerate(NODES)}
+
+
+def test_a_request_cancelled_while_queued_is_skipped_and_the_writer_keeps_serving(
+        engine: Engine, controller: Controller) -> None:
+    committer = GroupCommitter(controller)
+    with controller.lock:
+        first = committer.submit([sbe("k0")])
+        deadline = time.monotonic() + 30
+        while not committer._queue.empty():  # the writer has taken the first round and waits for the lock
+            assert time.monotonic() < deadline, "the writer never took the first batch"
+        gone = committer.submit([sbe("k1")])
+        assert gone.cancel()  # still queued: its caller gave up (e.g. a cancelled request task)
+    assert first.result(timeout=30) == IngestResult(1, 0, 0)
+    assert committer.submit([sbe("k2")]).result(timeout=30) == IngestResult(1, 0, 0)
+    assert committer.submit_heartbeat(Heartbeat(NODES[0], T0)).result(timeout=30) is None
+    committer.close()
+    assert stored_ids(engine) == {"k0", "k2"}

@@ -24,7 +24,9 @@ def _field(loc: tuple[Any, ...]) -> str:
 
 
 def _value(v: Any) -> Any:
-    if isinstance(v, str | int | float | bool) or v is None:
+    if isinstance(v, str):  # a lone surrogate cannot be encoded as UTF-8: show it escaped instead
+        return v.encode("utf-8", "backslashreplace").decode("utf-8") if len(v) <= 200 else _value(v[:200] + "...")
+    if isinstance(v, int | float | bool) or v is None:
         return v
     text = repr(v)
     return text if len(text) <= 200 else text[:200] + "..."

@@ -64,7 +64,7 @@ class IngestFastPath:
         length = headers.get(b"content-length")
         caller = self._reporter(headers.get(b"authorization", b""))
         if (caller is None or length is None or not length.isdigit() or int(length) > MAX_FAST_BODY
-                or not headers.get(b"content-type", b"").startswith(b"application/json")):
+                or not _is_json(headers.get(b"content-type", b""))):
             self.counts.passed_on += 1
             await self.app(scope, receive, send)
             return
@@ -83,7 +83,7 @@ class IngestFastPath:
             else:
                 r = await asyncio.wrap_future(self.committer.submit([e.to_domain() for e in work.events]))
                 payload = json.dumps({"accepted": r.accepted, "duplicates": r.duplicates,
-                                      "decisions": r.decisions}).encode()
+                                      "decisions": r.decisions}, separators=(",", ":")).encode()
                 status = 202
         except GpufleetError as err:
             await errors.response_for(err)(scope, receive, send)
@@ -97,6 +97,12 @@ class IngestFastPath:
             return None
         caller = self.tokens.caller(token.strip())
         return caller if caller is not None and caller.role in REPORT else None
+
+
+def _is_json(content_type: bytes) -> bool:
+    """``application/json`` or ``application/<anything>+json``, parameters ignored: what FastAPI parses."""
+    media = content_type.split(b";", 1)[0].strip().lower()
+    return media == b"application/json" or (media.startswith(b"application/") and media.endswith(b"+json"))
 
 
 def _route(scope: Scope) -> str | None:

@@ -22,22 +22,34 @@ def _aware(v: datetime) -> datetime:
 AwareTime = Annotated[datetime, AfterValidator(_aware)]
 
 
+def _no_nul(v: str) -> str:
+    if "\x00" in v:
+        raise ValueError("text must not contain NUL characters (PostgreSQL cannot store them)")
+    return v
+
+
+# Text an agent sends that is stored as is: refused here if the database could not store it, so one
+# bad batch is a 422 for its sender instead of a failed write for every batch grouped with it.
+Text = Annotated[str, AfterValidator(_no_nul)]
+MAX_CODE = 2**31 - 1  # the events.code column is a 32-bit integer on PostgreSQL
+
+
 class _In(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
 class EventIn(_In):
-    id: str = Field(min_length=1, max_length=200, description="the producer's idempotency key")
-    node: str = Field(min_length=1, max_length=128)
+    id: Text = Field(min_length=1, max_length=200, description="the producer's idempotency key")
+    node: Text = Field(min_length=1, max_length=128)
     kind: EventKind
     time: AwareTime
-    component: str | None = Field(default=None, max_length=200)
-    code: int | None = Field(default=None, ge=0)
+    component: Text | None = Field(default=None, max_length=200)
+    code: int | None = Field(default=None, ge=0, le=MAX_CODE)
     severity: Severity | None = None
-    link: str | None = Field(default=None, max_length=200)
-    message: str = Field(default="", max_length=4000)
-    source: str = Field(default="agent", max_length=64)
-    attrs: dict[str, str] = Field(default_factory=dict)
+    link: Text | None = Field(default=None, max_length=200)
+    message: Text = Field(default="", max_length=4000)
+    source: Text = Field(default="agent", max_length=64)
+    attrs: dict[Text, Text] = Field(default_factory=dict)
 
     def to_domain(self) -> HealthEvent:
         return HealthEvent(id=self.id, node=self.node, kind=self.kind, time=self.time, component=self.component,
@@ -57,7 +69,7 @@ class IngestOut(BaseModel):
 
 class HeartbeatIn(_In):
     time: AwareTime
-    agent_version: str = Field(default="", max_length=64)
+    agent_version: Text = Field(default="", max_length=64)
 
 
 class GpuIn(_In):

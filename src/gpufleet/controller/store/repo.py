@@ -360,7 +360,8 @@ def _insert_new(conn: Connection, events: Sequence[HealthEvent], received: datet
     if not rows:
         return set()
     name = conn.dialect.name
-    if name not in _UPSERT:  # another database: look first, then insert the rest
+    if name not in _UPSERT or not conn.dialect.insert_executemany_returning:
+        # another database, or SQLite before 3.35 (no RETURNING): look first, then insert the rest
         known = _known_ids(conn, [r["id"] for r in rows])
         rows = [r for r in rows if r["id"] not in known]
         if rows:
