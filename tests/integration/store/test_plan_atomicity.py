@@ -57,7 +57,7 @@ def test_a_plan_is_written_whole(engine: Engine, db_url: str) -> None:
     later = T0 + timedelta(seconds=5)
     store.commit(plan, events=[event("e1", at=later)], received=later,
                  nodes=[node_record("r01-n01", NodeState.DRAINING, later)],
-                 new_nodes=[(node_record("r01-n02"), "r01", later)], heartbeat=("r01-n01", later, "1.2.3"))
+                 new_nodes=[(node_record("r01-n02"), "r01", later)])
 
     snap = snapshot(db_url)
     assert len(snap["events"]) == 2
@@ -68,7 +68,7 @@ def test_a_plan_is_written_whole(engine: Engine, db_url: str) -> None:
     assert len(snap["audit"]) == 1
     node = store.node("r01-n01")
     assert node is not None
-    assert (node.state, node.since, node.last_heartbeat, node.agent_version) == ("draining", later, later, "1.2.3")
+    assert (node.state, node.since) == ("draining", later)
     actions = store.actions()
     assert {a.id for a in actions} == {"d-1:drain", "d-1:requeue_jobs"}
     assert all(a.status == ActionStatus.PENDING and a.attempts == 0 and a.next_attempt == a.created
@@ -106,8 +106,7 @@ def test_a_failing_plan_leaves_nothing_behind(engine: Engine, db_url: str, break
     plan = drain_plan("r01-n01", "d-1")
     extra = break_it(plan)
     kwargs: dict[str, Any] = {"events": [event("e-new")], "new_nodes": [(node_record("r01-n02"), "r01", T0)],
-                              "nodes": [node_record("r01-n01", NodeState.DRAINING)], "received": T0,
-                              "heartbeat": ("r01-n01", T0, "9.9")}
+                              "nodes": [node_record("r01-n01", NodeState.DRAINING)], "received": T0}
     kwargs.update(extra)
     with pytest.raises(IntegrityError):
         store.commit(plan, **kwargs)

@@ -84,12 +84,10 @@ class Store:
         received: datetime | None = None,
         nodes: Iterable[NodeRecord] = (),
         new_nodes: Iterable[tuple[NodeRecord, str, datetime]] = (),
-        heartbeat: tuple[str, datetime, str] | None = None,
     ) -> None:
         """Persist ``plan`` (and the events and node rows it came from) atomically."""
         with self.session.begin() as s:
-            self._write(s, plan, events=events, received=received, nodes=nodes, new_nodes=new_nodes,
-                        heartbeat=heartbeat)
+            self._write(s, plan, events=events, received=received, nodes=nodes, new_nodes=new_nodes)
 
     def _write(
         self,
@@ -100,7 +98,6 @@ class Store:
         received: datetime | None = None,
         nodes: Iterable[NodeRecord] = (),
         new_nodes: Iterable[tuple[NodeRecord, str, datetime]] = (),
-        heartbeat: tuple[str, datetime, str] | None = None,
     ) -> None:
         for rec, rack, when in new_nodes:
             s.add(NodeRow(id=rec.node, rack=rack, domains=sorted(rec.domains), state=rec.state.value,
@@ -129,10 +126,6 @@ class Store:
         for rec in nodes:
             s.execute(update(NodeRow).where(NodeRow.id == rec.node).values(
                 state=rec.state.value, since=rec.since, has_jobs=rec.has_jobs, committed=rec.committed))
-        if heartbeat is not None:
-            node, when, version = heartbeat
-            s.execute(update(NodeRow).where(NodeRow.id == node).values(last_heartbeat=when,
-                                                                        agent_version=version))
 
     def ingest(self, events: Sequence[HealthEvent], received: datetime,
                decide: Callable[[set[str]], Round | None]) -> Round | None:
