@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, Dialect, Index, Integer, String, Text, TypeDecorator
+from sqlalchemy import JSON, Boolean, DateTime, Dialect, Index, Integer, String, Text, TypeDecorator, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -49,7 +49,7 @@ class NodeRow(Base):
 class EventRow(Base):
     __tablename__ = "events"
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    id: Mapped[str] = mapped_column(String(200), unique=True)
+    id: Mapped[str] = mapped_column(String(200))  # the producer's key, unique per node
     node: Mapped[str] = mapped_column(String(128))
     kind: Mapped[str] = mapped_column(String(32))
     time: Mapped[datetime]
@@ -61,7 +61,17 @@ class EventRow(Base):
     source: Mapped[str] = mapped_column(String(64), default="")
     attrs: Mapped[dict[str, Any]] = mapped_column(default=dict)
     received: Mapped[datetime]
-    __table_args__ = (Index("ix_events_node_time", "node", "time"),)
+    fault_of: Mapped[str | None] = mapped_column(String(200), default=None)  # merged onto this event (same node)
+    __table_args__ = (Index("ix_events_node_time", "node", "time"), UniqueConstraint("node", "id", name="uq_events_node_id"))
+
+
+class InventoryRow(Base):
+    """The last ``gpufleet.inventory/v1`` document each node's agent registered."""
+
+    __tablename__ = "inventories"
+    node: Mapped[str] = mapped_column(String(128), primary_key=True)
+    doc: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    updated: Mapped[datetime]
 
 
 class DecisionRow(Base):
