@@ -13,8 +13,9 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from gpufleet.agent import wire
-from gpufleet.domain.errors import InvalidInput
+from pydantic import ValidationError
+
+from gpufleet.controller.api.schemas import EventIn
 from gpufleet.domain.events import HealthEvent
 
 
@@ -88,11 +89,10 @@ class ControllerDouble:
                     self._reply(422, {"detail": "events: expected a list"})
                     return
                 try:
-                    parsed = [wire.from_wire(e, f"events[{i}]") for i, e in enumerate(items)]
-                except InvalidInput as err:
-                    self._reply(
-                        422, {"detail": [{"field": err.field, "value": str(err.value), "expected": err.expected}]}
-                    )
+                    parsed = [EventIn.model_validate(e).to_domain() for e in items]
+                except ValidationError as err:
+                    self._reply(422, {"detail": [{"field": ".".join(map(str, x["loc"])), "expected": x["msg"]}
+                                                 for x in err.errors()]})
                     return
                 for i, ev in enumerate(parsed):
                     if double.nodes is not None and ev.node not in double.nodes:

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpufleet.agent import wire
 from gpufleet.agent.clock import FakeClock
 from gpufleet.agent.push import Backoff, ControllerClient, Pusher
 from gpufleet.agent.spool import Spool
+from gpufleet.domain import wire
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.events import EventKind, HealthEvent
 from tests.unit.agent.controller_double import ControllerDouble
