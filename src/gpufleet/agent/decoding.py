@@ -47,6 +47,7 @@ class DiagnoseDecoder:
                 id=f"{self.node}:pending:{start}",
                 gpu_slot=self.slots.get(f.pci or ""),
                 fallback_time=self._when.get(start, when),
+                source="kmsg",
             )
             if ev is not None:
                 out.append((start, ev))

@@ -67,6 +67,7 @@ def finding_to_event(
     id: str,
     gpu_slot: str | None = None,
     fallback_time: datetime | None = None,
+    source: str = "diagnose",
 ) -> HealthEvent | None:
     """The HealthEvent for ``finding`` on ``node``, or None when the finding maps to none (see the
     module table) or has no time and no ``fallback_time`` was given.
@@ -74,7 +75,8 @@ def finding_to_event(
     ``id`` is the caller's idempotency key (e.g. boot id + kmsg sequence number). ``gpu_slot``
     names the component (``r01-n03-gpu5``) when the caller maps the PCI address to a slot; otherwise
     the normalised PCI address is the component. ``fallback_time`` is used for findings whose log
-    line had no wall-clock time (plain dmesg without a boot time).
+    line had no wall-clock time (plain dmesg without a boot time). ``source`` names the observer (the
+    agent's kernel-log follower says ``kmsg``: the controller merges its XIDs with NVML's).
     """
     kind = event_kind_for(finding)
     if kind is None:
@@ -105,6 +107,6 @@ def finding_to_event(
         code=finding.code,
         severity=finding.stated,
         message=f"{finding.name}: {finding.raw.splitlines()[0] if finding.raw else ''}"[:500],
-        source="diagnose",
+        source=source,
         attrs=tuple(attrs),
     )
