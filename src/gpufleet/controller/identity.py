@@ -84,16 +84,23 @@ class Identity:
         self._lanes: dict[tuple[str, str], tuple[str, ...]] = {}  # (component, link kind) -> link ids
         self._at: dict[str, str] = {}  # slot -> serial last seen there
         self._where: dict[str, str] = {}  # serial -> slot last seen at (kept for a displaced unit)
-        if topology is not None:
-            for c in topology.components.values():
-                if c.serial and c.kind in _SEEDED:
-                    self._place(c.serial, c.id)
+        self.load(())
 
     # -- inventories ------------------------------------------------------------------------------
 
     def load(self, inventories: Iterable[NodeInventory]) -> None:
-        """Remember stored inventories (oldest first) after a restart; emits nothing."""
-        for inv in inventories:
+        """Start over from the topology's serials and the stored ``inventories`` (oldest first), as after
+        a restart (also after a failed write, to forget what was not stored); emits nothing."""
+        stored = list(inventories)  # may be our own inventories()
+        self._inventories.clear()
+        self._slots.clear()
+        self._at.clear()
+        self._where.clear()
+        if self._topo is not None:
+            for c in self._topo.components.values():
+                if c.serial and c.kind in _SEEDED:
+                    self._place(c.serial, c.id)
+        for inv in stored:
             slots = self._remember(inv)
             if slots is not None:
                 for slot, serial in _units(slots, inv):
@@ -111,6 +118,7 @@ class Identity:
         for slot, serial in _units(slots, inv):
             last = self._where.get(serial)
             if last == slot:
+                self._at[slot] = serial  # back where it was last seen (a unit it displaced is gone again)
                 continue
             if last is None:
                 before = self._at.get(slot)
@@ -125,6 +133,10 @@ class Identity:
         if replaced:
             log.info("%s: %d unit(s) replaced: %s", inv.node, len(replaced), "; ".join(replaced))
         return moved
+
+    def inventories(self) -> list[NodeInventory]:
+        """The inventories remembered, least recently registered first (what :meth:`load` takes)."""
+        return list(self._inventories.values())
 
     def node_component(self, node: str) -> str | None:
         """The node's topology id (its own name when the topology has it as a node or tray), else None."""
@@ -201,6 +213,7 @@ class Identity:
     # -- internals --------------------------------------------------------------------------------
 
     def _remember(self, inv: NodeInventory) -> _Slots | None:
+        self._inventories.pop(inv.node, None)  # re-inserted last: the dict is in registration order
         self._inventories[inv.node] = inv
         self._slots.pop(inv.node, None)
         return self._slots_of(inv.node)

@@ -67,7 +67,8 @@ class Controller:
         self.admission = self._admission()
         self.engine = self._load()
         # Agents' local names (GPU index, PCI address, HCA) -> topology ids; serials seen at new slots.
-        self.identity = self._identity()
+        self.identity = Identity(self.topology)
+        self.identity.load(self.store.load_inventories())
         self.on_plan: list[Callable[[Plan], None]] = []  # observers (the demo's live view)
 
     # ---- inventory --------------------------------------------------------------------------
@@ -95,21 +96,22 @@ class Controller:
         other event (stored, correlated, judged by the policy). NotFound for a node not registered.
 
         The moves are ingested before the inventory is stored: if either write fails, the identity
-        map is rebuilt from the store and the error raised, so the agent's retry finds the moves again.
+        map goes back to what it was and the error is raised, so the agent's retry finds the moves again.
         """
         with self.lock:
             if inv.node not in self.engine.nodes:
                 raise NotFound("node", inv.node)
             now = self.clock.now()
+            known = self.identity.inventories()
             moved = self.identity.register(inv, now)
             try:
                 if moved:
                     self.ingest(moved)
                 self.store.save_inventory(inv, now)
             except Exception as err:
-                log.error("%s: could not record its inventory (%s); reloading identities from the store",
+                log.error("%s: could not record its inventory (%s); its moves are judged again on the retry",
                           inv.node, err)
-                self.identity = self._identity()
+                self.identity.load(known)
                 if isinstance(err, GpufleetError):
                     raise
                 raise ExternalError("database", f"recording the inventory of {inv.node}: {err}") from err
@@ -381,11 +383,6 @@ class Controller:
         parts = {e.link, self.admission.shared_end(e.link)}
         return any(s.component in parts and e.node in s.affected_nodes and len(s.affected_nodes) >= 2
                    and s.action not in _NO_DRAIN for s in self.verdicts)
-
-    def _identity(self) -> Identity:
-        identity = Identity(self.topology)
-        identity.load(self.store.load_inventories())
-        return identity
 
     def _silent_nodes(self, now: datetime) -> list[HealthEvent]:
         timeout = self.policy_file.config.heartbeat_timeout
