@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi.testclient import TestClient
 
 from gpufleet.controller.api.app import create_app
 from gpufleet.controller.clock import ManualClock
@@ -20,7 +21,7 @@ from gpufleet.domain.topology import Topology, to_fleet
 from gpufleet.domain.topology_gen import generate_nvl72
 from gpufleet.lifecycle.config import load_policy
 from gpufleet.lifecycle.states import NodeState
-from tests.integration.api.conftest import T0, TOKENS, Api, TestClient, auth
+from tests.integration.api.conftest import T0, TOKENS, Api, auth
 
 DOC: dict[str, Any] = {
     "format": "gpufleet.inventory/v1", "node": "r01-n01", "serial": "NODE-00017",

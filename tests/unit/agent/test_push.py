@@ -5,6 +5,7 @@ import random
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -43,7 +44,7 @@ def ctl() -> Iterator[ControllerDouble]:
     c.stop()
 
 
-def make(tmp_path: Path, url: str, token: str = "s3cret", **kw: object) -> tuple[Pusher, Spool, FakeClock]:
+def make(tmp_path: Path, url: str, token: str = "s3cret", **kw: Any) -> tuple[Pusher, Spool, FakeClock]:
     clock = FakeClock()
     spool = Spool(tmp_path / "spool.db")
     pusher = Pusher(
@@ -53,7 +54,7 @@ def make(tmp_path: Path, url: str, token: str = "s3cret", **kw: object) -> tuple
         clock,
         backoff=Backoff(1.0, 60.0, random.Random(1)),
         **kw,
-    )  # type: ignore[arg-type]
+    )
     return pusher, spool, clock
 
 
