@@ -18,6 +18,7 @@ from gpufleet.correlate.model import Suspect, SuspectAction, VerdictStatus
 from gpufleet.domain.errors import ExternalError, GpufleetError, InvalidInput, NotFound
 from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.fleet import Fleet, Node
+from gpufleet.domain.inventory import NodeInventory
 from gpufleet.domain.topology import Topology
 from gpufleet.lifecycle.breaker import BreakerState
 from gpufleet.lifecycle.config import PolicyFile
@@ -30,6 +31,7 @@ from gpufleet.lifecycle.states import Actor, NodeState
 from . import heap
 from .admission import Admission
 from .clock import Clock
+from .identity import Identity
 from .store.repo import EventKey, Round, Store
 
 _NO_DRAIN = frozenset({SuspectAction.OBSERVE, SuspectAction.ISOLATE_SWITCH})
@@ -64,6 +66,9 @@ class Controller:
         self.lock = threading.RLock()
         self.admission = self._admission()
         self.engine = self._load()
+        # Agents' local names (GPU index, PCI address, HCA) -> topology ids; serials seen at new slots.
+        self.identity = Identity(self.topology)
+        self.identity.load(self.store.load_inventories())
         self.on_plan: list[Callable[[Plan], None]] = []  # observers (the demo's live view)
 
     # ---- inventory --------------------------------------------------------------------------
@@ -85,6 +90,32 @@ class Controller:
 
     def register_fleet(self, fleet: Fleet, state: NodeState = NodeState.READY) -> int:
         return self.register(iter(fleet), state=state)
+
+    def register_inventory(self, inv: NodeInventory) -> list[HealthEvent]:
+        """Keep a node agent's inventory; returns the ``moved`` events it implied, ingested like any
+        other event (stored, correlated, judged by the policy). NotFound for a node not registered.
+
+        The moves are ingested before the inventory is stored: if either write fails, the identity
+        map goes back to what it was and the error is raised, so the agent's retry finds the moves again.
+        """
+        with self.lock:
+            if inv.node not in self.engine.nodes:
+                raise NotFound("node", inv.node)
+            now = self.clock.now()
+            known = self.identity.inventories()
+            moved = self.identity.register(inv, now)
+            try:
+                if moved:
+                    self.ingest(moved)
+                self.store.save_inventory(inv, now)
+            except Exception as err:
+                log.error("%s: could not record its inventory (%s); its moves are judged again on the retry",
+                          inv.node, err)
+                self.identity.load(known)
+                if isinstance(err, GpufleetError):
+                    raise
+                raise ExternalError("database", f"recording the inventory of {inv.node}: {err}") from err
+            return moved
 
     # ---- evidence ---------------------------------------------------------------------------
     def ingest(self, events: Sequence[HealthEvent]) -> IngestResult:

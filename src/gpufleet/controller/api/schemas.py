@@ -56,9 +56,19 @@ class EventIn(_In):
                            code=self.code, severity=self.severity, link=self.link, message=self.message,
                            source=self.source, attrs=tuple(sorted(self.attrs.items())))
 
+    @classmethod
+    def of(cls, e: HealthEvent) -> EventIn:
+        """The wire form of an event the controller made itself (e.g. ``moved``), as an agent sends one."""
+        return cls(id=e.id, node=e.node, kind=e.kind, time=e.time, component=e.component, code=e.code,
+                   severity=e.severity, link=e.link, message=e.message, source=e.source, attrs=dict(e.attrs))
+
 
 class EventBatch(_In):
     events: list[EventIn] = Field(min_length=1, max_length=10_000)
+
+
+class InventoryOut(BaseModel):
+    moved: list[EventIn] = Field(description="the moves this inventory showed (serial at a new slot)")
 
 
 class IngestOut(BaseModel):

@@ -17,6 +17,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.domain.events import HealthEvent
+from gpufleet.domain.inventory import NodeInventory, parse_inventory
 from gpufleet.lifecycle.breaker import BreakerState
 from gpufleet.lifecycle.decisions import Decision, DecisionStatus
 from gpufleet.lifecycle.engine import NodeRecord
@@ -32,7 +33,18 @@ from .convert import (
     record_of,
     transition_values,
 )
-from .models import ActionRow, AuditRow, Base, CheckpointRow, DecisionRow, EventRow, NodeRow, SettingRow, TransitionRow
+from .models import (
+    ActionRow,
+    AuditRow,
+    Base,
+    CheckpointRow,
+    DecisionRow,
+    EventRow,
+    InventoryRow,
+    NodeRow,
+    SettingRow,
+    TransitionRow,
+)
 
 _CHUNK = 500
 
@@ -162,6 +174,23 @@ class Store:
         """Which of the (node, id) keys are stored."""
         with self.engine.connect() as conn:
             return _known_ids(conn, keys)
+
+    # ---- inventories ------------------------------------------------------------------------
+    def save_inventory(self, inv: NodeInventory, now: datetime) -> None:
+        """Keep ``inv`` as the node's inventory (replacing the one it registered before)."""
+        with self.session.begin() as s:
+            s.merge(InventoryRow(node=inv.node, doc=inv.to_json(), updated=now))
+
+    def inventory(self, node: str) -> NodeInventory | None:
+        with self.session() as s:
+            row = s.get(InventoryRow, node)
+            return parse_inventory(row.doc) if row is not None else None
+
+    def load_inventories(self) -> list[NodeInventory]:
+        """Every node's last inventory, least recently registered first (a later report wins)."""
+        with self.session() as s:
+            rows = s.scalars(select(InventoryRow).order_by(InventoryRow.updated, InventoryRow.node))
+            return [parse_inventory(r.doc) for r in rows]
 
     # ---- loading the engine after a (re)start -----------------------------------------------
     def load_nodes(self) -> list[tuple[NodeRecord, str]]:
