@@ -64,11 +64,11 @@ class Controller:
         self.verdicts: list[Suspect] = []
         self.topology = topology
         self.lock = threading.RLock()
-        self.admission = self._admission()
-        self.engine = self._load()
         # Agents' local names (GPU index, PCI address, HCA) -> topology ids; serials seen at new slots.
         self.identity = Identity(self.topology)
         self.identity.load(self.store.load_inventories())
+        self.admission = self._admission()
+        self.engine = self._load()
         self.on_plan: list[Callable[[Plan], None]] = []  # observers (the demo's live view)
 
     # ---- inventory --------------------------------------------------------------------------
@@ -373,7 +373,7 @@ class Controller:
     def _admission(self) -> Admission:
         cfg = self.policy_file.config
         return Admission(self.policy_file.catalog, self.topology, merge_window=cfg.merge_window,
-                         hold=cfg.correlation_hold)
+                         hold=cfg.correlation_hold, resolve=self.identity.resolve)
 
     def _covered(self, e: HealthEvent) -> bool:
         """Whether a standing verdict on a shared part (a switch behind ``e``'s link, or the link

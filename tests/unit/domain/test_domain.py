@@ -43,8 +43,8 @@ def test_catalog_carries_nvidia_facts_and_our_judgement() -> None:
     assert cat.lookup("xid", 45).collateral
     assert cat.lookup("xid", 13).severity == Severity.INFO
     assert cat.lookup("xid", 94).severity == Severity.DEGRADED
-    assert cat.severity("xid", 99999) == Severity.DEGRADED  # unknown codes get looked at
-    assert cat.severity("ecc_dbe", None) == Severity.FATAL
+    assert cat.lookup("xid", 99999).severity == Severity.DEGRADED  # unknown codes get looked at
+    assert cat.lookup("ecc_dbe", None).severity == Severity.FATAL
 
 
 def test_catalog_override_is_all_or_nothing() -> None:

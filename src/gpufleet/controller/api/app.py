@@ -130,6 +130,8 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
              summary="Register the node's inventory; answers the moves it showed (agent for its nodes)")
     def put_inventory(node: str, body: Annotated[dict[str, Any], Body()], caller: Reporter) -> InventoryOut:
         _may_report(caller, node, "node")
+        if node not in c.engine.nodes:
+            raise NotFound("node", node)
         inv = parse_inventory(body)
         if inv.node != node:
             raise InvalidInput("inventory.node", inv.node, f"the node of the path ({node!r})")
