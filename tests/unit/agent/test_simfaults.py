@@ -130,8 +130,9 @@ def test_xid_with_a_simulated_kernel_log_is_seen_by_nvml_and_by_the_kernel_log(t
         assert (e.code, e.component, attrs["gpu"], attrs["pci"]) == (94, "n1-gpu1", "1", "0000:2a:00.0")
     assert kmsg.time == nvml.time == node.clock.now() - timedelta(seconds=1)  # one fault, one time
     line = node.kernel_log.path.read_text().splitlines()[-1]
-    assert line.endswith(";NVRM: Xid (PCI:0000:2a:00): 94, pid=4242, name=python3, Contained: CE User Channel (0x1). "
-                         "RST: No, D-RST: No")
+    assert line.endswith(
+        ";NVRM: Xid (PCI:0000:2a:00): 94, pid=4242, name=python3, Contained: CE User Channel (0x1). RST: No, D-RST: No"
+    )
     assert node.step(1) == []
 
 
