@@ -36,6 +36,6 @@ def test_follower_with_diagnose_decoder(tmp_path: Path) -> None:
     xids = [e for e in evs if e.kind is EventKind.XID]
     assert [(e.code, e.component) for e in xids] == [(79, "n1-gpu0"), (48, "n1-gpu1")]
     assert xids[0].id == "n1:kmsg:b1:1002:0" and xids[0].node == "n1"
-    assert xids[0].severity is Severity.FATAL and xids[0].source == "kmsg"
+    assert xids[0].severity is Severity.FATAL and xids[0].source == "diagnose"
     assert len({e.id for e in evs}) == len(evs)
     f.close()
