@@ -12,7 +12,6 @@ import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import zip_longest
 from pathlib import Path
 
 from gpufleet.agent.clock import Clock, SystemClock
@@ -74,7 +73,8 @@ def open_surfaces(
 ) -> Surfaces:
     """The node's surfaces. ``--device sim`` builds a simulated ``/sys`` under ``sim_root`` (default
     ``<state_dir>/sim-sys``; its InfiniBand tree is used unless ``ib_root`` is set) and, when ``kernel_log``
-    and ``kmsg_path`` is a regular file (or does not exist), makes that file the simulated kernel ring."""
+    and ``kmsg_path`` is a regular file (or does not exist), makes that file the simulated kernel ring.
+    A given ``device`` is used as is (a SimDevice without a kernel log gets this one)."""
     if cfg.device != "sim":
         return Surfaces(device or NvmlDevice(clock=clock), cfg.ib_root or DEFAULT_IB_ROOT, cfg.sys_root)
     prefix = cfg.sim_serial_prefix or serial_prefix(cfg.node, cfg.sim_seed)
@@ -82,15 +82,12 @@ def open_surfaces(
     sysfs = SimSysfs(root, nics=cfg.gpus if cfg.sim_nics is None else cfg.sim_nics, serial=prefix)
     klog: SimKernelLog | None = None
     path = cfg.kmsg_path
-    if kernel_log and cfg.kmsg and cfg.kmsg_file is None and (path.is_file() or not path.exists()):
+    if kernel_log and cfg.kmsg and cfg.kmsg_file is None and _sim_ring(path):
         klog = SimKernelLog(path, clock, boot_time(cfg.proc_root) or clock.now())
     if device is None:
-        serials = [
-            given or default for given, default in zip_longest(cfg.sim_gpu_serials, gpu_serials(prefix, cfg.gpus))
-        ]
-        device = SimDevice(
-            cfg.gpus, seed=cfg.sim_seed, clock=clock, serials=[s or "" for s in serials], kernel_log=klog
-        )
+        given = cfg.sim_gpu_serials + [""] * (cfg.gpus - len(cfg.sim_gpu_serials))  # "" keeps the default
+        serials = [g or d for g, d in zip(given, gpu_serials(prefix, cfg.gpus), strict=True)]
+        device = SimDevice(cfg.gpus, seed=cfg.sim_seed, clock=clock, serials=serials, kernel_log=klog)
     elif isinstance(device, SimDevice) and device.kernel_log is None:
         device.kernel_log = klog
     ib_root = cfg.ib_root or sysfs.ib_root
@@ -224,6 +221,12 @@ def _kernel_log(cfg: AgentConfig, clock: Clock, telemetry: Telemetry, decode: De
         _ensure_dir(cfg.state_dir)
         state = cfg.state_dir / "kmsg-position.json"
     return KmsgFollower(cfg.node, dec, clock=clock, kmsg_path=cfg.kmsg_path, state_path=state, proc_root=cfg.proc_root)
+
+
+def _sim_ring(path: Path) -> bool:
+    """A ``kmsg_path`` that can be the simulated kernel ring: a regular file, or none yet (never the
+    default ``/dev/kmsg``, even where a container lacks it)."""
+    return path != Path("/dev/kmsg") and (path.is_file() or not path.exists())
 
 
 def _ensure_dir(path: Path) -> None:

@@ -3,15 +3,18 @@ and rules (a simulated sysfs tree, a simulated kernel ring, the simulated device
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from gpufleet.agent.app import run_agent
 from gpufleet.agent.clock import FakeClock
 from gpufleet.agent.collectors.infiniband import InfinibandCollector
 from gpufleet.agent.collectors.kmsg import KmsgFollower
+from gpufleet.agent.config import load_config
 from gpufleet.agent.decoding import default_decoder
 from gpufleet.agent.devices.sim import SimDevice
 from gpufleet.agent.devices.simfaults import Fault, FaultInjector, parse_fault
@@ -210,3 +213,42 @@ def test_simulated_kernel_log_continues_the_files_sequence(tmp_path: Path) -> No
     klog = SimKernelLog(path, clock, clock.now() - timedelta(seconds=10))
     klog.xid("0000:18:00.0", 13)
     assert path.read_text().splitlines()[-1].startswith("4,42,10000000,-;NVRM: Xid (PCI:0000:18:00): 13, ")
+
+
+class _StopAt(FakeClock):
+    def __init__(self, until: float, stop: threading.Event) -> None:
+        super().__init__()
+        self.until, self.stop = until, stop
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(seconds)
+        if self.monotonic() >= self.until:
+            self.stop.set()
+
+
+def test_run_agent_wires_the_simulated_node(tmp_path: Path) -> None:
+    """``gpufleet agent --device sim --kmsg-path FILE --inject ...`` as wired by run_agent, on a fake clock."""
+    proc = tmp_path / "proc"
+    (proc / "sys/kernel/random").mkdir(parents=True)
+    (proc / "sys/kernel/random/boot_id").write_text("b00t\n")
+    (proc / "stat").write_text(f"btime {BTIME}\n")
+    cfg = load_config(
+        None,
+        node="n1",
+        device="sim",
+        gpus=2,
+        sim_nics=3,
+        push=False,
+        state_dir=tmp_path / "state",
+        kmsg_path=tmp_path / "kmsg",
+        proc_root=proc,
+        metrics_port=0,
+        metrics_addr="127.0.0.1",
+        inject=["xid:94@gpu1", "ib_flap@nic2@+5"],
+    )
+    stop = threading.Event()
+    agent = run_agent(cfg, stop, clock=_StopAt(10.0, stop))
+    t = agent.telemetry
+    assert t.kmsg_source == "kmsg" and t.events == {"xid": 2, "link_flap": 1}
+    assert "NVRM: Xid (PCI:0000:2a:00): 94" in (tmp_path / "kmsg").read_text()
+    assert [p.device for p in t.ib] == ["mlx5_0", "mlx5_1", "mlx5_2"]
