@@ -55,7 +55,7 @@ def test_kernel_log_to_controller(tmp_path: Path) -> None:
         assert set(by_code) == {79, 94}
         x79 = by_code[79]
         assert x79.id == "r01-n003:kmsg:0e2c-boot:501:0" and x79.component == "r01-n003-gpu0"
-        assert x79.source == "diagnose" and x79.severity is Severity.FATAL
+        assert x79.source == "kmsg" and x79.severity is Severity.FATAL
         assert by_code[94].component == "r01-n003-gpu4"  # sim GPU 4 sits on bus 9a
         assert (tmp_path / "state" / "kmsg-position.json").read_text().count('"kmsg_seq": 502') == 1
     finally:

@@ -140,7 +140,12 @@ class NvmlDevice:
             except lib.NVMLError:
                 break
             links += 1
-        return GpuInfo(i, uuid, name, bus, links)
+        try:
+            serial = _text(lib.nvmlDeviceGetSerial(h)).strip()
+        except lib.NVMLError as err:  # NOT_SUPPORTED on boards without one (GeForce): the slot still maps
+            log.info("gpu%d: no board serial (%s)", i, err)
+            serial = ""
+        return GpuInfo(i, uuid, name, bus, links, serial)
 
     def _open_events(self) -> None:
         lib = self._lib
