@@ -14,7 +14,7 @@ from gpufleet.agent.clock import SystemClock
 from gpufleet.agent.config import load_config
 from gpufleet.agent.devices.sim import SimDevice
 from gpufleet.controller.runtime import Runtime, build
-from gpufleet.controller.settings import ControllerSettings, Role, TokenConfig
+from gpufleet.controller.settings import ControllerSettings, Role, SchedulerKind, TokenConfig
 from gpufleet.controller.store.repo import Page
 from gpufleet.domain.fleet import Fleet, Gpu, Node
 from gpufleet.schedulers.sim import SimScheduler
@@ -32,6 +32,7 @@ def start_controller(db: Path, port: int, *, register: bool) -> Runtime:
         host="127.0.0.1",
         port=port,
         reconcile_interval=1.0,
+        scheduler=SchedulerKind.SIM,
         tokens=(TokenConfig(name=f"agent-{NODE}", role=Role.AGENT, token=AGENT_TOKEN, nodes=(NODE,)),),
     )
     rt = build(settings, SimScheduler([NODE]))
