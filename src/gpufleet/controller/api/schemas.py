@@ -45,7 +45,7 @@ class EventIn(_In):
     time: AwareTime
     component: Text | None = Field(default=None, max_length=200)
     code: int | None = Field(default=None, ge=0, le=MAX_CODE, strict=True)
-    severity: Severity | None = Field(default=None, description="only what the source itself stated; the controller judges")
+    severity: Severity | None = Field(default=None, description="only what the source stated; the controller judges")
     link: Text | None = Field(default=None, max_length=200)
     message: Text = Field(default="", max_length=4000)
     source: Text = Field(default="agent", max_length=64)
