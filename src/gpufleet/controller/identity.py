@@ -173,7 +173,9 @@ class Identity:
         device = attrs.get("device")
         if device is not None and device in slots.nic_of_device:
             return slots.nic(slots.nic_of_device[device]) or slots.host
-        if pci or guess is None or guess == slots.host:
+        # A PCI address the node's registered inventory does not have names the node itself; before the
+        # inventory is registered, the agent's own guess (its GPU slot name) stands.
+        if (pci and (slots.gpu_of_pci or slots.nic_of_pci)) or guess is None or guess == slots.host:
             return slots.host
         if self._topo is not None and guess in self._topo.components:
             return guess
