@@ -108,7 +108,8 @@ def test_policy_file_overrides_judge_offline_as_the_controller_would(tmp_path: P
     plain = runner.invoke(app, ["diagnose", "--json", "-"], input=line)
     assert plain.exit_code == 0 and json.loads(plain.output)[0]["severity"] == "info"
     policy = tmp_path / "policy.toml"
-    policy.write_text('[policy]\nevidence_window = "12h"\n\n[[override]]\nkind = "xid"\ncode = 31\nseverity = "fatal"\n')
+    policy.write_text('[policy]\nevidence_window = "12h"\n\n'
+                      '[[override]]\nkind = "xid"\ncode = 31\nseverity = "fatal"\n')
     res = runner.invoke(app, ["diagnose", "--json", "--policy", str(policy), "-"], input=line)
     assert res.exit_code == 1 and json.loads(res.output)[0]["severity"] == "fatal"
     bad = tmp_path / "bad.toml"
