@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.agent.clock import Clock, SystemClock
+from gpufleet.agent.clock import AgentClock, SystemClock
 from gpufleet.agent.collectors.host import HostCollector
 from gpufleet.agent.collectors.infiniband import InfinibandCollector
 from gpufleet.agent.collectors.kmsg import Decode, KernelLog, KmsgFollower, LogDecoder, boot_time
@@ -65,7 +65,7 @@ def check_options(cfg: AgentConfig) -> list[Fault]:
 
 def open_surfaces(
     cfg: AgentConfig,
-    clock: Clock,
+    clock: AgentClock,
     device: Device | None = None,
     *,
     sim_root: Path | None = None,
@@ -94,7 +94,9 @@ def open_surfaces(
     return Surfaces(device, ib_root, sysfs.root, sysfs if cfg.ib_root is None else None, klog)
 
 
-def print_inventory(cfg: AgentConfig, *, clock: Clock | None = None, device: Device | None = None) -> NodeInventory:
+def print_inventory(
+    cfg: AgentConfig, *, clock: AgentClock | None = None, device: Device | None = None
+) -> NodeInventory:
     """``--print-inventory``: open the device, collect, close. A simulated node's tree lives in a temporary
     directory (its content depends only on the configuration); no kernel log is touched."""
     clock = clock or SystemClock()
@@ -113,7 +115,7 @@ def run_agent(
     cfg: AgentConfig,
     stop: threading.Event,
     *,
-    clock: Clock | None = None,
+    clock: AgentClock | None = None,
     device: Device | None = None,
     decode: Decode | LogDecoder | None = None,
     ready: Callable[[int], None] | None = None,
@@ -210,7 +212,9 @@ def run_agent(
     return agent
 
 
-def _kernel_log(cfg: AgentConfig, clock: Clock, telemetry: Telemetry, decode: Decode | LogDecoder | None) -> KernelLog:
+def _kernel_log(
+    cfg: AgentConfig, clock: AgentClock, telemetry: Telemetry, decode: Decode | LogDecoder | None
+) -> KernelLog:
     """The recorded log of ``kmsg_file`` (replayed from its start), else the live kernel log."""
     slots = {g.pci_bus_id: f"{cfg.node}-gpu{g.index}" for g in telemetry.gpus}
     dec: Decode | LogDecoder = decode or default_decoder(cfg.node, slots)

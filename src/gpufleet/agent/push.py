@@ -31,7 +31,7 @@ from datetime import datetime
 import httpx
 
 from gpufleet import __version__
-from gpufleet.agent.clock import Clock
+from gpufleet.agent.clock import AgentClock
 from gpufleet.agent.spool import Spool
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.inventory import NodeInventory
@@ -154,7 +154,7 @@ class Pusher:
         spool: Spool,
         client: ControllerClient,
         node: str,
-        clock: Clock,
+        clock: AgentClock,
         *,
         batch_size: int = 500,
         heartbeat_s: float = 30.0,

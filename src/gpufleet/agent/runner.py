@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from gpufleet.agent.clock import Clock
+from gpufleet.agent.clock import AgentClock
 from gpufleet.agent.collectors.host import HostCollector
 from gpufleet.agent.collectors.infiniband import InfinibandCollector
 from gpufleet.agent.collectors.kmsg import KernelLog
@@ -54,7 +54,7 @@ class Agent:
         self,
         node: str,
         device: Device,
-        clock: Clock,
+        clock: AgentClock,
         *,
         checks: PassiveChecks | None = None,
         telemetry: Telemetry | None = None,

@@ -165,7 +165,10 @@ class Controller:
                 return Round(plan, self._touched(plan), merged) if plan or merged else None
 
             try:
-                written = self.store.ingest([e for _, events in prepared for e in events], now, decide)
+                with self.store.round() as tx:
+                    written = decide(tx.insert_events([e for _, events in prepared for e in events], now))
+                    if written is not None:
+                        tx.write(written)
             except Exception as err:
                 log.error("could not write an ingest round (%s); reloading state from the store", err)
                 self._reload()

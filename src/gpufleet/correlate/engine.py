@@ -30,7 +30,7 @@ from datetime import datetime, timedelta
 from gpufleet.correlate.describe import action_for, reason_for
 from gpufleet.correlate.explain import Explanation, SymptomLike, explain
 from gpufleet.correlate.inventory import Inventory, MoveRecord
-from gpufleet.correlate.model import Finding, Ref, Suspect, SuspectAction, Verdict, VerdictStatus, sort_refs
+from gpufleet.correlate.model import Basis, Ref, Suspect, SuspectAction, Verdict, VerdictStatus, sort_refs
 from gpufleet.correlate.symptoms import FOLD, IGNORE, Symptom, Weighing, weigh
 from gpufleet.domain.catalog import Action, Catalog, load_default_catalog
 from gpufleet.domain.eventio import EventFields, FileEvent
@@ -436,7 +436,7 @@ class Engine:
             SuspectAction.OBSERVE,
             of.evidence,
             self.topology.nodes_behind(comp),
-            Finding.ALTERNATIVE,
+            Basis.ALTERNATIVE,
             f"alternative to {of.component}",
             of.symptoms,
         )
@@ -445,16 +445,16 @@ class Engine:
         c = ex.candidate
         kind = ex.kind if ex.kind != "link" else self._links[c].kind
         conf = ex.confidence
-        finding = Finding.SHARED
+        finding = Basis.SHARED
         component = c
         slots = self._slots(c)
         rec: MoveRecord | None = self.inventory.follows(slots)
         if rec is not None:
-            finding = Finding.FOLLOWS_SERIAL
+            finding = Basis.FOLLOWS_SERIAL
         else:
             rec = self.inventory.stays(slots)
             if rec is not None:
-                finding = Finding.STAYS_AT_SLOT
+                finding = Basis.STAYS_AT_SLOT
                 if ex.kind != "link":
                     component = rec.from_slot
                     kind = self.kind_of(component)

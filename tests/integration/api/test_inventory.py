@@ -15,7 +15,7 @@ from gpufleet.controller.clock import ManualClock
 from gpufleet.controller.service import Controller
 from gpufleet.controller.store.db import make_engine, migrate
 from gpufleet.controller.store.repo import Store
-from gpufleet.correlate.model import Finding
+from gpufleet.correlate.model import Basis
 from gpufleet.domain.fleet import ComponentKind as K
 from gpufleet.domain.topology import Topology, to_fleet
 from gpufleet.domain.topology_gen import generate_nvl72
@@ -136,4 +136,4 @@ def test_a_tray_swap_in_the_reported_serials_moves_the_fault_with_the_tray(
     suspects = client.get("/v1/verdicts", headers=auth("viewer")).json()["suspects"]
     assert (suspects[0]["component"], suspects[0]["serial"]) == (b, tray_a)
     (standing,) = [s for s in controller.verdicts if s.component == b]
-    assert standing.finding is Finding.FOLLOWS_SERIAL
+    assert standing.finding is Basis.FOLLOWS_SERIAL

@@ -9,7 +9,7 @@ import pytest
 
 from gpufleet.controller.identity import Identity
 from gpufleet.correlate.engine import Engine
-from gpufleet.correlate.model import Finding
+from gpufleet.correlate.model import Basis
 from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.fleet import ComponentKind as K
 from gpufleet.domain.inventory import GpuUnit, IbPort, NicUnit, NodeInventory
@@ -185,7 +185,7 @@ def test_a_tray_moved_between_racks_is_one_move_and_the_fault_follows_it(nvl: To
                                 attrs=(("gpu", str(g)), ("nvlink", str(n))))
             eng.observe_health_event(ident.resolve(local))
     top = eng.suspects()[0]
-    assert (top.component, top.serial, top.finding) == (b, tray_a, Finding.FOLLOWS_SERIAL)
+    assert (top.component, top.serial, top.finding) == (b, tray_a, Basis.FOLLOWS_SERIAL)
 
 
 def test_a_gpu_seen_elsewhere_moves_on_its_own_inside_a_moved_tray(nvl: Topology) -> None:

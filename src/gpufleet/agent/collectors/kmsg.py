@@ -37,7 +37,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from gpufleet.agent.clock import Clock, SystemClock
+from gpufleet.agent.clock import AgentClock, SystemClock
 from gpufleet.diagnose.kmsg import parse_kmsg_record
 from gpufleet.domain.events import HealthEvent
 
@@ -107,7 +107,7 @@ class KmsgFollower:
         node: str,
         decode: Decode | LogDecoder,
         *,
-        clock: Clock | None = None,
+        clock: AgentClock | None = None,
         kmsg_path: Path = Path("/dev/kmsg"),
         state_path: Path | None = None,
         proc_root: Path = Path("/proc"),
@@ -116,7 +116,7 @@ class KmsgFollower:
     ) -> None:
         self.node = node
         self.decoder: LogDecoder = decode if isinstance(decode, LogDecoder) else LineDecoder(decode)
-        self.clock: Clock = clock or SystemClock()
+        self.clock: AgentClock = clock or SystemClock()
         self.kmsg_path = kmsg_path
         self.state_path = state_path
         self.proc_root = proc_root

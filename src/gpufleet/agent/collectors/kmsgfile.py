@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from gpufleet.agent.clock import Clock
+from gpufleet.agent.clock import AgentClock
 from gpufleet.agent.collectors.kmsg import (
     Decode,
     LineDecoder,
@@ -55,7 +55,7 @@ class KmsgFileReplay:
         decode: Decode | LogDecoder,
         path: Path,
         *,
-        clock: Clock,
+        clock: AgentClock,
         proc_root: Path = Path("/proc"),
         year: int | None = None,
     ) -> None:

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpufleet.agent.clock import Clock, SystemClock
+from gpufleet.agent.clock import AgentClock, SystemClock
 from gpufleet.agent.devices.port import (
     DeviceStatus,
     FastReading,
@@ -139,7 +139,7 @@ class SimDevice:
         gpus: int = 8,
         *,
         seed: int = 0,
-        clock: Clock | None = None,
+        clock: AgentClock | None = None,
         load: float = 60.0,
         node_serial: int = 0,
         serials: Sequence[str] | None = None,
@@ -155,7 +155,7 @@ class SimDevice:
         if not 0.0 <= load <= 100.0:
             raise InvalidInput("load", load, "a utilisation between 0 and 100")
         self._rng = random.Random(seed)
-        self._clock: Clock = clock or SystemClock()
+        self._clock: AgentClock = clock or SystemClock()
         self.state: list[SimGpu] = [
             SimGpu(
                 index=i,

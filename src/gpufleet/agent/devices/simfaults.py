@@ -30,7 +30,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpufleet.agent.clock import Clock
+from gpufleet.agent.clock import AgentClock
 from gpufleet.agent.devices.sim import SimDevice
 from gpufleet.agent.devices.simhost import SimKernelLog, SimSysfs
 from gpufleet.domain.errors import InvalidInput
@@ -135,7 +135,7 @@ class FaultInjector:
     def __init__(
         self,
         faults: Sequence[Fault],
-        clock: Clock,
+        clock: AgentClock,
         *,
         device: SimDevice,
         sysfs: SimSysfs | None = None,

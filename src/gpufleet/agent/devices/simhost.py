@@ -25,7 +25,7 @@ import shutil
 from datetime import datetime
 from pathlib import Path
 
-from gpufleet.agent.clock import Clock
+from gpufleet.agent.clock import AgentClock
 from gpufleet.agent.collectors.infiniband import COUNTERS
 from gpufleet.diagnose.kmsg import parse_kmsg_record
 from gpufleet.domain.errors import InvalidInput
@@ -68,7 +68,7 @@ def xid_message(pci: str, code: int, detail: str = "") -> str:
 class SimKernelLog:
     """Appends ``/dev/kmsg`` records to ``path``; times are microseconds since ``boot`` on ``clock``."""
 
-    def __init__(self, path: Path, clock: Clock, boot: datetime) -> None:
+    def __init__(self, path: Path, clock: AgentClock, boot: datetime) -> None:
         self.path, self.clock, self.boot = path, clock, boot
         try:
             path.touch(exist_ok=True)

@@ -8,7 +8,7 @@ from typing import Any
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
 from gpufleet.lifecycle.decisions import ActionKind, Decision, DecisionStatus, PlannedAction
 from gpufleet.lifecycle.engine import NodeRecord
-from gpufleet.lifecycle.plan import AuditEntry
+from gpufleet.lifecycle.plan import AuditEntry, OutboxAction
 from gpufleet.lifecycle.states import Actor, NodeState, Transition
 
 from .models import ActionRow, DecisionRow, EventRow, NodeRow
@@ -81,3 +81,8 @@ def record_of(r: NodeRow) -> NodeRecord:
 
 def planned_of(r: ActionRow) -> PlannedAction:
     return PlannedAction(ActionKind(r.kind), r.node, r.reason, r.level)
+
+
+def outbox_of(r: ActionRow) -> OutboxAction:
+    """An outbox row as the typed action the reconciler executes."""
+    return OutboxAction(r.id, r.decision_id, planned_of(r), r.created, r.attempts)

@@ -6,7 +6,8 @@ entries, the audit lines, the node rows) go through :meth:`Store.commit` in ONE 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -21,7 +22,7 @@ from gpufleet.domain.inventory import NodeInventory, parse_inventory
 from gpufleet.lifecycle.breaker import BreakerState
 from gpufleet.lifecycle.decisions import Decision, DecisionStatus
 from gpufleet.lifecycle.engine import NodeRecord
-from gpufleet.lifecycle.plan import Plan
+from gpufleet.lifecycle.plan import OutboxAction, Plan
 
 from .convert import (
     Values,
@@ -30,6 +31,7 @@ from .convert import (
     decision_row,
     event_of,
     event_values,
+    outbox_of,
     record_of,
     transition_values,
 )
@@ -84,6 +86,26 @@ class CheckEvent:
 class Page:
     limit: int = 100
     offset: int = 0
+
+
+class IngestRound:
+    """One open ingest transaction (see :meth:`Store.round`)."""
+
+    def __init__(self, store: Store, session: Session) -> None:
+        self._store, self._s = store, session
+
+    def insert_events(self, events: Sequence[HealthEvent], received: datetime) -> set[EventKey]:
+        """Store the events not stored yet; return their (node, id). On SQLite and PostgreSQL the dedup IS
+        the insert (``INSERT .. ON CONFLICT (node, id) DO NOTHING RETURNING node, id``); a (node, id)
+        repeated within ``events`` is stored once, for its first occurrence."""
+        return _insert_new(self._s.connection(), events, received)
+
+    def write(self, r: Round) -> None:
+        """The plan the new events caused, the node rows it touched, and merged sightings' ``fault_of``."""
+        self._store._write(self._s, r.plan, nodes=r.nodes)
+        for node, ident, fault in r.merged:
+            self._s.execute(update(EventRow).where(EventRow.node == node, EventRow.id == ident)
+                            .values(fault_of=fault))
 
 
 class Store:
@@ -143,25 +165,14 @@ class Store:
             s.execute(update(NodeRow).where(NodeRow.id == rec.node).values(
                 state=rec.state.value, since=rec.since, has_jobs=rec.has_jobs, committed=rec.committed))
 
-    def ingest(self, events: Sequence[HealthEvent], received: datetime,
-               decide: Callable[[set[EventKey]], Round | None]) -> Round | None:
-        """The ingest path in ONE transaction: store the ``events`` whose (node, id) are not stored yet,
-        let ``decide`` build the round from the set of (node, id) that were new (the plan they caused,
-        the node rows it touched, the sightings merged onto a fault), and write that. Any error, in
-        ``decide`` too, rolls the whole round back.
-
-        On SQLite and PostgreSQL the dedup IS the insert (``INSERT .. ON CONFLICT (node, id) DO NOTHING
-        RETURNING node, id``): one statement, no separate lookup. A (node, id) repeated within
-        ``events`` is stored once, for its first occurrence."""
+    @contextmanager
+    def round(self) -> Iterator[IngestRound]:
+        """The ingest path's ONE transaction, as a unit of work the caller drives (the store never calls
+        back into the domain): :meth:`IngestRound.insert_events` stores the events whose (node, id) are
+        new and says which; :meth:`IngestRound.write` adds what they caused. Leaving the block commits;
+        an exception anywhere in it rolls the whole round back."""
         with self.session.begin() as s:
-            new = _insert_new(s.connection(), events, received)
-            r = decide(new)
-            if r is not None:
-                self._write(s, r.plan, nodes=r.nodes)
-                for node, ident, fault in r.merged:
-                    s.execute(update(EventRow).where(EventRow.node == node, EventRow.id == ident)
-                              .values(fault_of=fault))
-        return r
+            yield IngestRound(self, s)
 
     def record_heartbeats(self, beats: Sequence[tuple[str, datetime, str]]) -> None:
         """(node, time, agent version) of many heartbeats: one executemany UPDATE, one transaction."""
@@ -317,11 +328,12 @@ class Store:
         return {"nodes": states, "actions": acts, "events": {"total": events}}
 
     # ---- the outbox -------------------------------------------------------------------------
-    def due_actions(self, now: datetime, limit: int = 100) -> list[ActionRow]:
+    def due_actions(self, now: datetime, limit: int = 100) -> list[OutboxAction]:
+        """Open actions due at ``now``, oldest first, as typed actions (not rows)."""
         q = (select(ActionRow).where(ActionRow.status.in_(ActionStatus.OPEN), ActionRow.next_attempt <= now)
              .order_by(ActionRow.created, ActionRow.id).limit(limit))
         with self.session() as s:
-            return list(s.scalars(q))
+            return [outbox_of(r) for r in s.scalars(q)]
 
     def action(self, action_id: str) -> ActionRow | None:
         with self.session() as s:
