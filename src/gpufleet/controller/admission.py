@@ -25,8 +25,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from gpufleet.domain.catalog import Catalog
-from gpufleet.domain.events import EventKind, HealthEvent
-from gpufleet.domain.judgement import judge_event
+from gpufleet.domain.events import EventKind, HealthEvent, Severity
+from gpufleet.domain.judgement import Judgement, judge_event
 from gpufleet.domain.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -72,15 +72,23 @@ class Admission:
         self._faults: dict[FaultKey, _Fault] = {}
         self._order: deque[tuple[datetime, FaultKey]] = deque()
         self._held: deque[tuple[datetime, HealthEvent]] = deque()
+        self._judged: dict[tuple[EventKind, int | None, Severity | None, str], Judgement] = {}
         self.merges = 0  # observations merged onto an earlier one since start (a metric)
 
     # ---- 1. name and judge ------------------------------------------------------------------
     def prepare(self, events: Sequence[HealthEvent]) -> list[HealthEvent]:
         """The events named with topology ids and judged once (what is stored and decided on)."""
         out = []
+        cache = self._judged
         for raw in events:
             e = self.resolve(raw) if self.resolve is not None else raw
-            out.append(replace(e, judgement=judge_event(self.catalog, e)))
+            key = (e.kind, e.code, e.severity, e.attr("rule"))
+            j = cache.get(key)
+            if j is None:  # the judgement depends on these four only: judge each distinct one once
+                if len(cache) >= 4096:  # bounded whatever codes producers send
+                    cache.clear()
+                j = cache[key] = judge_event(self.catalog, e)
+            out.append(replace(e, judgement=j))
         return out
 
     # ---- 2. merge and 3. hold ---------------------------------------------------------------
