@@ -1,0 +1,230 @@
+"""Correlation from the agents' own events, end to end: agent processes with simulated devices report
+what they saw in local names (HCA, GPU index, NVLink number); the controller names it with topology ids
+and its correlator blames the shared part (a leaf switch, an NVSwitch chip) or follows a moved tray.
+
+The scheduler does not matter here (the simulated one takes the drains); decisions, verdicts and the
+audit log are read from the controller's API.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.harness import BASE_POLICY, REPO, Controller, Fleet, TopologyFile, wait_until
+
+pytestmark = pytest.mark.e2e
+
+# A link event toward a switch waits this long for the correlator before the per-node policy sees it
+# (policy.correlation_hold; 20 s by default, shortened so the test sees the hold end).
+MOVED = "moved"  # the event kind the controller emits when a serial shows up at a new slot
+HOLD_POLICY = BASE_POLICY.replace("[policy]\n", '[policy]\ncorrelation_hold = "2s"\n')
+
+
+def _component_groups(decisions: list[dict[str, Any]]) -> set[str]:
+    return {d["actor_id"] for d in decisions if d["rule"] == "component_fault"}
+
+
+def _evidence_nodes(ctl: Controller, refs: list[Any]) -> set[str]:
+    """The reporting nodes of the events a decision or verdict cites (event ids are per node)."""
+    events = ctl.api.events()
+    wanted = {str(r) for r in refs}
+    return {e["node"] for e in events if e["id"] in wanted}
+
+
+def test_a_failing_leaf_seen_by_the_agents_ib_events_is_one_decision(fleet: Fleet, tmp_path: Path) -> None:
+    topo = TopologyFile.generate(tmp_path / "hgx.json", "hgx", "--nodes", "4")
+    nodes = sorted(topo.racks())
+    rail = 5
+    # The leaf of rail 5, read from the topology file: the far end of r01-n01-nic5's InfiniBand cable.
+    (cable,) = topo.links_of(f"{nodes[0]}-nic{rail}", "ib")
+    leaf = cable["b"] if cable["a"] == f"{nodes[0]}-nic{rail}" else cable["a"]
+    assert topo.component(leaf)["kind"] == "leaf_switch"
+    behind = {n for n in nodes if any(leaf in (lk["a"], lk["b"]) for lk in topo.links_of(f"{n}-nic{rail}", "ib"))}
+    assert behind == set(nodes), "an HGX scalable unit: every node's rail-5 NIC lands on the same leaf"
+
+    ctl = fleet.controller(nodes=topo.racks(), topology=topo.path, policy=HOLD_POLICY)
+    reporters = nodes[:3]
+    for n in reporters:
+        fleet.agent(n, "--inject", f"ib_down@nic{rail}", wait=False)
+
+    # The agents' link events arrive named with the topology's cable ids.
+    def link_events() -> dict[str, list[dict[str, Any]]]:
+        return {n: [e for e in ctl.api.events(n) if e["kind"] in ("link_down", "link_flap", "link_error")]
+                for n in reporters}
+
+    seen = wait_until(lambda: all((x := link_events()).values()) and x,
+                      lambda: f"link events from {reporters}: {link_events()}")
+    for n, evs in seen.items():
+        assert {e["link"] for e in evs} == {f"{n}-nic{rail}~{leaf}"}, evs
+        assert {e["component"] for e in evs} == {f"{n}-nic{rail}"}, evs
+
+    # One decision for the leaf: every node behind it, as one group.
+    def group() -> list[dict[str, Any]]:
+        return [d for d in ctl.api.decisions() if d["actor_id"] == f"correlate:{leaf}"]
+
+    wait_until(lambda: {d["node"] for d in group()} == behind,
+               lambda: f"the leaf's decision over {sorted(behind)}: {ctl.api.decisions()}")
+    # The hold on the reporters' own link events ends: none becomes a decision of its own.
+    log_line = re.compile(r"(\S+): link_\w+ on \S+ is covered by a correlated verdict")
+    wait_until(lambda: set(reporters) <= set(log_line.findall(ctl.proc.text(200_000))),
+               lambda: f"the held link events of {reporters} released as covered; decisions: {ctl.api.decisions()}")
+
+    decisions = ctl.api.decisions()
+    assert _component_groups(decisions) == {f"correlate:{leaf}"}, decisions
+    assert all(d["actor_id"] == f"correlate:{leaf}" for d in decisions), "no per-node or per-NIC decision"
+    assert len(decisions) == len(behind), decisions
+    assert all(leaf in d["reason"] for d in decisions), decisions
+    (d0,) = {tuple(d["evidence"]) for d in decisions}  # one decision: the same evidence on every node
+    assert set(reporters) <= _evidence_nodes(ctl, list(d0)), (d0, reporters)
+    (entry,) = [a for a in ctl.api.audit() if a["action"] == "component_fault"]
+    assert entry["target"] == leaf and f"{len(behind)} node(s) as one decision" in entry["detail"], entry
+    assert ctl.api.breaker()["tripped"] is False
+    # The leaf is the top suspect; no NIC or cable is blamed as a shared part.
+    top = max(ctl.api.verdicts(), key=lambda s: s["confidence"])
+    assert (top["component"], top["kind"]) == (leaf, "leaf_switch"), ctl.api.verdicts()
+    # Each node was drained once.
+    drains = [e for e in fleet.sim_scheduler_effects() if e[0] == "drain"]
+    assert sorted(n for _, n, _ in drains) == sorted(behind), drains
+
+
+def _nvswitch_of(topo: TopologyFile, gpu: str, nvlink: int) -> str:
+    """The NVSwitch chip NVLink ``nvlink`` of ``gpu`` goes to: the GPU's ``nvlink``-th (0-based) link of
+    kind nvlink in topology order (docs/formats.md, "Identities")."""
+    link = topo.links_of(gpu, "nvlink")[nvlink]
+    far = link["b"] if link["a"] == gpu else link["a"]
+    assert topo.component(far)["kind"] == "nvswitch"
+    return str(far)
+
+
+def test_an_nvlink_fault_seen_by_the_agents_nvlink_events_names_the_nvswitch_chip(fleet: Fleet,
+                                                                                   tmp_path: Path) -> None:
+    topo = TopologyFile.generate(tmp_path / "nvl72.json", "nvl72", "--racks", "1")
+    trays = [c["id"] for c in topo.components("compute_tray")][:3]
+    nvlink = 5
+    gpus = [f"gpu{i}" for i in range(len(topo.children(trays[0], "gpu")))]
+    chips = {_nvswitch_of(topo, f"{t}-{g}", nvlink) for t in trays for g in gpus}
+    assert len(chips) == 1, f"NVLink {nvlink} of every GPU goes to one chip: {chips}"
+    (chip,) = chips
+
+    ctl = fleet.controller(nodes=topo.racks(), topology=topo.path)
+    for t in trays:
+        fleet.agent(t, *[a for g in gpus for a in ("--inject", f"nvlink_errors:400@{g}.nvlink{nvlink}")], wait=False)
+
+    def chip_blamed() -> dict[str, Any] | None:
+        verdicts = ctl.api.verdicts()
+        top = max(verdicts, key=lambda s: s["confidence"], default=None)
+        return top if top is not None and top["component"] == chip else None
+
+    top = wait_until(chip_blamed, lambda: f"{chip} blamed; verdicts: {ctl.api.verdicts()}", timeout=20)
+    assert top["kind"] == "nvswitch", top
+    assert set(trays) <= _evidence_nodes(ctl, top["evidence"]), top
+    # The agents' NVLink events are named with the topology's NVLink lane ids, not <gpu>~nvlink<N>.
+    for t in trays:
+        links = {e["link"] for e in ctl.api.events(t) if e["kind"] in ("link_error", "link_down")}
+        assert links == {f"{t}-{g}~{chip}" for g in gpus}, links
+    # Any decision taken is the chip's, not one per GPU or per tray.
+    assert _component_groups(ctl.api.decisions()) <= {f"correlate:{chip}"}, ctl.api.decisions()
+    assert all(d["actor_id"] in ("", f"correlate:{chip}") or not d["actor_id"].startswith("correlate:")
+               for d in ctl.api.decisions())
+
+
+def _serial_args(topo: TopologyFile, tray: str, out: Path) -> list[str]:
+    """Agent options that make the simulated tray report the serials ``tray`` has in the topology (the
+    chassis, its GPUs and NICs in index order)."""
+    doc = {
+        "serial": topo.component(tray)["serial"],
+        "gpus": [c["serial"] for c in sorted(topo.children(tray, "gpu"), key=lambda c: _index(c["id"]))],
+        "nics": [c["serial"] for c in sorted(topo.children(tray, "nic"), key=lambda c: _index(c["id"]))],
+    }
+    import json
+
+    out.write_text(json.dumps(doc))
+    return ["--sim-serials", str(out)]
+
+
+def _index(cid: str) -> int:
+    return int(re.findall(r"\d+$", cid)[0])
+
+
+def _tray_storm(topo: TopologyFile, tray: str) -> list[str]:
+    """NVLink errors on a third of every GPU's links: the tray's own pattern (not one switch's)."""
+    args: list[str] = []
+    for gpu in sorted(topo.children(tray, "gpu"), key=lambda c: _index(c["id"])):
+        for n in range(0, len(topo.links_of(gpu["id"], "nvlink")), 3):
+            args += ["--inject", f"nvlink_errors:400@gpu{_index(gpu['id'])}.nvlink{n}"]
+    return args
+
+
+def _moves(ctl: Controller) -> list[dict[str, str]]:
+    return [{k: e["attrs"].get(k, "") for k in ("serial", "from", "to")} for e in ctl.api.events(kind=MOVED)]
+
+
+def test_a_tray_swap_seen_in_the_reported_serials_and_the_error_follows_the_tray(fleet: Fleet,
+                                                                               tmp_path: Path) -> None:
+    topo = TopologyFile.generate(tmp_path / "nvl72.json", "nvl72", "--racks", "1")
+    a, b = "r01-ct03", "r01-ct05"
+    unit_a, unit_b = topo.component(a)["serial"], topo.component(b)["serial"]
+    ctl = fleet.controller(nodes=topo.racks(), topology=topo.path)
+
+    # 1. Each tray reports its own serials; the tray in slot a has an NVLink storm: a is blamed.
+    fleet.agent(b, *_serial_args(topo, b, tmp_path / "b-own.json"))
+    fleet.agent(a, *_serial_args(topo, a, tmp_path / "a-own.json"), *_tray_storm(topo, a))
+
+    def blamed(slot: str) -> dict[str, Any] | None:
+        top = max(ctl.api.verdicts(), key=lambda s: s["confidence"], default=None)
+        return top if top is not None and top["component"] == slot else None
+
+    first = wait_until(lambda: blamed(a), lambda: f"{a} blamed; verdicts: {ctl.api.verdicts()}", timeout=20)
+    assert (first["kind"], first["serial"]) == ("compute_tray", unit_a), first
+    assert _moves(ctl) == [], "nothing moved yet"
+
+    # 2. The trays are swapped: each slot's agent now reports the other tray's serials. The controller
+    #    notices and emits the moves itself.
+    fleet.stop_agent(a)
+    fleet.stop_agent(b)
+    fleet.agent(a, *_serial_args(topo, b, tmp_path / "a-now-b.json"))
+    fleet.agent(b, *_serial_args(topo, a, tmp_path / "b-now-a.json"))
+    expected = [{"serial": unit_a, "from": a, "to": b}, {"serial": unit_b, "from": b, "to": a}]
+    wait_until(lambda: len(_moves(ctl)) >= 2, lambda: f"two moves; events: {_moves(ctl)}")
+    assert sorted(_moves(ctl), key=lambda m: m["serial"]) == sorted(expected, key=lambda m: m["serial"])
+
+    # 3. The faulty tray, now in slot b, storms again: the verdict follows the unit to b, by its serial.
+    fleet.stop_agent(b)
+    fleet.agent(b, *_serial_args(topo, a, tmp_path / "b-now-a.json"), *_tray_storm(topo, b))
+    moved = wait_until(lambda: blamed(b), lambda: f"{b} blamed; verdicts: {ctl.api.verdicts()}", timeout=20)
+    assert (moved["kind"], moved["serial"]) == ("compute_tray", unit_a), moved
+    assert f"followed unit {unit_a} from {a} to {b}" in moved["reason"], moved
+    assert len(_moves(ctl)) == 2, f"a restart with the same serials moves nothing: {_moves(ctl)}"
+
+
+# ---- nobody writes a move by hand ------------------------------------------------------------------
+_MOVED_BY_HAND = [
+    re.compile(r"EventKind\." + "MOVED"),
+    re.compile(r"\bE\." + "MOVED" + r"\b"),
+    re.compile(r"""["']kind["']\s*:\s*["']""" + "moved" + r"""["']"""),
+    re.compile(r"""\bkind\s*=\s*["']""" + "moved" + r"""["']"""),
+    re.compile(r'\\?"kind\\?"\s*:\s*\\?"' + "moved"),
+]
+# Unit tests of the pure correlator and of the events-file format feed moves on purpose: that is what
+# they test. Everything that drives the controller or the agents must get its moves from the controller.
+_SCANNED = ("tests/e2e", "tests/integration", "tests/contract", "tests/fixtures")
+
+
+def test_no_test_or_fixture_writes_a_moved_event_by_hand() -> None:
+    offenders: list[str] = []
+    for top in _SCANNED:
+        for path in sorted((REPO / top).rglob("*")):
+            if not path.is_file() or path.suffix not in (".py", ".json", ".jsonl", ".txt", ".toml", ".log"):
+                continue
+            text = path.read_text(errors="replace")
+            for pat in _MOVED_BY_HAND:
+                for m in pat.finditer(text):
+                    line = text.count("\n", 0, m.start()) + 1
+                    offenders.append(f"{path.relative_to(REPO)}:{line}: {m.group(0)}")
+    assert offenders == [], "moved events must come from the controller (reported serials):\n" + "\n".join(offenders)
+    # The scan itself can find one (it would have caught the shape the tests would use).
+    assert any(p.search('{"kind": "' + "moved" + '", "serial": "S"}') for p in _MOVED_BY_HAND)
