@@ -112,7 +112,8 @@ def test_an_nvlink_fault_seen_by_the_agents_nvlink_events_names_the_nvswitch_chi
 
     ctl = fleet.controller(nodes=topo.racks(), topology=topo.path)
     for t in trays:
-        fleet.agent(t, *[a for g in gpus for a in ("--inject", f"nvlink_errors:400@{g}.nvlink{nvlink}")], wait=False)
+        injects = [a for g in gpus for a in ("--inject", f"nvlink_errors:400@{g}.nvlink{nvlink}")]
+        fleet.agent(t, "--gpus", str(len(gpus)), *injects, wait=False)
 
     def chip_blamed() -> dict[str, Any] | None:
         verdicts = ctl.api.verdicts()
@@ -132,18 +133,12 @@ def test_an_nvlink_fault_seen_by_the_agents_nvlink_events_names_the_nvswitch_chi
                for d in ctl.api.decisions())
 
 
-def _serial_args(topo: TopologyFile, tray: str, out: Path) -> list[str]:
-    """Agent options that make the simulated tray report the serials ``tray`` has in the topology (the
-    chassis, its GPUs and NICs in index order)."""
-    doc = {
-        "serial": topo.component(tray)["serial"],
-        "gpus": [c["serial"] for c in sorted(topo.children(tray, "gpu"), key=lambda c: _index(c["id"]))],
-        "nics": [c["serial"] for c in sorted(topo.children(tray, "nic"), key=lambda c: _index(c["id"]))],
-    }
-    import json
-
-    out.write_text(json.dumps(doc))
-    return ["--sim-serials", str(out)]
+def _serial_args(topo: TopologyFile, tray: str) -> list[str]:
+    """Agent options that make the simulated tray report the serials ``tray`` has in the topology: the
+    chassis (``--sim-serial-prefix``) and its GPUs in index order (``--sim-gpu-serials``)."""
+    gpus = sorted(topo.children(tray, "gpu"), key=lambda c: _index(c["id"]))
+    return ["--gpus", str(len(gpus)), "--sim-serial-prefix", topo.component(tray)["serial"],
+            "--sim-gpu-serials", ",".join(c["serial"] for c in gpus)]
 
 
 def _index(cid: str) -> int:
@@ -171,8 +166,8 @@ def test_a_tray_swap_seen_in_the_reported_serials_and_the_error_follows_the_tray
     ctl = fleet.controller(nodes=topo.racks(), topology=topo.path)
 
     # 1. Each tray reports its own serials; the tray in slot a has an NVLink storm: a is blamed.
-    fleet.agent(b, *_serial_args(topo, b, tmp_path / "b-own.json"))
-    fleet.agent(a, *_serial_args(topo, a, tmp_path / "a-own.json"), *_tray_storm(topo, a))
+    fleet.agent(b, *_serial_args(topo, b))
+    fleet.agent(a, *_serial_args(topo, a), *_tray_storm(topo, a))
 
     def blamed(slot: str) -> dict[str, Any] | None:
         top = max(ctl.api.verdicts(), key=lambda s: s["confidence"], default=None)
@@ -186,15 +181,15 @@ def test_a_tray_swap_seen_in_the_reported_serials_and_the_error_follows_the_tray
     #    notices and emits the moves itself.
     fleet.stop_agent(a)
     fleet.stop_agent(b)
-    fleet.agent(a, *_serial_args(topo, b, tmp_path / "a-now-b.json"))
-    fleet.agent(b, *_serial_args(topo, a, tmp_path / "b-now-a.json"))
+    fleet.agent(a, *_serial_args(topo, b))
+    fleet.agent(b, *_serial_args(topo, a))
     expected = [{"serial": unit_a, "from": a, "to": b}, {"serial": unit_b, "from": b, "to": a}]
     wait_until(lambda: len(_moves(ctl)) >= 2, lambda: f"two moves; events: {_moves(ctl)}")
     assert sorted(_moves(ctl), key=lambda m: m["serial"]) == sorted(expected, key=lambda m: m["serial"])
 
     # 3. The faulty tray, now in slot b, storms again: the verdict follows the unit to b, by its serial.
     fleet.stop_agent(b)
-    fleet.agent(b, *_serial_args(topo, a, tmp_path / "b-now-a.json"), *_tray_storm(topo, b))
+    fleet.agent(b, *_serial_args(topo, a), *_tray_storm(topo, b))
     moved = wait_until(lambda: blamed(b), lambda: f"{b} blamed; verdicts: {ctl.api.verdicts()}", timeout=20)
     assert (moved["kind"], moved["serial"]) == ("compute_tray", unit_a), moved
     assert f"followed unit {unit_a} from {a} to {b}" in moved["reason"], moved
