@@ -24,8 +24,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gpufleet.agent.app import make_device
-from gpufleet.agent.clock import SystemClock
+from gpufleet.agent.app import run_agent
 from gpufleet.agent.config import AgentConfig
 from gpufleet.controller.runtime import build
 from gpufleet.controller.settings import ControllerSettings, TokenConfig
@@ -33,14 +32,13 @@ from gpufleet.domain import judgement
 from gpufleet.domain.catalog import Catalog
 from gpufleet.schedulers.sim import SimScheduler
 from tests.e2e.harness import ADMIN_TOKEN, AGENT_TOKEN, TopologyFile, wait_until
-from tests.integration.agent.harness import running_agent
 
 pytestmark = pytest.mark.e2e
 
 NODE = "r01-n01"
-# One /dev/kmsg record: an XID 79 (fatal in the shipped catalog) on an address the node may not know.
-KMSG = ("3,5001,8123834365,-;NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, "
-        "GPU has fallen off the bus.\n")
+# A recorded kernel log (dmesg) with one XID 79 (fatal in the shipped catalog).
+KERNEL_LOG = ("[ 8123.834365] NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, "
+              "GPU has fallen off the bus.\n")
 _CATALOG_READS = ("lookup", "known", "severity", "entry", "_find")
 
 
@@ -100,10 +98,37 @@ class JudgementSpy:
             return [c for c in self.calls if c.what == what]
 
 
+@contextmanager
+def agent_thread(cfg: AgentConfig) -> Iterator[None]:
+    """The real agent (``run_agent``, wired as ``gpufleet agent`` wires it) in a thread of this process."""
+    stop, ready, errors = threading.Event(), threading.Event(), list[BaseException]()
+
+    def target() -> None:
+        try:
+            run_agent(cfg, stop, ready=lambda _port: ready.set())
+        except BaseException as err:
+            errors.append(err)
+            ready.set()
+
+    t = threading.Thread(target=target, name="agent", daemon=True)
+    t.start()
+    assert ready.wait(30), "the agent did not start"
+    try:
+        if errors:
+            raise errors[0]
+        yield
+    finally:
+        stop.set()
+        t.join(30)
+    assert not t.is_alive(), "the agent did not stop"
+    if errors:
+        raise errors[0]
+
+
 def test_one_kernel_log_xid_is_judged_once_by_the_controller_and_never_by_the_agent(tmp_path: Path) -> None:
     topo = TopologyFile.generate(tmp_path / "hgx.json", "hgx", "--nodes", "2")
-    kmsg = tmp_path / "kmsg"
-    kmsg.write_text(KMSG)
+    kernel_log = tmp_path / "kern.log"
+    kernel_log.write_text(KERNEL_LOG)
     (tmp_path / "policy.toml").write_text('[breaker]\nmax_unavailable_fleet = 1.0\nmax_unavailable_domain = 1.0\n')
     token_file = tmp_path / "token"
     token_file.write_text(AGENT_TOKEN)
@@ -128,9 +153,9 @@ def test_one_kernel_log_xid_is_judged_once_by_the_controller_and_never_by_the_ag
             r.raise_for_status()
             cfg = AgentConfig(node=NODE, device="sim", controller=f"http://127.0.0.1:{ports[0]}",
                               token_file=token_file, state_dir=tmp_path / "agent", metrics_port=0,
-                              metrics_addr="127.0.0.1", ib_root=tmp_path / "no-ib", kmsg=True, kmsg_path=kmsg,
+                              metrics_addr="127.0.0.1", ib_root=tmp_path / "no-ib", kmsg_file=kernel_log,
                               heartbeat_s=1)
-            with running_agent(cfg, make_device(cfg, SystemClock())):
+            with agent_thread(cfg):
                 def stored() -> list[dict[str, Any]]:
                     out: list[dict[str, Any]] = api.get("/events", params={"node": NODE}).json()
                     return out
