@@ -315,19 +315,15 @@ class Fleet:
               env: Mapping[str, str] | None = None) -> Agent:
         """Start ``gpufleet agent --device sim`` for ``node`` with extra ``args``; by default wait until the
         controller has its heartbeat. The kernel log is off unless ``args`` name one (the machine's own
-        /dev/kmsg is not the test's); InfiniBand sysfs is an empty directory unless ``args`` say otherwise."""
+        /dev/kmsg is not the test's); the simulated device brings its own simulated sysfs (InfiniBand)."""
         assert self.ctl is not None, "start the controller first"
         if node in self.agents and self.agents[node].proc.alive:
             raise AssertionError(f"agent {node} is already running")
         state = self.root / "agents" / node / "state"
         state.mkdir(parents=True, exist_ok=True)
-        ib = self.root / "agents" / node / "no-infiniband"
-        ib.mkdir(parents=True, exist_ok=True)
         argv = gpufleet_argv("agent", "--device", "sim", "--controller", self.ctl.url,
                              "--token-file", str(self.ctl.token_file), "--node", node, "--state-dir", str(state),
                              "--metrics-port", "0", "--metrics-addr", "127.0.0.1", "--log-level", "INFO")
-        if not any(a.startswith("--ib-root") for a in args):
-            argv += ["--ib-root", str(ib)]
         if not any(a.startswith(("--kmsg", "--no-kmsg")) for a in args):
             argv.append("--no-kmsg")
         argv += list(args)
