@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import httpx
 import pytest
@@ -71,8 +71,8 @@ class WaitTimeout(AssertionError):
     pass
 
 
-def wait_until(check: Callable[[], T], what: str | Callable[[], str], timeout: float = 15.0,
-               interval: float = 0.1) -> T:
+def wait_until(check: Callable[[], T | Literal[False] | None], what: str | Callable[[], str],
+               timeout: float = 15.0, interval: float = 0.1) -> T:
     """Poll ``check`` until it returns something truthy and return that; fail after ``timeout`` s.
 
     ``what`` (or what it returns, evaluated at the deadline) says what was awaited and what was seen."""

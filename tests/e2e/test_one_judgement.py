@@ -91,7 +91,7 @@ class JudgementSpy:
             yield self
         finally:
             sys.setprofile(None)
-            threading.setprofile(None)  # type: ignore[arg-type]
+            threading.setprofile(None)
 
     def of(self, what: str) -> list[Call]:
         with self.lock:
