@@ -63,12 +63,12 @@ def serve(database_url: str, nodes: int, reconciler: bool) -> None:
     import logging
 
     from gpufleet.controller.runtime import build
-    from gpufleet.controller.settings import ControllerSettings, Role, TokenConfig
+    from gpufleet.controller.settings import ControllerSettings, Role, SchedulerKind, TokenConfig
     from gpufleet.schedulers.sim import SimScheduler
 
     logging.basicConfig(level=logging.WARNING)
     settings = ControllerSettings(
-        database_url=database_url, host="127.0.0.1", port=0,
+        database_url=database_url, host="127.0.0.1", port=0, scheduler=SchedulerKind.SIM,
         tokens=(TokenConfig(name="bench-admin", role=Role.ADMIN, token=ADMIN),
                 TokenConfig(name="bench-agent", role=Role.AGENT, token=AGENT)))
     rt = build(settings, SimScheduler(node_names(nodes)))

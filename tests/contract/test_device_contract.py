@@ -45,6 +45,7 @@ def test_enumerates_gpus_with_identity(pair: tuple[Device, SimDevice]) -> None:
     gpus = dev.gpus()
     assert [g.index for g in gpus] == list(range(N))
     assert len({g.uuid for g in gpus}) == N
+    assert len({g.serial for g in gpus}) == N and all(g.serial for g in gpus)  # board serials name the units
     for g in gpus:
         assert re.fullmatch(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f]", g.pci_bus_id), g.pci_bus_id
         assert g.uuid.startswith("GPU-")

@@ -1,45 +1,121 @@
-"""Wiring: build every piece of the agent from an :class:`AgentConfig` and run it until stopped."""
+"""Wiring: build every piece of the agent from an :class:`AgentConfig` and run it until stopped.
+
+Order at start: check the options, open the node's surfaces (real, or simulated with ``--device sim``),
+open the device, collect the inventory once (it goes to the controller with the push client), start the
+kernel-log source (live, or the ``--kmsg-file`` replay), serve metrics, run.
+"""
 
 from __future__ import annotations
 
 import logging
+import tempfile
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
-from gpufleet.agent.clock import Clock, SystemClock
+from gpufleet.agent.clock import AgentClock, SystemClock
 from gpufleet.agent.collectors.host import HostCollector
 from gpufleet.agent.collectors.infiniband import InfinibandCollector
-from gpufleet.agent.collectors.kmsg import Decode, KmsgFollower, LogDecoder
+from gpufleet.agent.collectors.kmsg import Decode, KernelLog, KmsgFollower, LogDecoder, boot_time
+from gpufleet.agent.collectors.kmsgfile import KmsgFileReplay
 from gpufleet.agent.config import AgentConfig, read_token
 from gpufleet.agent.decoding import default_decoder
+from gpufleet.agent.devices.nvml import NvmlDevice
 from gpufleet.agent.devices.port import Device
+from gpufleet.agent.devices.sim import SimDevice
+from gpufleet.agent.devices.simfaults import Fault, FaultInjector, parse_fault
+from gpufleet.agent.devices.simhost import SimKernelLog, SimSysfs, gpu_serials, serial_prefix
 from gpufleet.agent.exporter import make_registry, serve
+from gpufleet.agent.inventory import collect_inventory
 from gpufleet.agent.push import Backoff, ControllerClient, Pusher
 from gpufleet.agent.rules import PassiveChecks
 from gpufleet.agent.runner import Agent
 from gpufleet.agent.spool import Spool
 from gpufleet.agent.telemetry import Telemetry
 from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.inventory import NodeInventory
 
 log = logging.getLogger(__name__)
 
 
-def make_device(cfg: AgentConfig, clock: Clock) -> Device:
-    if cfg.device == "sim":
-        from gpufleet.agent.devices.sim import SimDevice
+DEFAULT_IB_ROOT = Path("/sys/class/infiniband")
 
-        return SimDevice(cfg.gpus, seed=cfg.sim_seed, clock=clock)
-    from gpufleet.agent.devices.nvml import NvmlDevice
 
-    return NvmlDevice(clock=clock)
+@dataclass(frozen=True, slots=True)
+class Surfaces:
+    """Where this node is read: the GPU device, the InfiniBand tree, the ``/sys`` holding DMI, and for a
+    simulated node the simulated surfaces its faults change (agent/devices/simhost.py)."""
+
+    device: Device
+    ib_root: Path
+    sys_root: Path
+    sim_sysfs: SimSysfs | None = None
+    sim_kernel_log: SimKernelLog | None = None
+
+
+def check_options(cfg: AgentConfig) -> list[Fault]:
+    """Options that only make sense together; returns the parsed ``--inject`` faults. Raises InvalidInput."""
+    if cfg.inject and cfg.device != "sim":
+        raise InvalidInput("--inject", cfg.inject[0], "--device sim (faults are injected into simulated devices)")
+    if len(cfg.sim_gpu_serials) > cfg.gpus:
+        raise InvalidInput("sim_gpu_serials", cfg.sim_gpu_serials, f"at most {cfg.gpus} serials (--gpus)")
+    return [parse_fault(spec) for spec in cfg.inject]
+
+
+def open_surfaces(
+    cfg: AgentConfig,
+    clock: AgentClock,
+    device: Device | None = None,
+    *,
+    sim_root: Path | None = None,
+    kernel_log: bool = True,
+) -> Surfaces:
+    """The node's surfaces. ``--device sim`` builds a simulated ``/sys`` under ``sim_root`` (default
+    ``<state_dir>/sim-sys``; its InfiniBand tree is used unless ``ib_root`` is set) and, when ``kernel_log``
+    and ``kmsg_path`` is a regular file (or does not exist), makes that file the simulated kernel ring.
+    A given ``device`` is used as is (a SimDevice without a kernel log gets this one)."""
+    if cfg.device != "sim":
+        return Surfaces(device or NvmlDevice(clock=clock), cfg.ib_root or DEFAULT_IB_ROOT, cfg.sys_root)
+    prefix = cfg.sim_serial_prefix or serial_prefix(cfg.node, cfg.sim_seed)
+    root = sim_root or cfg.state_dir / "sim-sys"
+    sysfs = SimSysfs(root, nics=cfg.gpus if cfg.sim_nics is None else cfg.sim_nics, serial=prefix)
+    klog: SimKernelLog | None = None
+    path = cfg.kmsg_path
+    if kernel_log and cfg.kmsg and cfg.kmsg_file is None and _sim_ring(path):
+        klog = SimKernelLog(path, clock, boot_time(cfg.proc_root) or clock.now())
+    if device is None:
+        given = cfg.sim_gpu_serials + [""] * (cfg.gpus - len(cfg.sim_gpu_serials))  # "" keeps the default
+        serials = [g or d for g, d in zip(given, gpu_serials(prefix, cfg.gpus), strict=True)]
+        device = SimDevice(cfg.gpus, seed=cfg.sim_seed, clock=clock, serials=serials, kernel_log=klog)
+    elif isinstance(device, SimDevice) and device.kernel_log is None:
+        device.kernel_log = klog
+    ib_root = cfg.ib_root or sysfs.ib_root
+    return Surfaces(device, ib_root, sysfs.root, sysfs if cfg.ib_root is None else None, klog)
+
+
+def print_inventory(
+    cfg: AgentConfig, *, clock: AgentClock | None = None, device: Device | None = None
+) -> NodeInventory:
+    """``--print-inventory``: open the device, collect, close. A simulated node's tree lives in a temporary
+    directory (its content depends only on the configuration); no kernel log is touched."""
+    clock = clock or SystemClock()
+    with tempfile.TemporaryDirectory(prefix="gpufleet-inventory-") as tmp:
+        s = open_surfaces(cfg, clock, device, sim_root=Path(tmp), kernel_log=False)
+        status = s.device.open()
+        if not status.ok:
+            log.warning("%s: device %s: %s; the inventory lists no GPUs", cfg.node, s.device.name, status.message)
+        try:
+            return collect_inventory(cfg.node, s.device, ib_root=s.ib_root, sys_root=s.sys_root)
+        finally:
+            s.device.close()
 
 
 def run_agent(
     cfg: AgentConfig,
     stop: threading.Event,
     *,
-    clock: Clock | None = None,
+    clock: AgentClock | None = None,
     device: Device | None = None,
     decode: Decode | LogDecoder | None = None,
     ready: Callable[[int], None] | None = None,
@@ -47,15 +123,47 @@ def run_agent(
     """Run the agent until ``stop`` is set; returns the stopped agent. ``ready(port)`` is called once the
     metrics endpoint listens (port 0 in the config picks a free port)."""
     clock = clock or SystemClock()
-    device = device or make_device(cfg, clock)
+    faults = check_options(cfg)
+    if cfg.push and not cfg.controller:
+        raise InvalidInput("--controller", None, "the controller URL (or --no-push)")
+    token = read_token(cfg.token_file) if cfg.push else ""
+    if cfg.push or cfg.device == "sim":
+        _ensure_dir(cfg.state_dir)
+    surfaces = open_surfaces(cfg, clock, device)
+    device = surfaces.device
+    inject: FaultInjector | None = None
+    if faults:
+        if not isinstance(device, SimDevice):
+            raise InvalidInput("--inject", cfg.inject[0], "a simulated device (--device sim)")
+        inject = FaultInjector(
+            faults, clock, device=device, sysfs=surfaces.sim_sysfs, kernel_log=surfaces.sim_kernel_log
+        )
     spool: Spool | None = None
     pusher: Pusher | None = None
     client: ControllerClient | None = None
+    telemetry = Telemetry(hostname=cfg.node)
+    agent = Agent(
+        cfg.node,
+        device,
+        clock,
+        checks=PassiveChecks(cfg.node, cfg.thresholds.build()),
+        telemetry=telemetry,
+        cadence=cfg.cadence.build(),
+        ib=InfinibandCollector(surfaces.ib_root),
+        host=HostCollector(cfg.sys_root, cfg.mounts),
+        inject=inject,
+    )
+    status = agent.open()
+    inventory = collect_inventory(cfg.node, device, ib_root=surfaces.ib_root, sys_root=surfaces.sys_root)
+    log.info(
+        "%s: inventory: %d GPUs, %d NICs, chassis serial %r",
+        cfg.node,
+        len(inventory.gpus),
+        len(inventory.nics),
+        inventory.serial,
+    )
     if cfg.push:
-        if not cfg.controller:
-            raise InvalidInput("--controller", None, "the controller URL (or --no-push)")
-        token = read_token(cfg.token_file)
-        _ensure_dir(cfg.state_dir)
+        assert cfg.controller is not None
         spool = Spool(cfg.state_dir / "spool.db", cfg.spool_max_events)
         client = ControllerClient(cfg.controller, token)
         pusher = Pusher(
@@ -66,34 +174,12 @@ def run_agent(
             batch_size=cfg.push_batch,
             heartbeat_s=cfg.heartbeat_s,
             backoff=Backoff(cfg.push_backoff_base_s, max(cfg.push_backoff_base_s, cfg.push_backoff_cap_s)),
+            inventory=inventory,
         )
-    telemetry = Telemetry(hostname=cfg.node)
-    kmsg: KmsgFollower | None = None
-    agent = Agent(
-        cfg.node,
-        device,
-        clock,
-        checks=PassiveChecks(cfg.node, cfg.thresholds.build()),
-        telemetry=telemetry,
-        cadence=cfg.cadence.build(),
-        ib=InfinibandCollector(cfg.ib_root),
-        host=HostCollector(cfg.sys_root, cfg.mounts),
-        spool=spool,
-        wake_pusher=None if pusher is None else pusher.kick,
-    )
-    status = agent.open()
-    if cfg.kmsg:
-        slots = {g.pci_bus_id: f"{cfg.node}-gpu{g.index}" for g in telemetry.gpus}
-        dec: Decode | LogDecoder = decode or default_decoder(cfg.node, slots)
-        state = None
-        if cfg.push or cfg.state_dir.is_dir():
-            _ensure_dir(cfg.state_dir)
-            state = cfg.state_dir / "kmsg-position.json"
-        kmsg = KmsgFollower(
-            cfg.node, dec, clock=clock, kmsg_path=cfg.kmsg_path, state_path=state, proc_root=cfg.proc_root
-        )
-        agent.kmsg = kmsg
-        telemetry.kmsg_source = kmsg.start()
+        agent.spool, agent.wake_pusher = spool, pusher.kick
+    if cfg.kmsg or cfg.kmsg_file is not None:
+        agent.kmsg = _kernel_log(cfg, clock, telemetry, decode)
+        telemetry.kmsg_source = agent.kmsg.start()
         log.info("%s: kernel log source: %s", cfg.node, telemetry.kmsg_source)
     stop_http, port = serve(make_registry(telemetry, spool, pusher), cfg.metrics_port, cfg.metrics_addr)
     push_thread: threading.Thread | None = None
@@ -124,6 +210,27 @@ def run_agent(
         if spool is not None:
             spool.close()
     return agent
+
+
+def _kernel_log(
+    cfg: AgentConfig, clock: AgentClock, telemetry: Telemetry, decode: Decode | LogDecoder | None
+) -> KernelLog:
+    """The recorded log of ``kmsg_file`` (replayed from its start), else the live kernel log."""
+    slots = {g.pci_bus_id: f"{cfg.node}-gpu{g.index}" for g in telemetry.gpus}
+    dec: Decode | LogDecoder = decode or default_decoder(cfg.node, slots)
+    if cfg.kmsg_file is not None:
+        return KmsgFileReplay(cfg.node, dec, cfg.kmsg_file, clock=clock, proc_root=cfg.proc_root)
+    state = None
+    if cfg.push or cfg.state_dir.is_dir():
+        _ensure_dir(cfg.state_dir)
+        state = cfg.state_dir / "kmsg-position.json"
+    return KmsgFollower(cfg.node, dec, clock=clock, kmsg_path=cfg.kmsg_path, state_path=state, proc_root=cfg.proc_root)
+
+
+def _sim_ring(path: Path) -> bool:
+    """A ``kmsg_path`` that can be the simulated kernel ring: a regular file, or none yet (never the
+    default ``/dev/kmsg``, even where a container lacks it)."""
+    return path != Path("/dev/kmsg") and (path.is_file() or not path.exists())
 
 
 def _ensure_dir(path: Path) -> None:

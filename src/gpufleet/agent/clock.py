@@ -7,11 +7,11 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
+from gpufleet.domain.clock import Clock
 
-class Clock(Protocol):
-    def now(self) -> datetime:
-        """Wall-clock time, timezone-aware (UTC)."""
-        ...
+
+class AgentClock(Clock, Protocol):
+    """The domain's :class:`~gpufleet.domain.clock.Clock` plus what a polling loop needs."""
 
     def monotonic(self) -> float:
         """Seconds on a clock that never goes back (for cadences and backoff)."""

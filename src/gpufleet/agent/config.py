@@ -73,6 +73,10 @@ class AgentConfig(BaseSettings):
     device: Literal["nvml", "sim"] = "nvml"
     gpus: int = Field(8, ge=0, le=64)  # simulated GPUs (device = "sim")
     sim_seed: int = 0
+    sim_nics: int | None = Field(None, ge=0, le=64)  # simulated InfiniBand HCAs; None = one per GPU
+    sim_serial_prefix: str | None = Field(None, min_length=1)  # None = derived from node and seed
+    sim_gpu_serials: list[str] = Field(default_factory=list)  # per-GPU overrides ("" keeps the default)
+    inject: list[str] = Field(default_factory=list)  # simulated faults (device = "sim"), agent/devices/simfaults.py
     controller: str | None = None
     token_file: Path | None = None
     push: bool = True
@@ -84,11 +88,12 @@ class AgentConfig(BaseSettings):
     metrics_addr: str = "0.0.0.0"
     state_dir: Path = Path("/var/lib/gpufleet-agent")
     spool_max_events: int = Field(100_000, ge=1)
-    ib_root: Path = Path("/sys/class/infiniband")
+    ib_root: Path | None = None  # None: /sys/class/infiniband, or the simulated tree with device = "sim"
     sys_root: Path = Path("/sys")
     proc_root: Path = Path("/proc")
     kmsg_path: Path = Path("/dev/kmsg")
     kmsg: bool = True
+    kmsg_file: Path | None = None  # replay this recorded kernel log instead of following kmsg_path
     mounts: dict[str, str] = Field(default_factory=dict)
     cadence: CadenceModel = Field(default_factory=CadenceModel)
     thresholds: ThresholdsModel = Field(default_factory=ThresholdsModel)

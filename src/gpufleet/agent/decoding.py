@@ -1,11 +1,13 @@
 """The kernel-log follower's default decoder: ``gpufleet.diagnose``.
 
 :class:`DiagnoseDecoder` wraps the diagnose package's stateful :class:`~gpufleet.diagnose.decoder.Decoder`
-(multi-line events, catalog judgement) as the follower's
+(multi-line events) as the follower's
 :class:`~gpufleet.agent.collectors.kmsg.LogDecoder`. Each kernel message is fed with its kmsg sequence
 number as the line number, so a finding's ``line`` is the record where the event *starts*, which the
 follower turns into a deterministic event id. PCI addresses map to GPU slot names (``<node>-gpu<i>``)
-from the device's inventory; an address with no slot keeps the PCI address as the component.
+from the device's inventory; an address with no slot keeps the PCI address as the component (the
+controller maps it to the node). It decodes WITHOUT a catalog: the agent reports observations and
+the controller judges them once with the site's catalog (``domain/judgement.py``).
 """
 
 from __future__ import annotations
@@ -16,13 +18,12 @@ from datetime import datetime
 from gpufleet.diagnose.decoder import Decoder
 from gpufleet.diagnose.events import finding_to_event
 from gpufleet.diagnose.finding import Finding
-from gpufleet.domain.catalog import Catalog, load_default_catalog
 from gpufleet.domain.events import HealthEvent
 
 
 class DiagnoseDecoder:
-    def __init__(self, node: str, gpu_slots: Mapping[str, str] | None = None, catalog: Catalog | None = None) -> None:
-        self._decoder = Decoder(catalog or load_default_catalog())
+    def __init__(self, node: str, gpu_slots: Mapping[str, str] | None = None) -> None:
+        self._decoder = Decoder(None)
         self.node = node
         self.slots = dict(gpu_slots or {})
         self._when: dict[int, datetime] = {}
@@ -46,6 +47,7 @@ class DiagnoseDecoder:
                 id=f"{self.node}:pending:{start}",
                 gpu_slot=self.slots.get(f.pci or ""),
                 fallback_time=self._when.get(start, when),
+                source="kmsg",
             )
             if ev is not None:
                 out.append((start, ev))
@@ -53,5 +55,5 @@ class DiagnoseDecoder:
 
 
 def default_decoder(node: str, gpu_slots: Mapping[str, str] | None = None) -> DiagnoseDecoder:
-    """The diagnose decoder for ``node`` with the shipped catalog."""
+    """The diagnose decoder for ``node`` (unjudged: observations only)."""
     return DiagnoseDecoder(node, gpu_slots)

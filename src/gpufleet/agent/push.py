@@ -5,12 +5,18 @@ Contract (controller API v1):
 * ``POST /v1/events`` ``{"events": [...]}`` with ``Authorization: Bearer <token>`` -> 202
   ``{"accepted": n, "duplicates": m}``. A batch is accepted or rejected whole; 422 names the field.
 * ``POST /v1/nodes/{node}/heartbeat`` ``{"time": ISO, "agent_version": str}`` -> 200.
+* ``PUT /v1/nodes/{node}/inventory`` with the ``gpufleet.inventory/v1`` document -> 200 ``{"moved": [...]}``.
 * 401/403: bad token (logged as an error with the fix; retried at the backoff cap, never dropped).
 
 The :class:`Pusher` takes events from the :class:`~gpufleet.agent.spool.Spool` oldest first and deletes
 them only after a 202, so a crash or a timeout resends (the controller deduplicates by event id). A 422
 batch is split in halves until the bad event is alone; that one is dropped with an ERROR log (it can never
 be accepted) and the rest go through. Connection errors and 5xx back off exponentially with jitter.
+
+Given the node's inventory, the pusher registers it before it pushes any event (the controller names
+events with topology ids from it), retried with the same backoff while the events wait in the spool;
+:meth:`Pusher.set_inventory` with a changed inventory registers it again. A 422 for the inventory can
+never succeed: it is logged as an error and the events go on without it.
 """
 
 from __future__ import annotations
@@ -25,9 +31,10 @@ from datetime import datetime
 import httpx
 
 from gpufleet import __version__
-from gpufleet.agent.clock import Clock
+from gpufleet.agent.clock import AgentClock
 from gpufleet.agent.spool import Spool
 from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.inventory import NodeInventory
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +117,20 @@ class ControllerClient:
             return PushResult(False, None, error=f"{type(err).__name__}: {err}")
         return PushResult(r.status_code == 200, r.status_code, error="" if r.status_code == 200 else r.text[:500])
 
+    def put_inventory(self, inv: NodeInventory) -> PushResult:
+        """Register ``inv`` for its node; ``accepted`` is the number of moves the controller saw in it."""
+        try:
+            r = self._http.put(f"/v1/nodes/{inv.node}/inventory", content=json.dumps(inv.to_json()))
+        except httpx.HTTPError as err:
+            return PushResult(False, None, error=f"{type(err).__name__}: {err}")
+        if r.status_code != 200:
+            return PushResult(False, r.status_code, error=r.text[:2000])
+        try:
+            moved = len(r.json().get("moved", []))
+        except (ValueError, AttributeError, TypeError):
+            moved = 0
+        return PushResult(True, 200, accepted=moved)
+
     def close(self) -> None:
         self._http.close()
 
@@ -133,11 +154,12 @@ class Pusher:
         spool: Spool,
         client: ControllerClient,
         node: str,
-        clock: Clock,
+        clock: AgentClock,
         *,
         batch_size: int = 500,
         heartbeat_s: float = 30.0,
         backoff: Backoff | None = None,
+        inventory: NodeInventory | None = None,
     ) -> None:
         if batch_size < 1:
             raise InvalidInput("push.batch_size", batch_size, "at least 1")
@@ -153,6 +175,23 @@ class Pusher:
         self.last_success: datetime | None = None
         self._next_heartbeat = 0.0
         self._retry_at = 0.0
+        self.inventory: NodeInventory | None = None
+        self._registered: NodeInventory | None = None  # the inventory last registered (or refused for good)
+        if inventory is not None:
+            self.set_inventory(inventory)
+
+    def set_inventory(self, inv: NodeInventory) -> None:
+        """Register ``inv`` before the next push, unless it is the one already registered."""
+        if inv.node != self.node:
+            raise InvalidInput("inventory.node", inv.node, f"this agent's node ({self.node!r})")
+        if inv != self.inventory:
+            self.inventory = inv
+            self.kick.set()
+
+    @property
+    def inventory_due(self) -> bool:
+        """True while the current inventory is not registered yet (events wait for it)."""
+        return self.inventory is not None and self.inventory != self._registered
 
     def step(self) -> float:
         """One round: heartbeat if due, then push batches until the spool is empty or a push fails."""
@@ -168,6 +207,8 @@ class Pusher:
                 return self._failed(hb, "heartbeat")
             else:  # e.g. 404 node not registered: say so, but still try the events
                 log.error("controller refused the heartbeat of %s (%s %s)", self.node, hb.status, hb.error[:200])
+        if self.inventory_due and not self._register_inventory():
+            return max(0.0, self._retry_at - self.clock.monotonic())
         while len(self.spool):
             batch = self.spool.peek(self.batch_size)
             if not batch:
@@ -175,6 +216,25 @@ class Pusher:
             if not self._send(batch):
                 return max(0.0, self._retry_at - self.clock.monotonic())
         return max(0.0, self._next_heartbeat - self.clock.monotonic())
+
+    def _register_inventory(self) -> bool:
+        """PUT the inventory; False (retry scheduled) when the events must keep waiting for it."""
+        inv = self.inventory  # one snapshot: a newer one set meanwhile stays due
+        assert inv is not None
+        res = self.client.put_inventory(inv)
+        if res.ok:
+            self._registered = inv
+            log.info("registered the inventory of %s (%d GPUs, %d NICs; %d move(s) seen)",
+                     self.node, len(inv.gpus), len(inv.nics), res.accepted)
+            self._succeeded()
+            return True
+        if res.status == 422:
+            self._registered = inv
+            log.error("controller refused the inventory of %s for good (%s); events are pushed without it: "
+                      "fix the inventory (gpufleet agent --print-inventory)", self.node, res.error[:300])
+            return True
+        self._failed(res, "inventory")
+        return False
 
     def _send(self, batch: list[tuple[int, str]]) -> bool:
         res = self.client.post_events([b for _, b in batch])

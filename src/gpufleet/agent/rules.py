@@ -1,4 +1,8 @@
-"""Passive checks: readings in, health events out, with thresholds from config.
+"""Passive checks: readings in, observations out, with thresholds from config.
+
+The agent does not judge: each event names the rule that fired (``attrs.rule``) and the controller
+judges it once with the site's catalog (``domain/data/rules_catalog.csv`` + the policy file's
+overrides, ``domain/judgement.py``).
 
 Every check is edge-triggered: it reports when a condition *starts* (a flag turns on, a counter grows
 past its threshold within one interval, a rate crosses its limit) and re-arms when the condition clears,
@@ -18,7 +22,7 @@ from datetime import datetime
 from gpufleet.agent.collectors.host import HostReading
 from gpufleet.agent.collectors.infiniband import IbPortReading
 from gpufleet.agent.devices.port import THERMAL_THROTTLE, FastReading, SlowReading, XidEvent
-from gpufleet.domain.events import EventKind, HealthEvent, Severity
+from gpufleet.domain.events import EventKind, HealthEvent
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,13 +95,21 @@ class PassiveChecks:
         kind: EventKind,
         now: datetime,
         component: str,
-        severity: Severity | None,
+        rule: str,
         message: str,
         *,
         code: int | None = None,
         link: str | None = None,
         attrs: tuple[tuple[str, str], ...] = (),
+        source: str = "agent",
     ) -> HealthEvent:
+        """One observation. ``rule`` names the rule that fired (the controller's catalog judges it:
+        ``rules_catalog.csv``); ``attrs`` carry the local identities the controller maps to topology
+        ids (``gpu`` index, ``device``/``port`` of an HCA, ``nvlink`` number)."""
+        local: tuple[tuple[str, str], ...] = (("rule", rule),) if rule else ()
+        gpu = component.removeprefix(f"{self.node}-gpu")
+        if gpu != component and gpu.isdigit():
+            local += (("gpu", gpu),)
         return HealthEvent(
             id=f"{self.node}:{key}",
             node=self.node,
@@ -105,11 +117,10 @@ class PassiveChecks:
             time=now,
             component=component,
             code=code,
-            severity=severity,
             link=link,
             message=message,
-            source="agent",
-            attrs=attrs,
+            source=source,
+            attrs=local + attrs,
         )
 
     # --- GPU --------------------------------------------------------------------------------
@@ -123,10 +134,10 @@ class PassiveChecks:
             EventKind.XID,
             x.time,
             comp,
-            None,
+            "",
             msg,
             code=x.code,
-            attrs=(("source", "nvml"),),
+            source="nvml",
         )
 
     def on_fast(self, r: FastReading, now: datetime) -> list[HealthEvent]:
@@ -139,7 +150,7 @@ class PassiveChecks:
                     EventKind.GPU_LOST,
                     now,
                     g,
-                    Severity.FATAL,
+                    "gpu_lost",
                     "GPU is lost (NVML GPU_IS_LOST): fell off the bus or stopped answering",
                 )
             )
@@ -160,7 +171,7 @@ class PassiveChecks:
                     EventKind.THERMAL,
                     now,
                     g,
-                    Severity.DEGRADED,
+                    "gpu_thermal",
                     f"GPU thermal excursion: {why}",
                     attrs=(("temp_c", f"{temp}"), ("throttle", f"{r.throttle_reasons}")),
                 )
@@ -173,7 +184,7 @@ class PassiveChecks:
                     EventKind.THERMAL,
                     now,
                     g,
-                    Severity.DEGRADED,
+                    "hbm_thermal",
                     f"HBM temperature {hbm:.0f} C >= {th.hbm_thermal_c:.0f} C",
                     attrs=(("sensor", "hbm"),),
                 )
@@ -193,7 +204,7 @@ class PassiveChecks:
                     EventKind.ECC_DBE,
                     now,
                     g,
-                    Severity.FATAL,
+                    "dbe_increase",
                     f"{d_dbe} new uncorrectable ECC errors (aggregate {r.ecc_dbe_aggregate})",
                 )
             )
@@ -205,7 +216,7 @@ class PassiveChecks:
                     EventKind.ECC_SBE,
                     now,
                     g,
-                    Severity.DEGRADED,
+                    "sbe_burst",
                     f"{d_sbe} new correctable ECC errors in one interval",
                 )
             )
@@ -217,7 +228,7 @@ class PassiveChecks:
                     EventKind.ROW_REMAP_FAILURE,
                     now,
                     g,
-                    Severity.FATAL,
+                    "remap_failure",
                     "row remapping failed: the GPU has no spare rows left",
                 )
             )
@@ -228,7 +239,7 @@ class PassiveChecks:
                     EventKind.ROW_REMAP_PENDING,
                     now,
                     g,
-                    Severity.DEGRADED,
+                    "remap_pending",
                     "row remap pending: takes effect at the next GPU reset",
                 )
             )
@@ -239,7 +250,7 @@ class PassiveChecks:
                     EventKind.ROW_REMAP_PENDING,
                     now,
                     g,
-                    Severity.DEGRADED,
+                    "page_retirement_pending",
                     "page retirement pending: takes effect at the next GPU reset",
                     attrs=(("mechanism", "page_retirement"),),
                 )
@@ -252,9 +263,8 @@ class PassiveChecks:
                     EventKind.ECC_DBE,
                     now,
                     g,
-                    Severity.DEGRADED,
+                    "retired_pages_max",
                     f"{retired} retired pages (limit {th.retired_pages_max})",
-                    attrs=(("rule", "retired_pages_max"),),
                 )
             )
         out += self._pcie(r, now, g, util)
@@ -272,10 +282,9 @@ class PassiveChecks:
                     EventKind.LINK_ERROR,
                     now,
                     g,
-                    Severity.DEGRADED,
+                    "pcie_width",
                     f"PCIe link width x{r.pcie_width} below max x{r.pcie_width_max}",
                     link=link,
-                    attrs=(("rule", "pcie_width"),),
                 )
             )
         busy = util is not None and util >= th.pcie_gen_min_util
@@ -287,10 +296,9 @@ class PassiveChecks:
                     EventKind.LINK_ERROR,
                     now,
                     g,
-                    Severity.DEGRADED,
+                    "pcie_gen",
                     f"PCIe link gen {r.pcie_gen} below max gen {r.pcie_gen_max} under load",
                     link=link,
-                    attrs=(("rule", "pcie_gen"),),
                 )
             )
         d = self._delta(f"pcie_replay:{g}", r.pcie_replay)
@@ -301,10 +309,9 @@ class PassiveChecks:
                     EventKind.LINK_ERROR,
                     now,
                     g,
-                    Severity.DEGRADED,
+                    "pcie_replay",
                     f"{d} PCIe replays in one interval",
                     link=link,
-                    attrs=(("rule", "pcie_replay"),),
                 )
             )
         return out
@@ -323,7 +330,7 @@ class PassiveChecks:
                         EventKind.LINK_DOWN,
                         now,
                         g,
-                        Severity.FATAL,
+                        "nvlink_down",
                         f"NVLink {lk.link} went down",
                         link=f"{g}~nvlink{lk.link}",
                         attrs=(("nvlink", str(lk.link)),),
@@ -340,10 +347,10 @@ class PassiveChecks:
                         EventKind.LINK_ERROR,
                         now,
                         g,
-                        Severity.DEGRADED,
+                        "nvlink_errors",
                         f"{d} NVLink {lk.link} errors (CRC flit/data, replay, recovery) in one interval",
                         link=f"{g}~nvlink{lk.link}",
-                        attrs=(("nvlink", str(lk.link)), ("rule", "nvlink_errors")),
+                        attrs=(("nvlink", str(lk.link)),),
                     )
                 )
         return out
@@ -364,7 +371,7 @@ class PassiveChecks:
                     EventKind.LINK_DOWN,
                     now,
                     nic,
-                    Severity.FATAL,
+                    "ib_down",
                     f"InfiniBand {p.device} port {p.port} is {p.state} ({p.phys_state})",
                     attrs=attrs,
                 )
@@ -380,7 +387,7 @@ class PassiveChecks:
                     EventKind.LINK_FLAP,
                     now,
                     nic,
-                    Severity.DEGRADED,
+                    "ib_flap",
                     f"InfiniBand {p.device} port {p.port} went down and up {d} time(s)",
                     attrs=attrs,
                 )
@@ -398,10 +405,10 @@ class PassiveChecks:
                     EventKind.LINK_ERROR,
                     now,
                     nic,
-                    Severity.DEGRADED,
+                    "ib_rate",
                     f"InfiniBand {p.device} port {p.port} at {p.rate_gbps:g} Gb/s, expected "
                     f"{th.ib_expected_rate_gbps:g}",
-                    attrs=(*attrs, ("rule", "ib_rate")),
+                    attrs=attrs,
                 )
             )
         for counter, limit in (
@@ -418,9 +425,9 @@ class PassiveChecks:
                         EventKind.LINK_ERROR,
                         now,
                         nic,
-                        Severity.DEGRADED,
+                        f"ib_{counter}",
                         f"InfiniBand {p.device} port {p.port}: {counter} at {rate:.1f}/min (limit {limit:g}/min)",
-                        attrs=(*attrs, ("rule", f"ib_{counter}"), ("per_min", f"{rate:.1f}")),
+                        attrs=(*attrs, ("per_min", f"{rate:.1f}")),
                     )
                 )
         return out
@@ -452,7 +459,7 @@ class PassiveChecks:
                         EventKind.CHECK_FAILED,
                         now,
                         self.node,
-                        Severity.FATAL,
+                        "edac_ue",
                         f"host memory controller {mc.mc}: {d} new uncorrectable errors",
                         attrs=(("check", "edac"), ("mc", mc.mc)),
                     )
@@ -466,7 +473,7 @@ class PassiveChecks:
                         EventKind.CHECK_FAILED,
                         now,
                         self.node,
-                        Severity.FATAL,
+                        "mount_missing",
                         f"{m.role} mount {m.path} is missing",
                         attrs=(("check", "mount"), ("mount", m.path)),
                     )
@@ -479,7 +486,7 @@ class PassiveChecks:
                         EventKind.CHECK_FAILED,
                         now,
                         self.node,
-                        Severity.DEGRADED,
+                        "disk_free",
                         f"{m.role} mount {m.path} has {100 * (frac or 0):.1f}% free "
                         f"(minimum {100 * th.mount_min_free_fraction:.0f}%)",
                         attrs=(("check", "disk_free"), ("mount", m.path)),

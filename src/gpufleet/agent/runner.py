@@ -13,15 +13,16 @@ An unexpected exception in one collector is logged (first time, then every 100th
 from __future__ import annotations
 
 import logging
+import re
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from gpufleet.agent.clock import Clock
+from gpufleet.agent.clock import AgentClock
 from gpufleet.agent.collectors.host import HostCollector
 from gpufleet.agent.collectors.infiniband import InfinibandCollector
-from gpufleet.agent.collectors.kmsg import KmsgFollower
+from gpufleet.agent.collectors.kmsg import KernelLog
 from gpufleet.agent.devices.port import Device, DeviceStatus, XidEvent
 from gpufleet.agent.rules import PassiveChecks
 from gpufleet.agent.spool import Spool
@@ -31,6 +32,7 @@ from gpufleet.domain.events import HealthEvent
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
+_PCI = re.compile(r"[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,17 +54,18 @@ class Agent:
         self,
         node: str,
         device: Device,
-        clock: Clock,
+        clock: AgentClock,
         *,
         checks: PassiveChecks | None = None,
         telemetry: Telemetry | None = None,
         cadence: Cadence | None = None,
         ib: InfinibandCollector | None = None,
         host: HostCollector | None = None,
-        kmsg: KmsgFollower | None = None,
+        kmsg: KernelLog | None = None,
         spool: Spool | None = None,
         on_events: Callable[[Sequence[HealthEvent]], None] | None = None,
         wake_pusher: threading.Event | None = None,
+        inject: Callable[[], object] | None = None,
     ) -> None:
         self.node = node
         self.device = device
@@ -74,9 +77,12 @@ class Agent:
         self.spool = spool
         self.on_events = on_events
         self.wake_pusher = wake_pusher
+        self.inject = inject  # simulated faults that are due (agent/devices/faults.py), run after each tick
         self.status = DeviceStatus(False, "not opened")
         self._next = {"fast": 0.0, "slow": 0.0, "ib": 0.0, "host": 0.0}
         self._indices: range = range(0)
+        self._pci: dict[int, str] = {}  # GPU index -> PCI address
+        self._gpu_of: dict[str, int] = {}  # PCI address -> GPU index
 
     # --- lifecycle --------------------------------------------------------------------------
     def open(self) -> DeviceStatus:
@@ -97,6 +103,8 @@ class Agent:
         )
         t.set_gpus(self.device.gpus() if self.status.ok else ())
         self._indices = range(len(t.gpus))
+        self._pci = {g.index: g.pci_bus_id for g in t.gpus if g.pci_bus_id}
+        self._gpu_of = {pci: i for i, pci in self._pci.items()}
         if self.kmsg is not None:
             t.kmsg_source = self._guard("kmsg", self.kmsg.start) or "none"
             log.info("%s: kernel log source: %s", self.node, t.kmsg_source)
@@ -141,9 +149,9 @@ class Agent:
                     r = self._guard("gpu_fast", self.device.read_fast, i)
                     if r is not None:
                         t.fast[i] = r
-                        events += self.checks.on_fast(r, now)
+                        events += self._local(self.checks.on_fast(r, now), "nvml", i)
             if self.kmsg is not None:
-                events += self._guard("kmsg", self.kmsg.poll) or []
+                events += self._local(self._guard("kmsg", self.kmsg.poll) or [])
                 t.kmsg_lines = self.kmsg.lines
         if self._due("slow", mono, self.cadence.slow_s) and self.status.ok:
             for i in self._indices:
@@ -151,27 +159,30 @@ class Agent:
                 if r2 is not None:
                     t.slow[i] = r2
                     fast = t.fast[i]
-                    events += self.checks.on_slow(r2, now, None if fast is None else fast.util_gpu_pct)
+                    found = self.checks.on_slow(r2, now, None if fast is None else fast.util_gpu_pct)
+                    events += self._local(found, "nvml", i)
         if self.ib is not None and self._due("ib", mono, self.cadence.ib_s):
             ports = self._guard("infiniband", self.ib.read)
             if ports is not None:
                 t.ib = ports
                 for p in ports:
-                    events += self.checks.on_ib(p, now, mono)
+                    events += self._local(self.checks.on_ib(p, now, mono), "infiniband")
         if self.host is not None and self._due("host", mono, self.cadence.host_s):
             h = self._guard("host", self.host.read)
             if h is not None:
                 t.host = h
-                events += self.checks.on_host(h, now)
+                events += self._local(self.checks.on_host(h, now), "host")
         if events:
             self.emit(events)
+        if self.inject is not None:
+            self._guard("inject", self.inject)
         return events
 
     def _xids(self, xids: Sequence[XidEvent]) -> None:
         events: list[HealthEvent] = []
         for x in xids:
             self.telemetry.count_xid(x.index, x.code)
-            events.append(self.checks.on_xid(x))
+            events += self._local([self.checks.on_xid(x)], "nvml", x.index)
         self.emit(events)
 
     def handle_xids(self, xids: Sequence[XidEvent]) -> None:
@@ -200,6 +211,34 @@ class Agent:
             self.wake_pusher.set()
 
     # --- helpers ----------------------------------------------------------------------------
+    def _local(
+        self, events: Sequence[HealthEvent], source: str | None = None, gpu: int | None = None
+    ) -> list[HealthEvent]:
+        """Name the local identities the controller maps to topology ids (docs/agent.md, "Identities"):
+        ``gpu`` (NVML index) and ``pci`` on every GPU event, whichever source saw it; ``source`` = the
+        collector (a kernel-log source names itself). A device the node does not know (a PCI address
+        that is no GPU of this node) or none is reported against the node, the address kept in ``pci``."""
+        out: list[HealthEvent] = []
+        for ev in events:
+            attrs = dict(ev.attrs)
+            index = gpu if gpu is not None and gpu >= 0 else self._gpu_of.get(attrs.get("pci", ""))
+            if index is not None:
+                attrs.setdefault("gpu", str(index))
+                if index in self._pci:
+                    attrs.setdefault("pci", self._pci[index])
+            component = ev.component
+            if component is None or _PCI.fullmatch(component):
+                component = self.node
+            out.append(
+                replace(
+                    ev,
+                    component=component,
+                    source=source or ev.source,
+                    attrs=tuple(attrs.items()) if attrs != dict(ev.attrs) else ev.attrs,
+                )
+            )
+        return out
+
     def _due(self, name: str, mono: float, every: float) -> bool:
         if mono < self._next[name]:
             return False

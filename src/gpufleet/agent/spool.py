@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from gpufleet.agent import wire
+from gpufleet.domain import wire
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.events import HealthEvent, Severity
 

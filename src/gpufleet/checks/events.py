@@ -2,14 +2,17 @@
 
 Mapping (docs/checks.md):
 
-* pass -> ``check_passed``, severity ``info``;
-* warn -> ``check_passed``, severity ``info`` (above the fail bar; ``attrs.status`` says ``warn`` so the
-  fleet view still shows it, but it must not hold a node out of service);
-* fail -> ``check_failed``, severity ``fatal`` when the result means wrong answers or a dying GPU
-  (silent data corruption, an XID during soak), else ``degraded`` (slow, but correct);
+* pass -> ``check_passed``;
+* warn -> ``check_passed`` (above the fail bar; ``attrs.status`` says ``warn`` so the fleet view still
+  shows it, but it must not hold a node out of service);
+* fail -> ``check_failed`` with ``attrs.rule`` = the check's name, so the controller judges it with the
+  site's catalog (``check_failed`` is degraded by default; a site overrides one check with
+  ``[[override]] kind = "check_failed" rule = "<check>"``). A result that means wrong answers or a
+  dying GPU (silent data corruption, an XID during soak) *states* ``fatal`` (severity), which the
+  judgement takes as a floor;
 * a failed result about a whole allocation (``attrs.scope == "allocation"``: the multi-node all-reduce)
-  is ``check_failed`` with severity ``info``: it is filed against the reporting node but blames no
-  node by itself; the pairwise results that follow it name the slow node.
+  is ``check_failed`` with ``attrs.rule = "allocation"``, judged informational: it is filed against the
+  reporting node but blames no node by itself; the pairwise results that follow it name the slow node.
 
 The event ``id`` is the idempotency key: ``check:<node>:<run>:<check>:<gpu|node>``, so a re-post of
 the same run is deduplicated by the controller.
@@ -23,6 +26,7 @@ from datetime import datetime
 from gpufleet.checks.model import CheckResult, Status
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
+from gpufleet.domain.wire import to_wire
 
 ALLOCATION = "allocation"
 
@@ -50,9 +54,8 @@ def result_to_event(
         raise InvalidInput("time", time.isoformat(), "a timezone-aware time")
     node = result.node or node
     failed = result.status is Status.FAIL
-    severity = (Severity.FATAL if result.fatal else Severity.DEGRADED) if failed else Severity.INFO
-    if dict(result.attrs).get("scope") == ALLOCATION:
-        severity = Severity.INFO
+    allocation = dict(result.attrs).get("scope") == ALLOCATION
+    stated = Severity.FATAL if failed and result.fatal and not allocation else None
     where = "node" if result.gpu is None else f"gpu{result.gpu}"
     summary = (
         f"{result.check} {where}: {result.value:.4g} {result.unit}"
@@ -72,6 +75,8 @@ def result_to_event(
     }
     if sku:
         attrs["sku"] = sku
+    if failed:
+        attrs["rule"] = ALLOCATION if allocation else result.check
     attrs.update(dict(result.attrs))
     return HealthEvent(
         id=f"check:{node}:{run_id}:{result.check}:{where}",
@@ -79,28 +84,13 @@ def result_to_event(
         kind=EventKind.CHECK_FAILED if failed else EventKind.CHECK_PASSED,
         time=time,
         component=gpu_slot(node, result.gpu),
-        severity=severity,
+        severity=stated,
         message=summary,
         source="check",
         attrs=tuple(sorted(attrs.items())),
     )
 
 
-def event_to_json(event: HealthEvent) -> dict[str, object]:
-    """The wire form the controller's ``POST /v1/events`` accepts (attrs values are strings)."""
-    return {
-        "id": event.id,
-        "node": event.node,
-        "kind": str(event.kind),
-        "time": event.time.isoformat(),
-        "component": event.component,
-        "severity": None if event.severity is None else str(event.severity),
-        "message": event.message,
-        "source": event.source,
-        "attrs": dict(event.attrs),
-    }
-
-
 def events_body(events: Iterable[HealthEvent]) -> dict[str, object]:
     """``{"events": [...]}`` for one POST."""
-    return {"events": [event_to_json(e) for e in events]}
+    return {"events": [to_wire(e) for e in events]}

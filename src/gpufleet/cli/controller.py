@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import logging
+import os
 import secrets
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from gpufleet.controller.settings import ControllerSettings
+    from gpufleet.domain.fleet import Fleet
+    from gpufleet.schedulers.port import Scheduler
 
 controller_app = typer.Typer(help="Run and administer the gpufleet controller.", no_args_is_help=True)
 
@@ -27,28 +33,17 @@ def serve(
     sim_state: Annotated[Path | None, typer.Option(help="persist the sim scheduler's state to this file")] = None,
     log_level: Annotated[str, typer.Option()] = "INFO",
 ) -> None:
-    """Serve the HTTP API and run the reconciler until interrupted."""
+    """Serve the HTTP API and run the reconciler until interrupted.
+
+    The config must say which scheduler to drive (``scheduler = "slurm"`` or ``"sim"``); there is no
+    default. The first line on stderr says which one it drives."""
     from gpufleet.controller.runtime import build
     from gpufleet.controller.settings import load_settings
-    from gpufleet.domain.errors import InvalidInput
-    from gpufleet.domain.fleet import simulated_fleet
-    from gpufleet.schedulers.port import Scheduler
-    from gpufleet.schedulers.sim import SimScheduler
 
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = load_settings(config, database_url=database_url, host=host, port=port, policy_file=policy)
-    fleet = None
-    scheduler: Scheduler
-    if settings.scheduler == "slurm":
-        from gpufleet.schedulers.slurm import SlurmScheduler
-
-        conf = str(settings.slurm_conf) if settings.slurm_conf else None
-        scheduler = SlurmScheduler(slurm_conf=conf)  # scontrol/sinfo/squeue on this host
-    elif settings.scheduler == "sim":
-        fleet = simulated_fleet(sim_nodes, max(1, min(4, sim_nodes))) if sim_nodes else None
-        scheduler = SimScheduler([n.id for n in fleet] if fleet else [], state_file=sim_state)
-    else:
-        raise InvalidInput("scheduler", settings.scheduler, "sim or slurm")
+    scheduler, fleet, driving = _scheduler(settings, sim_nodes, sim_state)
+    typer.echo(f"gpufleet controller: driving {driving}", err=True)
     rt = build(settings, scheduler)
     if fleet is not None:
         rt.controller.register_fleet(fleet)
@@ -60,6 +55,31 @@ def serve(
         rt.start_api(in_thread=False)
     finally:
         rt.shutdown()
+
+
+def _scheduler(settings: ControllerSettings, sim_nodes: int,
+               sim_state: Path | None) -> tuple[Scheduler, Fleet | None, str]:
+    """The scheduler the config names, the simulated fleet to register (sim only) and, in words, what
+    the controller drives."""
+    from gpufleet.controller.settings import SchedulerKind
+    from gpufleet.domain.errors import InvalidInput
+
+    if settings.scheduler == SchedulerKind.SLURM:
+        from gpufleet.schedulers.slurm import SlurmScheduler
+
+        if sim_nodes or sim_state is not None:
+            raise InvalidInput("--sim-nodes" if sim_nodes else "--sim-state", sim_nodes or str(sim_state),
+                               'nothing with scheduler = "slurm" (the simulated scheduler\'s options)')
+        conf = str(settings.slurm_conf) if settings.slurm_conf else None
+        where = conf or os.environ.get("SLURM_CONF") or "the commands' default"
+        return SlurmScheduler(slurm_conf=conf), None, f"Slurm via scontrol/sinfo/squeue (SLURM_CONF={where})"
+    from gpufleet.domain.fleet import simulated_fleet
+    from gpufleet.schedulers.sim import SimScheduler
+
+    fleet = simulated_fleet(sim_nodes, max(1, min(4, sim_nodes))) if sim_nodes else None
+    sched = SimScheduler([n.id for n in fleet] if fleet else [], state_file=sim_state)
+    state = f", state in {sim_state}" if sim_state is not None else ""
+    return sched, fleet, f"the simulated scheduler ({len(sched.list_nodes())} nodes{state})"
 
 
 @controller_app.command()

@@ -1,4 +1,4 @@
-"""``gpufleet diagnose FILE|- [--json] [--catalog FILE] [--inventory FILE]``.
+"""``gpufleet diagnose FILE|- [--json] [--policy FILE] [--catalog FILE] [--inventory FILE]``.
 
 Exit codes: 0 nothing fatal found; 1 something fatal found; 2 usage or input errors.
 """
@@ -19,6 +19,9 @@ def register(app: typer.Typer) -> None:
         catalog: Annotated[
             Path | None, typer.Option("--catalog", help="TOML with [[override]] / [[escalation]] tables")
         ] = None,
+        policy: Annotated[
+            Path | None, typer.Option("--policy", help="the controller's policy file: judge with its overrides")
+        ] = None,
         inventory: Annotated[
             Path | None, typer.Option("--inventory", help="TOML/JSON/nvidia-smi CSV: PCI -> GPU and node")
         ] = None,
@@ -38,9 +41,11 @@ def register(app: typer.Typer) -> None:
         from gpufleet.diagnose.report import analyse, render_json, render_table
         from gpufleet.domain.catalog import load_default_catalog
         from gpufleet.domain.errors import GpufleetError, InvalidInput
+        from gpufleet.lifecycle.config import load_policy
 
         try:
-            cat = load_default_catalog()
+            # The same catalog the controller judges with: shipped + the policy file's overrides (+ --catalog).
+            cat = load_policy(policy).catalog if policy is not None else load_default_catalog()
             if catalog is not None:
                 if not catalog.is_file():
                     raise InvalidInput("--catalog", str(catalog), "an existing TOML file")

@@ -5,11 +5,10 @@ from __future__ import annotations
 import threading
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
 
+from gpufleet.domain.clock import Clock
 
-class Clock(Protocol):
-    def now(self) -> datetime: ...
+__all__ = ["Clock", "ManualClock", "ScaledClock", "SystemClock"]
 
 
 class SystemClock:

@@ -20,13 +20,12 @@ from typing import Protocol
 from gpufleet.domain.errors import Conflict, ExternalError, InvalidInput, NotFound
 from gpufleet.lifecycle.decisions import ActionKind
 from gpufleet.lifecycle.engine import SchedObservation
+from gpufleet.lifecycle.plan import OutboxAction
 from gpufleet.lifecycle.states import NodeState
 from gpufleet.schedulers.port import Job, SchedNode, SchedNodeState, Scheduler, drain_reason
 
 from .fleetjudge import FleetJudge
 from .service import Controller
-from .store.convert import planned_of
-from .store.models import ActionRow
 from .store.repo import ActionStatus
 
 log = logging.getLogger(__name__)
@@ -132,9 +131,9 @@ class Reconciler:
             self.controller.audit(n.name, "drift_redrain", detail)
 
     # ---- one action -------------------------------------------------------------------------
-    def execute(self, row: ActionRow) -> None:
+    def execute(self, row: OutboxAction) -> None:
         now = self.controller.clock.now()
-        action = planned_of(row)
+        action = row.action
         try:
             outcome = self._carry_out(row, now)
         except ExternalError as err:
@@ -145,12 +144,12 @@ class Reconciler:
             return
         if outcome is None:  # waiting (for a checkpoint)
             return
-        log.info("%s: %s done (%s)", row.node, row.kind, outcome)
+        log.info("%s: %s done (%s)", action.node, action.kind, outcome)
         self.controller.action_finished(row.id, action, row.decision_id, result=outcome)
 
-    def _carry_out(self, row: ActionRow, now: datetime) -> str | None:
-        kind, node = ActionKind(row.kind), row.node
-        reason = drain_reason(row.decision_id, row.reason)
+    def _carry_out(self, row: OutboxAction, now: datetime) -> str | None:
+        kind, node = row.action.kind, row.action.node
+        reason = drain_reason(row.decision_id, row.action.reason)
         if kind == ActionKind.DRAIN:
             self.scheduler.drain(node, reason)
             return "drained"
@@ -179,10 +178,10 @@ class Reconciler:
             return "resumed"
         if kind == ActionKind.VALIDATE:
             if self.validator is None:
-                return f"{row.level} validation requested: awaiting check results from the node"
-            self.validator.request(node, row.level)
-            return f"{row.level} validation started"
-        raise InvalidInput("action.kind", row.kind, f"one of {[k.value for k in ActionKind]}")
+                return f"{row.action.level} validation requested: awaiting check results from the node"
+            self.validator.request(node, row.action.level)
+            return f"{row.action.level} validation started"
+        raise InvalidInput("action.kind", kind, f"one of {[k.value for k in ActionKind]}")
 
     def _drain_and_requeue(self, node: str, reason: str, jobs: Sequence[Job], why: str) -> str:
         """Drain, then restart the node's jobs elsewhere from the checkpoint they just wrote."""
@@ -198,19 +197,20 @@ class Reconciler:
             times.append(stored)
         return max(times, default=None)
 
-    def _retry(self, row: ActionRow, now: datetime, error: str) -> None:
+    def _retry(self, row: OutboxAction, now: datetime, error: str) -> None:
         attempts = row.attempts + 1
         if attempts >= self.cfg.max_attempts:
             self._give_up(row, now, f"{error} (after {attempts} attempts)")
             return
         delay = backoff(row.id, attempts, self.cfg.retry_base, self.cfg.retry_cap)
-        log.warning("%s: %s failed (attempt %d), retrying in %s: %s", row.node, row.kind, attempts, delay, error)
+        log.warning("%s: %s failed (attempt %d), retrying in %s: %s",
+                    row.action.node, row.action.kind, attempts, delay, error)
         self.controller.store.update_action(row.id, status=ActionStatus.PENDING, now=now, attempts=attempts,
                                             next_attempt=now + delay, error=error)
 
-    def _give_up(self, row: ActionRow, now: datetime, error: str) -> None:
+    def _give_up(self, row: OutboxAction, now: datetime, error: str) -> None:
         log.error("%s: giving up on %s (%s). Manual action: check the node in the scheduler, fix the cause, "
-                  "then retry it with POST /v1/actions/%s/retry", row.node, row.kind, error, row.id)
+                  "then retry it with POST /v1/actions/%s/retry", row.action.node, row.action.kind, error, row.id)
         self.controller.store.update_action(row.id, status=ActionStatus.FAILED, now=now,
                                             attempts=row.attempts + 1, error=error)
 

@@ -18,6 +18,7 @@ from gpufleet.correlate.model import Suspect, SuspectAction, VerdictStatus
 from gpufleet.domain.errors import ExternalError, GpufleetError, InvalidInput, NotFound
 from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.fleet import Fleet, Node
+from gpufleet.domain.inventory import NodeInventory
 from gpufleet.domain.topology import Topology
 from gpufleet.lifecycle.breaker import BreakerState
 from gpufleet.lifecycle.config import PolicyFile
@@ -28,8 +29,10 @@ from gpufleet.lifecycle.policy import Policy
 from gpufleet.lifecycle.states import Actor, NodeState
 
 from . import heap
+from .admission import Admission
 from .clock import Clock
-from .store.repo import Round, Store
+from .identity import Identity
+from .store.repo import EventKey, Round, Store
 
 _NO_DRAIN = frozenset({SuspectAction.OBSERVE, SuspectAction.ISOLATE_SWITCH})
 
@@ -59,7 +62,12 @@ class Controller:
         # a shared component (leaf, NVSwitch, cable, tray) drains the nodes behind it as one decision.
         self.correlator = Engine(topology, catalog=policy.catalog) if topology is not None else None
         self.verdicts: list[Suspect] = []
+        self.topology = topology
         self.lock = threading.RLock()
+        # Agents' local names (GPU index, PCI address, HCA) -> topology ids; serials seen at new slots.
+        self.identity = Identity(self.topology)
+        self.identity.load(self.store.load_inventories())
+        self.admission = self._admission()
         self.engine = self._load()
         self.on_plan: list[Callable[[Plan], None]] = []  # observers (the demo's live view)
 
@@ -82,6 +90,32 @@ class Controller:
 
     def register_fleet(self, fleet: Fleet, state: NodeState = NodeState.READY) -> int:
         return self.register(iter(fleet), state=state)
+
+    def register_inventory(self, inv: NodeInventory) -> list[HealthEvent]:
+        """Keep a node agent's inventory; returns the ``moved`` events it implied, ingested like any
+        other event (stored, correlated, judged by the policy). NotFound for a node not registered.
+
+        The moves are ingested before the inventory is stored: if either write fails, the identity
+        map goes back to what it was and the error is raised, so the agent's retry finds the moves again.
+        """
+        with self.lock:
+            if inv.node not in self.engine.nodes:
+                raise NotFound("node", inv.node)
+            now = self.clock.now()
+            known = self.identity.inventories()
+            moved = self.identity.register(inv, now)
+            try:
+                if moved:
+                    self.ingest(moved)
+                self.store.save_inventory(inv, now)
+            except Exception as err:
+                log.error("%s: could not record its inventory (%s); its moves are judged again on the retry",
+                          inv.node, err)
+                self.identity.load(known)
+                if isinstance(err, GpufleetError):
+                    raise
+                raise ExternalError("database", f"recording the inventory of {inv.node}: {err}") from err
+            return moved
 
     # ---- evidence ---------------------------------------------------------------------------
     def ingest(self, events: Sequence[HealthEvent]) -> IngestResult:
@@ -113,22 +147,28 @@ class Controller:
             if not valid:
                 return out
             now = self.clock.now()
+            prepared = [(slot, self.admission.prepare(events)) for slot, events in valid]
 
-            def decide(new: set[str]) -> Round | None:
-                plan = Plan()
-                for slot, events in valid:
-                    fresh = [e for e in events if e.id in new]
-                    new.difference_update(e.id for e in fresh)  # a later batch repeating an id: duplicate
+            def decide(new: set[EventKey]) -> Round | None:
+                plan, merged = Plan(), []
+                for slot, events in prepared:
+                    fresh = [e for e in events if (e.node, e.id) in new]
+                    new.difference_update((e.node, e.id) for e in fresh)  # a later batch repeating it: duplicate
                     decided = len(plan.decisions)
                     if fresh:
+                        admitted = self.admission.admit(fresh, now)
+                        merged += [(m.node, m.id, m.fault_of) for m in admitted.merged]
                         if self.correlator is not None:
-                            plan.extend(self._correlate(fresh, now))
-                        plan.extend(self.engine.observe(fresh, now))
+                            plan.extend(self._correlate(admitted.counted, now))
+                        plan.extend(self.engine.observe(admitted.to_policy, now))
                     out[slot] = IngestResult(len(fresh), len(events) - len(fresh), len(plan.decisions) - decided)
-                return Round(plan, self._touched(plan)) if plan else None
+                return Round(plan, self._touched(plan), merged) if plan or merged else None
 
             try:
-                written = self.store.ingest([e for _, events in valid for e in events], now, decide)
+                with self.store.round() as tx:
+                    written = decide(tx.insert_events([e for _, events in prepared for e in events], now))
+                    if written is not None:
+                        tx.write(written)
             except Exception as err:
                 log.error("could not write an ingest round (%s); reloading state from the store", err)
                 self._reload()
@@ -148,11 +188,11 @@ class Controller:
         for i, e in enumerate(events):
             if e.node not in self.engine.nodes:
                 raise InvalidInput(f"events[{i}].node", e.node, "a registered node (POST /v1/nodes)")
-        seen: set[str] = set()
+        seen: set[tuple[str, str]] = set()
         for i, e in enumerate(events):
-            if e.id in seen:
-                raise InvalidInput(f"events[{i}].id", e.id, "an id not repeated within the batch")
-            seen.add(e.id)
+            if (e.node, e.id) in seen:
+                raise InvalidInput(f"events[{i}].id", e.id, "an id not repeated for its node within the batch")
+            seen.add((e.node, e.id))
 
     def approve_held(self, nodes: Sequence[str], actor_id: str) -> Plan:
         with self.lock:
@@ -237,10 +277,14 @@ class Controller:
 
     # ---- time and the scheduler -------------------------------------------------------------
     def tick(self) -> Plan:
-        """Time-driven work: auto-repair, auto-burn-in, and heartbeat-loss detection."""
+        """Time-driven work: auto-repair, auto-burn-in, link events whose correlation hold ended, and
+        heartbeat-loss detection."""
         with self.lock:
             now = self.clock.now()
             plan = self.engine.tick(now)
+            released = self.admission.release(now, self._covered)
+            if released:
+                plan.extend(self.engine.observe(released, now))
             if plan:
                 self._persist(plan)
             lost = self._silent_nodes(now)
@@ -313,6 +357,7 @@ class Controller:
 
     def _reload(self) -> None:
         """After a failed write: memory goes back to what the database holds."""
+        self.admission = self._admission()
         self.engine = self._load()
         heap.settle("reloading state after a failed write")
 
@@ -322,8 +367,25 @@ class Controller:
         breaker, dry_run = self.store.load_settings()
         records = [rec for rec, _rack in self.store.load_nodes()]
         engine = LifecycleEngine(policy, records, breaker=breaker, held=self.store.load_held(), dry_run=dry_run)
-        engine.remember(self.store.events_since(self.clock.now() - policy.lookback(), kinds=policy.counted_kinds()))
+        now = self.clock.now()
+        engine.remember(self.store.events_since(now - policy.lookback(), kinds=policy.counted_kinds()))
+        recent = max(2 * cfg.merge_window, cfg.correlation_hold)
+        self.admission.remember(self.admission.prepare(self.store.events_since(now - recent)), now)
         return engine
+
+    def _admission(self) -> Admission:
+        cfg = self.policy_file.config
+        return Admission(self.policy_file.catalog, self.topology, merge_window=cfg.merge_window,
+                         hold=cfg.correlation_hold, resolve=self.identity.resolve)
+
+    def _covered(self, e: HealthEvent) -> bool:
+        """Whether a standing verdict on a shared part (a switch behind ``e``'s link, or the link
+        itself, with two or more nodes behind it) already decided for ``e``'s node."""
+        if self.correlator is None or not e.link:
+            return False
+        parts = {e.link, self.admission.shared_end(e.link)}
+        return any(s.component in parts and e.node in s.affected_nodes and len(s.affected_nodes) >= 2
+                   and s.action not in _NO_DRAIN for s in self.verdicts)
 
     def _silent_nodes(self, now: datetime) -> list[HealthEvent]:
         timeout = self.policy_file.config.heartbeat_timeout
@@ -334,6 +396,6 @@ class Controller:
             eid = f"heartbeat_lost:{node}:{hb.isoformat()}"
             out.append(HealthEvent(eid, node, EventKind.HEARTBEAT_LOST, now, source="controller",
                                    message=f"no heartbeat since {hb.isoformat()} (timeout {timeout})"))
-        known = self.store.known_event_ids([e.id for e in out]) if out else set()
-        return [e for e in out if e.id not in known]
+        known = self.store.known_event_ids([(e.node, e.id) for e in out]) if out else set()
+        return [e for e in out if (e.node, e.id) not in known]
 

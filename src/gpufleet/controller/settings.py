@@ -9,7 +9,7 @@ Example ``controller.toml``::
     port = 8470
     reconcile_interval = 1.0                   # seconds between reconciler passes
     scheduler_sync_interval = 0.0              # seconds between reads of the scheduler's node list; 0 = every pass
-    scheduler = "slurm"                        # or "sim"; slurm drives scontrol/sinfo/squeue on this host
+    scheduler = "slurm"                        # required: "slurm" (scontrol/sinfo/squeue on this host) or "sim"
     slurm_conf = "/etc/slurm/slurm.conf"        # optional; otherwise the commands' default / $SLURM_CONF
 
     [fleet_judge]                               # fleet-relative outliers among check results (docs/checks.md)
@@ -50,6 +50,18 @@ class Role(StrEnum):
     AGENT = "agent"  # post events, heartbeats and checkpoints for its nodes
     OPERATOR = "operator"  # viewer + manual actions (drain, resume, retire, dry-run, breaker reset)
     ADMIN = "admin"  # operator + inventory (register nodes)
+
+
+class SchedulerKind(StrEnum):
+    """What the reconciler drives. There is no default: a controller that silently simulated its
+    scheduler would drain nothing on a real cluster."""
+
+    SLURM = "slurm"  # scontrol / sinfo / squeue on this host (docs/slurm.md)
+    SIM = "sim"  # an in-process simulated scheduler: the demo, trying gpufleet without a cluster
+
+
+SCHEDULER_EXPECTED = ('scheduler = "slurm" (drive Slurm through scontrol/sinfo/squeue on this host) or '
+                      'scheduler = "sim" (a simulated scheduler) in the controller config, or GPUFLEET_SCHEDULER')
 
 
 class TokenConfig(BaseModel):
@@ -113,7 +125,7 @@ class ControllerSettings(BaseSettings):
     # Reading every node's state from the scheduler is the reconciler's biggest cost on a large fleet
     # (sinfo --json of 12,500 nodes); actions still run every pass. 0 = read on every pass.
     scheduler_sync_interval: float = Field(default=0.0, ge=0)
-    scheduler: str = Field(default="sim", pattern="^(sim|slurm)$")
+    scheduler: SchedulerKind  # required (SCHEDULER_EXPECTED)
     slurm_conf: Path | None = None  # with scheduler = "slurm": the slurm.conf the commands use (SLURM_CONF)
     tokens: tuple[TokenConfig, ...] = ()
     fleet_judge: FleetJudgeSettings = FleetJudgeSettings()
@@ -133,6 +145,10 @@ def load_settings(path: Path | None = None, **overrides: Any) -> ControllerSetti
     try:
         return ControllerSettings(**doc)
     except ValidationError as err:
-        first = err.errors()[0]
+        # A misspelt key first: "schedular = ..." should be named as such, not as a missing scheduler.
+        first = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
         field = ".".join(str(p) for p in first["loc"])
+        if field == "scheduler":
+            value = None if first["type"] == "missing" else first.get("input")
+            raise InvalidInput("scheduler", value, SCHEDULER_EXPECTED) from None
         raise InvalidInput(field, first.get("input"), first["msg"]) from None

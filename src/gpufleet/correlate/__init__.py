@@ -6,6 +6,6 @@ Public API (docs/correlate.md):
   (both return new/changed/cleared :class:`~gpufleet.correlate.model.Verdict` s), ``suspects(now)``,
   ``emitted()``;
 * :mod:`gpufleet.correlate.model` — ``Suspect``, ``Verdict``, ``VerdictStatus``, ``SuspectAction``,
-  ``Finding``, ``verdicts_json``;
+  ``Basis`` (how a suspect was reached; its JSON key stays ``finding``), ``verdicts_json``;
 * :mod:`gpufleet.correlate.scenarios` / :mod:`gpufleet.correlate.scoring` — the evaluation harness.
 """

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from gpufleet.correlate.explain import Explanation
 from gpufleet.correlate.inventory import MoveRecord
-from gpufleet.correlate.model import Finding, SuspectAction
+from gpufleet.correlate.model import Basis, SuspectAction
 from gpufleet.correlate.symptoms import Symptom
 from gpufleet.domain.catalog import Action
 
 
-def action_for(ex: Explanation, kind: str, finding: Finding, confidence: float, emit: float) -> SuspectAction:
+def action_for(ex: Explanation, kind: str, finding: Basis, confidence: float, emit: float) -> SuspectAction:
     """The action for a suspect of ``kind`` (component kind, or link kind for a link).
 
     Below ``emit`` confidence: observe. A cable, or a pattern that stayed at its slot: check the
@@ -20,9 +20,9 @@ def action_for(ex: Explanation, kind: str, finding: Finding, confidence: float, 
     """
     if confidence < emit:
         return SuspectAction.OBSERVE
-    if finding is Finding.STAYS_AT_SLOT or ex.kind == "link":
+    if finding is Basis.STAYS_AT_SLOT or ex.kind == "link":
         return SuspectAction.CHECK_CABLING
-    if finding is Finding.FOLLOWS_SERIAL:
+    if finding is Basis.FOLLOWS_SERIAL:
         return SuspectAction.DRAIN_AND_REPLACE
     if kind in ("spine_switch", "core_switch"):
         return SuspectAction.ISOLATE_SWITCH
@@ -39,14 +39,14 @@ def action_for(ex: Explanation, kind: str, finding: Finding, confidence: float, 
     return SuspectAction.DRAIN_AND_INSPECT
 
 
-def reason_for(ex: Explanation, finding: Finding, rec: MoveRecord | None) -> str:
+def reason_for(ex: Explanation, finding: Basis, rec: MoveRecord | None) -> str:
     """One sentence: how many symptoms from whom share what; and the move history when it decided."""
     reporters = sorted({s.reporter for s in ex.symptoms})
     shown = ", ".join(reporters[:4]) + (", ..." if len(reporters) > 4 else "")
     base = f"{len(ex.symptoms)} symptom(s) from {len(reporters)} reporter(s) ({shown}) share {ex.candidate}"
-    if finding is Finding.FOLLOWS_SERIAL and rec is not None:
+    if finding is Basis.FOLLOWS_SERIAL and rec is not None:
         return f"{base}; the pattern followed unit {rec.serial} from {rec.from_slot} to {rec.to_slot}"
-    if finding is Finding.STAYS_AT_SLOT and rec is not None:
+    if finding is Basis.STAYS_AT_SLOT and rec is not None:
         return (
             f"{base}; the pattern stayed at slot {rec.from_slot} after unit {rec.serial} was moved "
             f"to {rec.to_slot}: suspect the slot's cabling/port"

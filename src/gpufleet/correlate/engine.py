@@ -1,12 +1,13 @@
 """The streaming root-cause engine: events in, verdicts (new / changed / cleared suspects) out.
 
-Per event the work is a few dictionary operations: judge the event once per (kind, code) through the
-fault catalog, add its weight to its *symptom* (reporter, link), append it to the window's queue and
-expire what fell out of the window. Only when a symptom becomes active or inactive (or its severity
+Per event the work is a few dictionary operations: weigh the event's one judgement (attached by the
+controller at ingest, else :func:`gpufleet.domain.judgement.judge` once per distinct key), add its
+weight to its *symptom* (reporter, link), append it to the window's queue and expire what fell out of
+the window. Only when a symptom becomes active or inactive (or its severity
 rises) does the engine re-explain the connected cluster of symptoms that share candidates with it
 (:mod:`gpufleet.correlate.explain`), so the cost of an event does not depend on the fleet's size.
 
-Judgement (from :mod:`gpufleet.domain.catalog`):
+Weighing (from the judgement, :mod:`gpufleet.domain.judgement`):
 
 * collateral codes (XID 45) and informational XID/SXID codes (application errors such as XID 13, 31,
   43) are *folded*: never a symptom, but attached as evidence to a suspect that covers their component;
@@ -29,11 +30,12 @@ from datetime import datetime, timedelta
 from gpufleet.correlate.describe import action_for, reason_for
 from gpufleet.correlate.explain import Explanation, SymptomLike, explain
 from gpufleet.correlate.inventory import Inventory, MoveRecord
-from gpufleet.correlate.model import Finding, Ref, Suspect, SuspectAction, Verdict, VerdictStatus, sort_refs
-from gpufleet.correlate.symptoms import FOLD, IGNORE, Judgement, Symptom, judge
+from gpufleet.correlate.model import Basis, Ref, Suspect, SuspectAction, Verdict, VerdictStatus, sort_refs
+from gpufleet.correlate.symptoms import FOLD, IGNORE, Symptom, Weighing, weigh
 from gpufleet.domain.catalog import Action, Catalog, load_default_catalog
 from gpufleet.domain.eventio import EventFields, FileEvent
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
+from gpufleet.domain.judgement import Judgement, judge
 from gpufleet.domain.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -75,7 +77,8 @@ class Engine:
         self._info_activation = info_activation
         self._comps = topology.components
         self._links = topology.links
-        self._judged: dict[tuple[EventKind, int | None, Severity | None], Judgement] = {}
+        # (kind, code, stated severity, rule) or (kind, code, attached judgement) -> its weighing
+        self._weighed: dict[tuple[object, ...], Weighing] = {}
         self._syms: dict[tuple[str, str], Symptom] = {}
         self._cover: dict[str, set[Symptom]] = {}
         # (time, symptom key, symptom serial, step, severity index) per counted event. Only atomic
@@ -115,7 +118,7 @@ class Engine:
             attrs = dict(ev.attrs)
             return self._move(attrs.get("serial", ""), attrs.get("from", ""), attrs.get("to", ""), ev.time, ev.id)
         comp = ev.component if ev.component and ev.component in self._comps else ev.node
-        return self._event(comp, ev.link, ev.kind, ev.code, ev.severity, ev.time, ev.id)
+        return self._event(comp, ev.link, ev.kind, ev.code, ev.severity, ev.time, ev.id, ev.attr("rule"), ev.judgement)
 
     def _event(
         self,
@@ -126,6 +129,8 @@ class Engine:
         sev: Severity | None,
         time: datetime,
         ref: Ref,
+        rule: str = "",
+        judged: Judgement | None = None,
     ) -> list[Verdict]:
         t = time.timestamp()
         if t > self._now:
@@ -138,9 +143,10 @@ class Engine:
         if self._fold_queue and self._fold_queue[0][0] < cutoff:
             self._expire_folded(cutoff)
         fresh: Symptom | None = None
-        j = self._judged.get((kind, code, sev))
+        key: tuple[object, ...] = (kind, code, sev, rule) if judged is None else (kind, code, judged)
+        j = self._weighed.get(key)
         if j is None:
-            j = self._judge(kind, code, sev)
+            j = self._weigh(key, kind, code, sev, rule, judged)
         if j.role == IGNORE:
             pass
         elif comp not in self._comps:
@@ -203,10 +209,12 @@ class Engine:
         far = self._links[link].other(comp) if link is not None else None
         sym.local = frozenset(c for c in sym.cands if c != far or self.kind_of(c) not in ("gpu", "nic"))
 
-    def _judge(self, kind: EventKind, code: int | None, sev: Severity | None) -> Judgement:
-        j = judge(self.catalog, kind, code, sev, self._info_activation)
-        self._judged[(kind, code, sev)] = j
-        return j
+    def _weigh(self, key: tuple[object, ...], kind: EventKind, code: int | None, sev: Severity | None, rule: str,
+               judged: Judgement | None) -> Weighing:
+        if judged is None:  # a file event, or one that did not come through the controller's ingest
+            judged = judge(self.catalog, kind.value, code, stated=sev, rule=rule)
+        w = self._weighed[key] = weigh(self.catalog, kind, code, judged, self._info_activation)
+        return w
 
     def _candidates(self, reporter: str, link: str | None) -> tuple[str, ...]:
         out: list[str] = []
@@ -428,7 +436,7 @@ class Engine:
             SuspectAction.OBSERVE,
             of.evidence,
             self.topology.nodes_behind(comp),
-            Finding.ALTERNATIVE,
+            Basis.ALTERNATIVE,
             f"alternative to {of.component}",
             of.symptoms,
         )
@@ -437,16 +445,16 @@ class Engine:
         c = ex.candidate
         kind = ex.kind if ex.kind != "link" else self._links[c].kind
         conf = ex.confidence
-        finding = Finding.SHARED
+        finding = Basis.SHARED
         component = c
         slots = self._slots(c)
         rec: MoveRecord | None = self.inventory.follows(slots)
         if rec is not None:
-            finding = Finding.FOLLOWS_SERIAL
+            finding = Basis.FOLLOWS_SERIAL
         else:
             rec = self.inventory.stays(slots)
             if rec is not None:
-                finding = Finding.STAYS_AT_SLOT
+                finding = Basis.STAYS_AT_SLOT
                 if ex.kind != "link":
                     component = rec.from_slot
                     kind = self.kind_of(component)

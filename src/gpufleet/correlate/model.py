@@ -30,7 +30,7 @@ class SuspectAction(StrEnum):
     ISOLATE_SWITCH = "isolate_switch"  # spine/core: route around it (no node drain), then replace
 
 
-class Finding(StrEnum):
+class Basis(StrEnum):
     """How the engine reached a suspect (for the explanation shown to operators)."""
 
     SHARED = "shared"  # the component the symptoms have in common
@@ -50,7 +50,7 @@ class Suspect:
     action: SuspectAction
     evidence: tuple[Ref, ...]
     affected_nodes: tuple[str, ...] = ()
-    finding: Finding = Finding.SHARED
+    finding: Basis = Basis.SHARED
     reason: str = ""
     symptoms: int = 0  # distinct symptoms (reporter, link) explained
 

@@ -1,8 +1,9 @@
-"""Per-event judgement and per-(reporter, link) symptom state of the correlation engine.
+"""Per-event weighing and per-(reporter, link) symptom state of the correlation engine.
 
-:func:`judge` turns (kind, code, producer's severity) into a :class:`Judgement` through the fault
-catalog, once per distinct key; :class:`Symptom` accumulates the in-window weight of one reporter's
-trouble with one link (or with itself) and implements :class:`~gpufleet.correlate.explain.SymptomLike`.
+:func:`weigh` turns an event's one judgement (:mod:`gpufleet.domain.judgement`) into the engine's
+:class:`Weighing` (fold, ignore, or count with which step and severity), once per distinct key;
+:class:`Symptom` accumulates the in-window weight of one reporter's trouble with one link (or with
+itself) and implements :class:`~gpufleet.correlate.explain.SymptomLike`.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from gpufleet.correlate.explain import SEVERITY_WEIGHT
 from gpufleet.correlate.model import Ref
 from gpufleet.domain.catalog import Action, Catalog
 from gpufleet.domain.events import EventKind, Severity
+from gpufleet.domain.judgement import Judgement
 
 IGNORE, FOLD, SYMPTOM = 0, 1, 2
 SEV_INDEX = {Severity.INFO: 0, Severity.DEGRADED: 1, Severity.FATAL: 2}
@@ -25,7 +27,7 @@ _NO_ACTION = Action.NONE  # an enum member looked up on its class costs ~60 ns; 
 
 
 @dataclass(frozen=True, slots=True)
-class Judgement:
+class Weighing:
     role: int
     step: float  # weight one event adds to its symptom (1.0 activates it)
     sev: int
@@ -87,19 +89,18 @@ class Symptom:
         return self.floor if c[0] and self.floor > top else top
 
 
-def judge(catalog: Catalog, kind: EventKind, code: int | None, sev: Severity | None, info_activation: int) -> Judgement:
-    """Fold, ignore, or count (with which step and severity) events of this (kind, code)."""
-    entry = catalog.lookup(kind.value, code)
-    severity = sev or entry.severity
+def weigh(catalog: Catalog, kind: EventKind, code: int | None, j: Judgement, info_activation: int) -> Weighing:
+    """Fold, ignore, or count (with which step and severity) events of this (kind, code) judged ``j``."""
     damped = kind in FLAPPY
     if kind in (EventKind.CHECK_PASSED, EventKind.MOVED):
-        return Judgement(IGNORE, 0.0, 0, entry.action, damped)
-    if entry.collateral or (kind in (EventKind.XID, EventKind.SXID) and severity is Severity.INFO):
-        return Judgement(FOLD, 0.0, 0, entry.action, damped)
+        return Weighing(IGNORE, 0.0, 0, j.action, damped)
+    severity = j.severity
+    if j.collateral or (kind in (EventKind.XID, EventKind.SXID) and severity is Severity.INFO):
+        return Weighing(FOLD, 0.0, 0, j.action, damped)
     if severity is Severity.INFO:
         count, floor = info_activation, 0
         for esc in catalog.escalations:
             if esc.kind == kind.value and esc.code in (None, code):
                 count, floor = esc.count, SEV_INDEX[esc.severity]
-        return Judgement(SYMPTOM, 1.0 / max(1, count), 0, entry.action, damped, floor)
-    return Judgement(SYMPTOM, 1.0, SEV_INDEX[severity], entry.action, damped)
+        return Weighing(SYMPTOM, 1.0 / max(1, count), 0, j.action, damped, floor)
+    return Weighing(SYMPTOM, 1.0, SEV_INDEX[severity], j.action, damped)

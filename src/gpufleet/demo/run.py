@@ -1,4 +1,5 @@
-"""Run the demo: a real controller (SQLite, policy, breaker, reconciler, HTTP API) on a simulated fleet."""
+"""Run the demo: a real controller (SQLite, policy, breaker, correlator, reconciler, HTTP API) on a
+simulated HGX fleet whose topology (nodes, racks, NICs, leaf switches) comes from ``generate_hgx``."""
 
 from __future__ import annotations
 
@@ -17,10 +18,12 @@ from rich.live import Live
 from gpufleet.controller.clock import ManualClock
 from gpufleet.controller.reconciler import Reconciler
 from gpufleet.controller.runtime import build
-from gpufleet.controller.settings import ControllerSettings, Role, TokenConfig
-from gpufleet.demo.world import START, DemoScheduler, Validator, build_world
+from gpufleet.controller.settings import ControllerSettings, Role, SchedulerKind, TokenConfig
+from gpufleet.demo.report import START
+from gpufleet.demo.world import DemoScheduler, Validator, build_world
 from gpufleet.domain.errors import InvalidInput
-from gpufleet.domain.fleet import simulated_fleet
+from gpufleet.domain.topology import dump_topology, to_fleet
+from gpufleet.domain.topology_gen import generate_hgx
 from gpufleet.lifecycle.config import parse_policy
 from gpufleet.lifecycle.states import NodeState
 
@@ -29,8 +32,7 @@ from gpufleet.lifecycle.states import NodeState
 class DemoOptions:
     seed: int = 7
     duration: timedelta = timedelta(hours=12)
-    nodes: int = 32
-    racks: int = 4
+    nodes: int = 32  # HGX nodes, 4 to a rack, 32 to a scalable unit (one leaf per rail)
     step: timedelta = timedelta(minutes=1)
     wall_seconds: float = 60.0  # pace the live view to about this long; 0 = as fast as possible
     port: int = 0  # 0 = any free port
@@ -41,8 +43,8 @@ class DemoOptions:
     def validate(self) -> None:
         if self.nodes < 4:
             raise InvalidInput("--nodes", self.nodes, "at least 4 nodes")
-        if not 1 <= self.racks <= self.nodes:
-            raise InvalidInput("--racks", self.racks, f"between 1 and --nodes ({self.nodes})")
+        if self.nodes > 1024:
+            raise InvalidInput("--nodes", self.nodes, "at most 1024 nodes (the demo steps every node each minute)")
         if self.duration < timedelta(hours=1):
             raise InvalidInput("--duration", self.duration, "at least 1h of simulated time")
         if self.wall_seconds < 0:
@@ -56,16 +58,23 @@ def run_demo(opts: DemoOptions, console: Console | None = None) -> dict[str, obj
     tmp = tempfile.TemporaryDirectory(prefix="gpufleet-demo-")
     db = opts.database or Path(tmp.name) / "gpufleet.db"
     token = secrets.token_urlsafe(24)
+    # The controller reads the topology as `gpufleet controller serve` does (topology_file), so the
+    # correlator runs on the same file a site would give it.
+    topology = generate_hgx(opts.nodes, seed=opts.seed)
+    topology_file = Path(tmp.name) / "topology.json"
+    topology_file.write_text(dump_topology(topology), encoding="utf-8")
     settings = ControllerSettings(database_url=f"sqlite:///{db}", host="127.0.0.1", port=opts.port,
+                                  scheduler=SchedulerKind.SIM, topology_file=topology_file,
                                   tokens=(TokenConfig(name="demo", role=Role.ADMIN, token=token),))
-    fleet = simulated_fleet(opts.nodes, opts.racks)
+    fleet = to_fleet(topology)
     clock = ManualClock(START)
     scheduler = DemoScheduler([n.id for n in fleet], clock)
     policy = parse_policy({"policy": {"heartbeat_timeout": "15m"}})  # the demo's agents report every 5 min
     rt = build(settings, scheduler, clock=clock, policy=policy)
     rt.controller.register_fleet(fleet, NodeState.READY)
     spares = max(2, opts.nodes // 8)
-    world = build_world(rt.controller, fleet, clock, scheduler, opts.duration, opts.seed, opts.nodes - spares)
+    world = build_world(rt.controller, topology, fleet, clock, scheduler, opts.duration, opts.seed,
+                        opts.nodes - spares)
     world.reconciler = Reconciler(rt.controller, scheduler, Validator(world))
     rt.reconciler = world.reconciler
 
@@ -104,11 +113,17 @@ def print_summary(summary: dict[str, object], console: Console) -> None:
     from rich.table import Table
 
     t = Table(title="demo summary", show_header=False)
-    for key in ("nodes", "job_nodes", "interruptions", "drained", "repaired", "returned_to_service",
+    for key in ("nodes", "racks", "job_nodes", "interruptions", "drained", "repaired", "returned_to_service",
                 "breaker_trips", "decisions", "detect_to_drain_s", "ettr", "mttf_hours", "badput_hours",
                 "final_states"):
         value = summary[key]
         if key == "ettr":
             value = f"{float(str(value)):.2%}"
         t.add_row(key, json.dumps(value) if isinstance(value, dict | list) else str(value))
+    correlated = summary["correlated"]
+    assert isinstance(correlated, list)
+    t.add_row("correlated", "\n".join(str(c["summary"]) for c in correlated) or "none")
     console.print(t)
+    timeline = summary["timeline"]
+    assert isinstance(timeline, list)
+    console.print("[bold]what happened[/bold]\n" + "\n".join(str(line) for line in timeline), highlight=False)

@@ -9,7 +9,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from gpufleet.demo.world import START, World
+from gpufleet.demo.report import START
+from gpufleet.demo.world import World
 from gpufleet.lifecycle.decisions import DecisionStatus
 from gpufleet.lifecycle.states import NodeState
 
@@ -34,6 +35,8 @@ def render(world: World, api: str) -> RenderableType:
     b = world.controller.breaker
     breaker = (Text(f"BREAKER TRIPPED: {b.reason} ({len(world.controller.engine.held)} decisions held)",
                     style="bold red") if b.tripped else Text("breaker: closed", style="green"))
+
+    correlated = Text("\n".join(f"correlated: {c.line()}" for c in world.correlated.values()), style="magenta")
 
     nodes = Table(title="nodes by state", expand=True, show_edge=False)
     nodes.add_column("state")
@@ -65,4 +68,6 @@ def render(world: World, api: str) -> RenderableType:
         (f"ETTR so far {ettr:.1%}", "bold green" if ettr >= 0.9 else "bold yellow"),
     )
     log = Text("\n".join(world.log[-5:]), style="dim")
-    return Panel(Group(head, breaker, nodes, dec, job_text, log), title="gpufleet", border_style="blue")
+    extra = [correlated] if world.correlated else []
+    parts: list[RenderableType] = [head, breaker, *extra, nodes, dec, job_text, log]
+    return Panel(Group(*parts), title="gpufleet", border_style="blue")

@@ -1,32 +1,36 @@
 """The demo's simulated world around a real controller: agents, technicians, an operator, a job.
 
 Everything runs on one simulated clock, stepped deterministically, so a ``--seed`` reproduces a run.
-The controller, its SQLite store, its policy, breaker and reconciler are the production code; only the
-cluster (scheduler, GPUs, people) is simulated.
+The controller, its SQLite store, its policy, breaker, correlator and reconciler are the production
+code; only the cluster (scheduler, GPUs, fabric, people) is simulated. The fleet is the topology's
+(``to_fleet``), and the agents name topology components and links in their events.
 """
 
 from __future__ import annotations
 
 import random
-import statistics
-from collections import Counter
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 
 from gpufleet.controller.clock import ManualClock
 from gpufleet.controller.reconciler import Reconciler
 from gpufleet.controller.service import Controller
 from gpufleet.demo.job import TrainingJob
-from gpufleet.demo.scenario import FaultKind, Injection, schedule
+from gpufleet.demo.report import START, Correlated, summarise
+from gpufleet.demo.report import hm as _hm
+from gpufleet.demo.scenario import FaultKind, Injection, Target, schedule
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
 from gpufleet.domain.fleet import Fleet
+from gpufleet.domain.topology import Topology
 from gpufleet.lifecycle.decisions import Decision, DecisionStatus
 from gpufleet.lifecycle.engine import OperatorOp
 from gpufleet.lifecycle.plan import Plan
 from gpufleet.lifecycle.states import NodeState, Transition
 from gpufleet.schedulers.sim import SimScheduler
 
-START = datetime(2026, 11, 21, 0, 0, tzinfo=UTC)
+OPERATOR = "operator:demo-oncall"
+# ComponentFault.group: the actor id of every decision the correlator's component fault made.
+_GROUP_PREFIX = "correlate:"
 
 
 class DemoScheduler(SimScheduler):
@@ -57,6 +61,7 @@ class Validator:
 
 @dataclass
 class World:
+    topology: Topology
     fleet: Fleet
     controller: Controller
     scheduler: DemoScheduler
@@ -71,6 +76,9 @@ class World:
     decisions: list[Decision] = field(default_factory=list)
     transitions: list[Transition] = field(default_factory=list)
     breaker_trips: int = 0
+    correlated: dict[str, Correlated] = field(default_factory=dict)  # component -> its one decision
+    switches_down: dict[str, tuple[str, ...]] = field(default_factory=dict)  # failed switch -> nodes (truth)
+    review: timedelta = timedelta(minutes=10)  # the on-call operator acts this long after a page
     detect: dict[str, tuple[datetime, bool]] = field(default_factory=dict)  # node -> (injected at, fatal?)
     log: list[str] = field(default_factory=list)
     _seq: int = 0
@@ -115,63 +123,71 @@ class World:
     def _inject(self, inj: Injection) -> list[HealthEvent]:
         now = self.clock.now()
         if inj.kind != FaultKind.NOISE:  # background noise is not news
-            self.log.append(f"{_hm(now)} inject {inj.kind}: {inj.note} on {', '.join(inj.nodes[:3])}"
-                            + (" ..." if len(inj.nodes) > 3 else ""))
+            self.log.append(f"{_hm(now)} inject {inj.kind}: {inj.note} ({', '.join(inj.nodes[:3])}"
+                            + (" ...)" if len(inj.nodes) > 3 else ")"))
         evs: list[HealthEvent] = []
-        gpu = self._rng.randrange(8)
-        for node in inj.nodes:
-            comp = f"{node}-gpu{gpu}"
-            if inj.kind == FaultKind.XID79:
-                evs += [self._ev(node, EventKind.XID, comp, 79, "GPU has fallen off the bus"),
-                        self._ev(node, EventKind.XID, comp, 45, "collateral channel teardown")]
-                self.broken[node] = "GPU fell off the bus"
-            elif inj.kind == FaultKind.XID48:
-                evs += [self._ev(node, EventKind.XID, comp, 48, "DBE"),
-                        self._ev(node, EventKind.ROW_REMAP_PENDING, comp, None, "row remap pending")]
-                self.broken[node] = "uncorrectable ECC"
-            elif inj.kind == FaultKind.XID95:
-                evs.append(self._ev(node, EventKind.XID, comp, 95, "uncontained ECC"))
-                self.broken[node] = "uncontained ECC"
-            elif inj.kind == FaultKind.XID94:
-                evs.append(self._ev(node, EventKind.XID, comp, 94, "contained ECC: row remap pending"))
-            elif inj.kind == FaultKind.NVLINK:
-                evs += [self._ev(node, EventKind.LINK_ERROR, f"{node}-nvlink{gpu}", None, "NVLink CRC errors",
-                                 at=now - timedelta(seconds=9 * i)) for i in range(60)]
-            elif inj.kind == FaultKind.LINK_FLAP:
-                evs += [self._ev(node, EventKind.LINK_FLAP, f"{node}-nic{gpu}", None, "IB port flapped",
-                                 at=now - timedelta(minutes=6 * i)) for i in range(5)]
-                self.broken[node] = "IB link flapping"
-            elif inj.kind == FaultKind.SWITCH:
-                evs.append(self._ev(node, EventKind.LINK_DOWN, f"{node}-nic{gpu}", None, "IB port down"))
-                self.broken[node] = "rack switch down"
-            elif inj.kind == FaultKind.BAD_CHECK:
-                evs.append(self._ev(node, EventKind.CHECK_FAILED, comp, None, "nccl-allreduce below threshold "
-                                    "(buggy check rollout v2.3)", source="check"))
-            elif inj.kind == FaultKind.NOISE:
-                code = self._rng.choice((13, 31, 43))
-                evs.append(self._ev(node, EventKind.XID, comp, code, "application fault"))
-            if inj.kind not in (FaultKind.NOISE, FaultKind.BAD_CHECK):
-                self.detect.setdefault(node, (now, inj.crashes_job))
-        if inj.kind == FaultKind.SWITCH:
-            self.later(now + timedelta(minutes=45), "switch_replaced", ",".join(inj.nodes))
+        for t in inj.targets:
+            evs += self._observe(inj.kind, t, now)
+            # Detect-to-drain times are the controller's own; a switch's decision waits for a human.
+            if inj.kind not in (FaultKind.NOISE, FaultKind.BAD_CHECK) and inj.culprit is None:
+                self.detect.setdefault(t.node, (now, inj.crashes_job))
+        if inj.culprit is not None:
+            self.switches_down[inj.culprit] = inj.nodes
+            self.later(now + timedelta(minutes=45), "switch_replaced", inj.culprit)
         if inj.crashes_job and any(n in self.job.nodes() for n in inj.nodes):
             self.job.interrupt(now, inj.kind.value)
         return evs
+
+    def _observe(self, kind: FaultKind, t: Target, now: datetime) -> list[HealthEvent]:
+        """What the node's agent reports, and what is now broken on it (world truth)."""
+        node, comp = t.node, t.component
+        if kind == FaultKind.XID79:
+            self.broken[node] = "GPU fell off the bus"
+            return [self._ev(node, EventKind.XID, comp, 79, "GPU has fallen off the bus"),
+                    self._ev(node, EventKind.XID, comp, 45, "collateral channel teardown")]
+        if kind == FaultKind.XID48:
+            self.broken[node] = "uncorrectable ECC"
+            return [self._ev(node, EventKind.XID, comp, 48, "DBE"),
+                    self._ev(node, EventKind.ROW_REMAP_PENDING, comp, None, "row remap pending")]
+        if kind == FaultKind.XID95:
+            self.broken[node] = "uncontained ECC"
+            return [self._ev(node, EventKind.XID, comp, 95, "uncontained ECC")]
+        if kind == FaultKind.XID94:
+            return [self._ev(node, EventKind.XID, comp, 94, "contained ECC: row remap pending")]
+        if kind == FaultKind.NVLINK:
+            return [self._ev(node, EventKind.LINK_ERROR, comp, None, "NVLink CRC errors", link=t.link,
+                             at=now - timedelta(seconds=9 * i)) for i in range(60)]
+        if kind == FaultKind.LINK_FLAP:
+            self.broken[node] = "IB link flapping"
+            return [self._ev(node, EventKind.LINK_FLAP, comp, None, "IB port flapped", link=t.link,
+                             at=now - timedelta(minutes=6 * i)) for i in range(5)]
+        if kind == FaultKind.SWITCH:
+            self.broken[node] = "its leaf switch is down"
+            return [self._ev(node, EventKind.LINK_DOWN, comp, None, "IB port down", link=t.link)]
+        if kind == FaultKind.BAD_CHECK:
+            return [self._ev(node, EventKind.CHECK_FAILED, comp, None, "nccl-allreduce below threshold "
+                             "(buggy check rollout v2.3)", source="check")]
+        code = self._rng.choice((13, 31, 43))
+        return [self._ev(node, EventKind.XID, comp, code, "application fault")]
 
     def _timer(self, what: str, node: str, now: datetime) -> list[HealthEvent]:
         if what == "repair_due":
             self._repairs.discard(node)
             if self.controller.state_of(node) == NodeState.REPAIR:
-                if self.broken.get(node) != "rack switch down":
+                if not any(node in nodes for nodes in self.switches_down.values()):
                     self.broken.pop(node, None)
                 self.controller.operate(node, OperatorOp.REPAIR_DONE, "technician", "part replaced / reseated")
                 self.log.append(f"{_hm(now)} technician finished repairing {node}")
             return []
-        if what == "switch_replaced":
-            for n in node.split(","):
-                if self.broken.get(n) == "rack switch down":
-                    del self.broken[n]
-            self.log.append(f"{_hm(now)} technicians replaced the failed rack switch")
+        if what == "switch_replaced":  # ``node`` is the switch: replacing it is the repair of its nodes
+            nodes = self.switches_down.pop(node, ())
+            for n in nodes:
+                self.broken.pop(n, None)
+                state = self.controller.state_of(n)
+                if state in (NodeState.DRAINED, NodeState.REPAIR):
+                    op = OperatorOp.REPAIR_DONE if state == NodeState.REPAIR else OperatorOp.RESUME
+                    self.controller.operate(n, op, "technician", f"{node} replaced")
+            self.log.append(f"{_hm(now)} technicians replaced {node}; its {len(nodes)} nodes go to revalidation")
             return []
         if what == "validate":
             if self.controller.state_of(node) not in (NodeState.REVALIDATE, NodeState.BURN_IN):
@@ -190,9 +206,10 @@ class World:
                 self.later(now + timedelta(minutes=self._rng.uniform(30, 120)), "repair_due", n.id)
 
     def _operator(self, now: datetime) -> None:
-        """A careful on-call operator: reviews a tripped breaker within 30 minutes, cancels the held
-        decisions that were false alarms (nodes that are healthy now), then resets the breaker so the
-        real ones are re-admitted (still within the budget)."""
+        """A careful on-call operator, paged when the breaker trips, acts within ``review``: approves a
+        held correlated decision whose component really failed (one approval for all its nodes),
+        cancels the held decisions that were false alarms (nodes that are healthy now), then resets
+        the breaker so the remaining real ones are re-admitted (still within the budget)."""
         b = self.controller.breaker
         if not b.tripped:
             self._breaker_seen = None
@@ -200,70 +217,63 @@ class World:
         if self._breaker_seen is None:
             self._breaker_seen = now
             self.log.append(f"{_hm(now)} operator paged: breaker tripped ({b.reason})")
-        if now - self._breaker_seen < timedelta(minutes=30):
+        if now - self._breaker_seen < self.review:
             return
         held = list(self.controller.engine.held.values())
-        false_alarms = [d for d in held if d.node not in self.broken]
+        groups: dict[str, list[str]] = {}
+        for d in held:
+            if d.actor_id.startswith(_GROUP_PREFIX):
+                groups.setdefault(d.actor_id.removeprefix(_GROUP_PREFIX), []).append(d.node)
+        for comp, nodes in groups.items():
+            c = self.correlated.get(comp)
+            if comp in self.switches_down:
+                self.controller.approve_held(nodes, OPERATOR)
+                outcome = f"approved by the operator at {_hm(now)} ({comp} is down; replaced 45 min after it failed)"
+                self.log.append(f"{_hm(now)} operator approved the one held decision for {comp}: "
+                                f"{len(nodes)} nodes drain until it is replaced")
+            else:
+                for n in nodes:
+                    self.controller.cancel_held(n, OPERATOR, f"false alarm: {comp} is healthy")
+                outcome = f"cancelled by the operator at {_hm(now)} (false alarm)"
+            if c is not None:
+                c.outcome = outcome
+        false_alarms = [d for d in held if not d.actor_id.startswith(_GROUP_PREFIX) and d.node not in self.broken]
         for d in false_alarms:
-            self.controller.cancel_held(d.node, "operator:demo-oncall", "false alarm: node is healthy")
-        self.controller.reset_breaker("operator:demo-oncall")
+            self.controller.cancel_held(d.node, OPERATOR, "false alarm: node is healthy")
+        readmit = len(held) - len(false_alarms) - sum(len(v) for v in groups.values())
+        self.controller.reset_breaker(OPERATOR)
         self._breaker_seen = None
         self.log.append(f"{_hm(now)} operator cancelled {len(false_alarms)} false alarm(s), re-admitted "
-                        f"{len(held) - len(false_alarms)} and reset the breaker")
+                        f"{readmit} and reset the breaker")
 
     # ---- bookkeeping --------------------------------------------------------------------------
     def _ev(self, node: str, kind: EventKind, comp: str | None, code: int | None, msg: str, *,
-            at: datetime | None = None, source: str = "agent", severity: Severity | None = None) -> HealthEvent:
+            at: datetime | None = None, source: str = "agent", severity: Severity | None = None,
+            link: str | None = None) -> HealthEvent:
         self._seq += 1
         return HealthEvent(f"demo-{self.seed}-{self._seq}", node, kind, at or self.clock.now(), comp, code,
-                           severity=severity, message=msg, source=source)
+                           severity=severity, link=link, message=msg, source=source)
 
     def _record(self, plan: Plan) -> None:
         self.decisions += [d for d in plan.decisions if d.status != DecisionStatus.CANCELLED]
+        for d in plan.decisions:
+            if d.status != DecisionStatus.CANCELLED and d.actor_id.startswith(_GROUP_PREFIX):
+                comp = d.actor_id.removeprefix(_GROUP_PREFIX)
+                c = self.correlated.get(comp)
+                if c is None:
+                    c = self.correlated[comp] = Correlated(comp, self.topology.kind_of(comp), d.time, d.status,
+                                                           frozenset(self.topology.nodes_behind(comp)))
+                c.nodes.add(d.node)
         self.transitions += plan.transitions
         if plan.breaker is not None and plan.breaker.tripped:
             self.breaker_trips += 1
 
     def summary(self) -> dict[str, object]:
-        drained = sorted({t.node for t in self.transitions if t.to_state == NodeState.DRAINING})
-        returned = [t for t in self.transitions
-                    if t.from_state == NodeState.REVALIDATE and t.to_state == NodeState.READY]
-        repaired = [t for t in self.transitions if t.to_state == NodeState.REVALIDATE]
-        d2d: dict[bool, list[float]] = {True: [], False: []}
-        for n, (t0, fatal) in self.detect.items():
-            if n in self.scheduler.drained_at and self.scheduler.drained_at[n] >= t0:
-                d2d[fatal].append((self.scheduler.drained_at[n] - t0).total_seconds())
-        status = Counter(d.status.value for d in self.decisions)
-        report = self.job.report(self.clock.now())
-        return {
-            "seed": self.seed,
-            "duration_hours": self.duration.total_seconds() / 3600,
-            "nodes": len(self.fleet),
-            "job_nodes": self.job.size,
-            "interruptions": self.job.interruptions,
-            "interruption_causes": dict(Counter(self.job.causes)),
-            "drained": len(drained),
-            "drained_nodes": drained,
-            "repaired": len(repaired),
-            "returned_to_service": len(returned),
-            "detect_to_drain_s": {
-                kind: {"count": len(v), "median": statistics.median(v) if v else None, "max": max(v) if v else None}
-                for kind, v in (("fatal", d2d[True]), ("degraded_after_checkpoint", d2d[False]))},
-            "breaker_trips": self.breaker_trips,
-            "decisions": dict(status),
-            "ettr": round(report.ettr, 4),
-            "mttf_hours": round(report.mttf / 3600, 2) if report.mttf else None,
-            "badput_hours": {k: round(v / 3600, 3) for k, v in asdict(report.badput).items() if v},
-            "final_states": dict(Counter(self.controller.state_of(n.id).value for n in self.fleet)),
-        }
+        return summarise(self)
 
 
-def _hm(t: datetime) -> str:
-    d = t - START
-    return f"+{int(d.total_seconds() // 3600):02d}:{int(d.total_seconds() % 3600 // 60):02d}"
-
-
-def build_world(controller: Controller, fleet: Fleet, clock: ManualClock, scheduler: DemoScheduler,
-                duration: timedelta, seed: int, job_size: int) -> World:
+def build_world(controller: Controller, topology: Topology, fleet: Fleet, clock: ManualClock,
+                scheduler: DemoScheduler, duration: timedelta, seed: int, job_size: int) -> World:
+    """``fleet`` is ``to_fleet(topology)``: the same node ids, racks, GPUs, NICs and leaves."""
     job = TrainingJob(scheduler, job_size, START)
-    return World(fleet, controller, scheduler, clock, duration, seed, job, schedule(fleet, duration, seed))
+    return World(topology, fleet, controller, scheduler, clock, duration, seed, job, schedule(topology, duration, seed))

@@ -25,6 +25,7 @@ from gpufleet.diagnose.finding import Finding, FindingKind, normalise_pci
 from gpufleet.diagnose.prefix import PrefixParser
 from gpufleet.domain.catalog import Action, Catalog
 from gpufleet.domain.events import Severity
+from gpufleet.domain.judgement import judge
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,8 @@ class _Open:
 
 
 class Decoder:
-    """Decode kernel-log lines into :class:`Finding` s, judged by ``catalog``.
+    """Decode kernel-log lines into :class:`Finding` s, judged by ``catalog`` (None: not judged, as
+    the agent decodes — only the controller judges what the agent observed).
 
     ``year`` is assumed for timestamps that carry none (journal short format, ``dmesg -H``);
     ``tz`` for timestamps without an offset; ``boot_time`` converts seconds-since-boot (plain dmesg,
@@ -70,7 +72,7 @@ class Decoder:
 
     def __init__(
         self,
-        catalog: Catalog,
+        catalog: Catalog | None,
         *,
         year: int | None = None,
         tz: tzinfo = UTC,
@@ -262,18 +264,25 @@ class Decoder:
     def _judge(
         self, hit: rules.Hit, line: int, time: datetime | None, uptime: float | None, raw: str
     ) -> Finding:
-        entry = self.catalog.lookup(hit.catalog_kind, hit.code)
-        known = (hit.catalog_kind, hit.code) in self.catalog.entries
-        sev, action = entry.severity, entry.action
         detail = dict(hit.detail)
-        if hit.kind is FindingKind.SXID and not known and detail.get("sxid_severity") in _NONFATAL:
-            sev, action = Severity.INFO, Action.NONE  # unknown code the switch itself calls non-fatal
-        if hit.stated is not None and hit.stated[0].rank > sev.rank:
-            sev, action = hit.stated
+        stated = hit.stated[0] if hit.stated is not None else None
+        if stated is None and hit.kind is FindingKind.SXID and detail.get("sxid_severity") in _NONFATAL:
+            stated = Severity.INFO  # the switch itself calls it non-fatal
         pci = normalise_pci(hit.pci_raw) if hit.pci_raw else None
         if pci and pci in self._uuid:
             hit.detail.append(("uuid", self._uuid[pci]))
-        coded = hit.code is not None and entry.code == hit.code
+        # Judged here only for offline use (gpufleet diagnose); the agent decodes without a catalog and
+        # the controller judges what it reports (domain.judgement: one function, one place).
+        if self.catalog is not None:
+            j = judge(self.catalog, hit.catalog_kind, hit.code, stated=stated)
+            sev, action, collateral, entry_name = j.severity, j.action, j.collateral, j.name
+            entry = self.catalog.lookup(hit.catalog_kind, hit.code)
+            coded = hit.code is not None and entry.code == hit.code
+            meaning, component = (entry.meaning if coded or not hit.meaning else hit.meaning), entry.component
+        else:
+            sev = stated or Severity.INFO
+            action = hit.stated[1] if hit.stated is not None else Action.NONE
+            collateral, entry_name, meaning, component = False, "", hit.meaning, ""
         return Finding(
             kind=hit.kind,
             code=hit.code,
@@ -283,12 +292,14 @@ class Decoder:
             uptime=uptime,
             severity=sev,
             action=action,
-            name=hit.name or entry.name,
-            meaning=entry.meaning if coded or not hit.meaning else hit.meaning,
-            component=entry.component,
+            name=hit.name or entry_name or f"{hit.catalog_kind} {hit.code if hit.code is not None else ''}".strip(),
+            meaning=meaning,
+            component=component,
             line=line,
             raw=raw,
             catalog_kind=hit.catalog_kind,
             detail=tuple(hit.detail),
-            collateral=entry.collateral,
+            collateral=collateral,
+            stated=stated,
+            judged=self.catalog is not None,
         )

@@ -18,9 +18,13 @@ oom         None (an application event, not a hardware one)
 crash_dump  None (it always follows another finding, which is the event)
 ==========  =====================================================================================
 
-The event carries the finding's judged severity, so the lifecycle does not judge it again. The
-NVLink/NIC link number goes to ``attrs`` (``link``), not to ``HealthEvent.link``: that field names a
-topology link id, which only the caller (with a topology) can know.
+The event is an *observation*: it carries only what the line itself stated (``severity`` =
+:attr:`Finding.stated`, usually None), never the catalog's judgement — the controller judges it once
+with the site's catalog (:func:`gpufleet.domain.judgement.judge`). ``attrs.rule`` names the catalog
+kind the line was recognised as when it differs from the event kind (``nvlink``, ``ib_link``,
+``mce_edac``, ``aer``), so the controller judges it by the same entry ``gpufleet diagnose`` uses. The
+NVLink number goes to ``attrs.nvlink`` and a NIC port to ``attrs.port``, not to ``HealthEvent.link``:
+that field names a topology link id, which the controller's identity mapping fills in.
 """
 
 from __future__ import annotations
@@ -50,8 +54,8 @@ def event_kind_for(finding: Finding) -> EventKind | None:
             return EventKind.LINK_FLAP if event == "link_flap" else EventKind.LINK_ERROR
         case FindingKind.NVLINK:
             return EventKind.LINK_ERROR
-        case FindingKind.MCE_EDAC:
-            return None if finding.severity is Severity.INFO else EventKind.CHECK_FAILED
+        case FindingKind.MCE_EDAC:  # reported only when the line itself says it is not corrected
+            return None if finding.stated in (None, Severity.INFO) else EventKind.CHECK_FAILED
         case _:
             return None
 
@@ -63,6 +67,7 @@ def finding_to_event(
     id: str,
     gpu_slot: str | None = None,
     fallback_time: datetime | None = None,
+    source: str = "diagnose",
 ) -> HealthEvent | None:
     """The HealthEvent for ``finding`` on ``node``, or None when the finding maps to none (see the
     module table) or has no time and no ``fallback_time`` was given.
@@ -70,7 +75,8 @@ def finding_to_event(
     ``id`` is the caller's idempotency key (e.g. boot id + kmsg sequence number). ``gpu_slot``
     names the component (``r01-n03-gpu5``) when the caller maps the PCI address to a slot; otherwise
     the normalised PCI address is the component. ``fallback_time`` is used for findings whose log
-    line had no wall-clock time (plain dmesg without a boot time).
+    line had no wall-clock time (plain dmesg without a boot time). ``source`` names the observer (the
+    agent's kernel-log follower says ``kmsg``: the controller merges its XIDs with NVML's).
     """
     kind = event_kind_for(finding)
     if kind is None:
@@ -78,14 +84,20 @@ def finding_to_event(
     when = finding.time or fallback_time
     if when is None:
         return None
-    attrs: list[tuple[str, str]] = [("line", str(finding.line)), ("action", finding.action.value)]
+    attrs: list[tuple[str, str]] = [("line", str(finding.line))]
+    if finding.catalog_kind != kind.value:  # the catalog key the line was recognised as (nvlink, ib_link, ...)
+        attrs.append(("rule", finding.catalog_kind))
     if finding.pci:
         attrs.append(("pci", finding.pci))
     if kind is EventKind.CHECK_FAILED:
         attrs.append(("check", "host_memory"))
     if finding.escalated:
         attrs.append(("escalated", finding.escalated))
-    attrs += [(k, v) for k, v in finding.detail if k in ("link", "port", "reporter", "recovery_to", "uuid")]
+    for k, v in finding.detail:
+        if k in ("port", "reporter", "recovery_to", "uuid"):
+            attrs.append((k, v))
+        elif k == "link":  # a GPU's NVLink number or a switch port, not a topology link id
+            attrs.append(("nvlink" if finding.kind in (FindingKind.NVLINK, FindingKind.XID) else "port", v))
     return HealthEvent(
         id=id,
         node=node,
@@ -93,8 +105,8 @@ def finding_to_event(
         time=utc(when),
         component=gpu_slot or finding.pci,
         code=finding.code,
-        severity=finding.severity,
+        severity=finding.stated,
         message=f"{finding.name}: {finding.raw.splitlines()[0] if finding.raw else ''}"[:500],
-        source="diagnose",
+        source=source,
         attrs=tuple(attrs),
     )

@@ -35,6 +35,8 @@ class Finding:
     looked up under (``aer`` findings are judged as ``aer_corrected`` / ``aer_uncorrected``).
     ``detail`` carries parsed extras (link number, AER reporter, recovery action, ...).
     ``root_line`` is set on collateral findings by :func:`gpufleet.diagnose.grouping.fold`.
+    ``severity``/``action`` are the catalog's judgement (:func:`gpufleet.domain.judgement.judge`) when
+    the decoder had a catalog; ``stated`` is what the line itself said, which is all the agent reports.
     """
 
     kind: FindingKind
@@ -55,6 +57,8 @@ class Finding:
     collateral: bool = False
     root_line: int | None = None
     escalated: str = ""
+    stated: Severity | None = None  # what the line itself says (a Fatal word, an uncorrected error)
+    judged: bool = True  # False when decoded without a catalog (the agent): severity is then only ``stated``
 
     def get(self, key: str, default: str = "") -> str:
         """The ``detail`` value for ``key``."""

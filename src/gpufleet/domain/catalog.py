@@ -23,7 +23,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from enum import StrEnum
 from importlib import resources
@@ -62,6 +62,8 @@ class CatalogEntry:
     component: str = ""
     collateral: bool = False  # a consequence of another error (e.g. XID 45): fold under the root
     source: str = ""
+    rule: str = ""  # the agent rule this entry judges (rule entries only; see Catalog.rules)
+    site: bool = False  # set by the site's policy file: authoritative over what a source states
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,28 +113,42 @@ DEFAULT_ESCALATIONS: tuple[Escalation, ...] = (
 
 @dataclass(frozen=True, slots=True)
 class Catalog:
+    """The site's fault catalog: shipped entries per (kind, code), entries per agent rule (kind, rule),
+    escalations. Judging with it is :func:`gpufleet.domain.judgement.judge` (the one place)."""
+
     entries: Mapping[tuple[str, int | None], CatalogEntry]
     escalations: tuple[Escalation, ...] = DEFAULT_ESCALATIONS
+    rules: Mapping[tuple[str, str], CatalogEntry] = field(default_factory=dict)
 
-    def lookup(self, kind: str, code: int | None) -> CatalogEntry:
-        """The entry for (kind, code); falls back to the kind's default judgement."""
-        hit = self.entries.get((kind, code))
+    def lookup(self, kind: str, code: int | None, rule: str = "") -> CatalogEntry:
+        """The entry that judges an event of ``kind``/``code`` raised by ``rule``, most specific first:
+        (kind, code); the agent rule (kind, rule); a decoder catalog kind named by ``rule`` (a kernel-log
+        ``nvlink`` / ``ib_link`` / ``mce_edac`` finding reported as a link or check event) with the
+        code, then without; the kind's own entry; else the kind's default judgement (:meth:`known`
+        tells the default apart)."""
+        hit = self._find(kind, code, rule)
         if hit is not None:
             return hit
-        if code is not None and (kind, None) in self.entries:
-            return self.entries[(kind, None)]
         sev, action = _KIND_DEFAULTS.get(kind, (Severity.DEGRADED, Action.CONTACT_SUPPORT))
         name = f"{kind.upper()} {code}" if code is not None else kind
         return CatalogEntry(kind=kind, code=code, name=name, severity=sev, action=action)
 
-    def severity(self, kind: str, code: int | None) -> Severity:
-        return self.lookup(kind, code).severity
+    def known(self, kind: str, code: int | None, rule: str = "") -> bool:
+        """Whether the catalog has an entry of its own for this event (not just the kind's default)."""
+        return self._find(kind, code, rule) is not None
+
+    def _find(self, kind: str, code: int | None, rule: str) -> CatalogEntry | None:
+        get = self.entries.get
+        hit = get((kind, code)) if code is not None else None
+        if hit is None and rule:
+            hit = self.rules.get((kind, rule)) or (get((rule, code)) if code is not None else None) or get((rule, None))
+        return hit if hit is not None else get((kind, None))
 
     def with_entries(self, entries: Iterable[CatalogEntry]) -> Catalog:
         merged = dict(self.entries)
         for e in entries:
             merged[(e.kind, e.code)] = e
-        return Catalog(entries=merged, escalations=self.escalations)
+        return Catalog(entries=merged, escalations=self.escalations, rules=self.rules)
 
     def with_overrides(self, doc: Mapping[str, Any], source: str = "override") -> Catalog:
         """Apply a parsed TOML document with ``[[override]]`` and ``[[escalation]]`` tables.
@@ -145,21 +161,33 @@ class Catalog:
             key = sorted(unknown)[0]
             raise InvalidInput(key, doc[key], "only [[override]] and [[escalation]] tables")
         merged = dict(self.entries)
+        rules = dict(self.rules)
         for i, item in enumerate(_tables(doc, "override")):
             path = f"override[{i}]"
-            _only(item, path, {"kind", "code", "severity", "action", "name", "meaning"})
+            _only(item, path, {"kind", "code", "rule", "severity", "action", "name", "meaning"})
             kind = _kind(item, path)
             code = _code(item, path)
-            base = self.lookup(kind, code)
+            rule = item.get("rule", "")
+            if not isinstance(rule, str):
+                raise InvalidInput(f"{path}.rule", rule, "the name of an agent rule, e.g. hbm_thermal")
+            if rule and code is not None:
+                raise InvalidInput(f"{path}.rule", rule, "either code or rule, not both")
+            base = self.lookup(kind, code, rule)
             entry = replace(
                 base,
+                code=code,
                 severity=_enum(Severity, item.get("severity", base.severity), f"{path}.severity"),
                 action=_enum(Action, item.get("action", base.action), f"{path}.action"),
                 name=str(item.get("name", base.name)),
                 meaning=str(item.get("meaning", base.meaning)),
                 source=source,
+                rule=rule,
+                site=True,
             )
-            merged[(kind, code)] = entry
+            if rule:
+                rules[(kind, rule)] = entry
+            else:
+                merged[(kind, code)] = entry
         escalations = list(self.escalations)
         for i, item in enumerate(_tables(doc, "escalation")):
             path = f"escalation[{i}]"
@@ -178,7 +206,7 @@ class Catalog:
                 action=_enum(Action, item["action"], f"{path}.action") if "action" in item else None,
             )
             escalations = [e for e in escalations if (e.kind, e.code) != (esc.kind, esc.code)] + [esc]
-        return Catalog(entries=merged, escalations=tuple(escalations))
+        return Catalog(entries=merged, escalations=tuple(escalations), rules=rules)
 
 
 def _tables(doc: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
@@ -221,12 +249,16 @@ def _enum(cls: type[_E], value: Any, field: str) -> _E:
 def load_default_catalog() -> Catalog:
     """The catalog shipped in the package (every ``data/*_catalog.csv`` file)."""
     entries: dict[tuple[str, int | None], CatalogEntry] = {}
+    rules: dict[tuple[str, str], CatalogEntry] = {}
     data = resources.files("gpufleet.domain") / "data"
     for res in sorted(data.iterdir(), key=lambda r: r.name):
         if res.name.endswith("_catalog.csv"):
             for e in _read_csv(res.read_text(encoding="utf-8")):
-                entries[(e.kind, e.code)] = e
-    return Catalog(entries=entries)
+                if e.rule:
+                    rules[(e.kind, e.rule)] = e
+                else:
+                    entries[(e.kind, e.code)] = e
+    return Catalog(entries=entries, rules=rules)
 
 
 def _read_csv(text: str) -> Iterable[CatalogEntry]:
@@ -242,4 +274,5 @@ def _read_csv(text: str) -> Iterable[CatalogEntry]:
             component=row.get("component", ""),
             collateral=row.get("collateral", "") == "yes",
             source=row.get("source", ""),
+            rule=row.get("rule") or "",
         )

@@ -9,6 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpufleet.domain.judgement import Judgement
 
 
 class EventKind(StrEnum):
@@ -61,8 +65,12 @@ def worst(severities: list[Severity]) -> Severity:
 class HealthEvent:
     """One observation about one node.
 
-    ``id`` is the producer's idempotency key (agents resend after a timeout; the store keeps the
-    first copy). ``severity`` is None when the producer leaves the judgement to the catalog.
+    ``id`` is the producer's idempotency key, unique per reporting node (agents resend after a
+    timeout; the store keeps the first copy). ``severity`` is only what the *source itself stated*
+    (a kernel line's ``Fatal`` word, a failed check that found wrong answers), usually None: it is
+    never a catalog judgement. ``attrs.rule`` names the agent rule that raised it. The controller
+    judges every event once (:func:`gpufleet.domain.judgement.judge`) and attaches the result as
+    ``judgement``, which every consumer (policy, correlation, metrics) reads.
     """
 
     id: str
@@ -76,6 +84,13 @@ class HealthEvent:
     message: str = ""
     source: str = "agent"
     attrs: tuple[tuple[str, str], ...] = field(default=())
+    judgement: Judgement | None = field(default=None, compare=False)
+
+    def attr(self, key: str, default: str = "") -> str:
+        for k, v in self.attrs:
+            if k == key:
+                return v
+        return default
 
     def __post_init__(self) -> None:
         if self.time.tzinfo is None:

@@ -119,9 +119,9 @@ def _obj(v: Any, where: str) -> dict[str, Any]:
 
 
 def _only(d: dict[str, Any], where: str, allowed: set[str]) -> None:
-    for k in d:
+    for k, v in d.items():
         if k not in allowed:
-            raise InvalidInput(f"{where}.{k}", d[k], f"one of the fields {sorted(allowed)}")
+            raise InvalidInput(f"{where}.{k}", v, f"one of the fields {sorted(allowed)}")
 
 
 def _list(d: dict[str, Any], key: str, where: str) -> list[Any]:

@@ -148,6 +148,12 @@ class Topology:
     def children(self, ident: str) -> tuple[str, ...]:
         return tuple(self._children.get(ident, ()))
 
+    def children_of_kind(self, ident: str, kind: ComponentKind) -> tuple[str, ...]:
+        """``ident``'s children of ``kind`` in natural id order (``gpu2`` before ``gpu10``): a host's
+        GPUs and NICs by index, the way an agent numbers them."""
+        kids = (k for k in self._children.get(ident, ()) if self._by_id[k].kind == kind)
+        return tuple(sorted(kids, key=natural_key))
+
     def links_of(self, ident: str) -> tuple[str, ...]:
         """Ids of the links with ``ident`` at one end."""
         return tuple(self._links_of.get(ident, ()))
@@ -247,9 +253,8 @@ def to_fleet(topo: Topology, sku: str = "") -> Fleet:
     for comp in topo.components.values():
         if comp.kind not in HOST_KINDS:
             continue
-        kids = sorted(topo.children(comp.id), key=_natural)
-        gpu_ids = [k for k in kids if topo.components[k].kind == ComponentKind.GPU]
-        nic_ids = [k for k in kids if topo.components[k].kind == ComponentKind.NIC]
+        gpu_ids = topo.children_of_kind(comp.id, ComponentKind.GPU)
+        nic_ids = topo.children_of_kind(comp.id, ComponentKind.NIC)
         model = sku or ("H100-SXM" if comp.kind == ComponentKind.NODE else "GB200")
         gpus = tuple(Gpu(g, i, topo.components[g].serial, sku=model) for i, g in enumerate(gpu_ids))
         nics = tuple(Nic(n, i, topo.components[n].serial, _leaf_of(topo, n)) for i, n in enumerate(nic_ids))
@@ -266,7 +271,7 @@ def _leaf_of(topo: Topology, nic: str) -> str:
     return ""
 
 
-def _natural(ident: str) -> tuple[str, int]:
+def natural_key(ident: str) -> tuple[str, int]:
     """``gpu10`` after ``gpu9``: the trailing number compares as a number."""
     head = ident.rstrip("0123456789")
     tail = ident[len(head) :]

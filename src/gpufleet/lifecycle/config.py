@@ -54,6 +54,12 @@ class PolicyConfig:
     # Blast-radius budget: at most this share of the fleet / of any rack or switch domain unavailable.
     max_unavailable_fleet: float = 0.10
     max_unavailable_domain: float = 0.25
+    # The same fault seen by two sources (NVML and the kernel log, a check) within this long is one
+    # fault: the later observation is stored, merged onto the first, and not counted again.
+    merge_window: timedelta = timedelta(seconds=30)
+    # With a topology, a link event toward a shared part (a leaf switch, an NVSwitch) waits this long
+    # for the correlator before the per-node policy judges it: a failing switch is one decision.
+    correlation_hold: timedelta = timedelta(seconds=20)
     # Reconciler retry policy for failed scheduler actions.
     retry_base: timedelta = timedelta(seconds=2)
     retry_cap: timedelta = timedelta(minutes=5)
@@ -69,6 +75,8 @@ _POLICY_KEYS: dict[str, str] = {
     "auto_burn_in": "bool",
     "heartbeat_timeout": "duration",
     "clock_skew": "duration",
+    "merge_window": "duration",
+    "correlation_hold": "duration",
 }
 _BREAKER_KEYS = {"max_unavailable_fleet": "share", "max_unavailable_domain": "share"}
 _RECONCILER_KEYS = {"retry_base": "duration", "retry_cap": "duration", "max_attempts": "count"}

@@ -16,6 +16,7 @@ class OutboxAction:
     decision_id: str
     action: PlannedAction
     created: datetime
+    attempts: int = 0  # how often the reconciler tried it (read back from the outbox)
 
 
 @dataclass(frozen=True, slots=True)

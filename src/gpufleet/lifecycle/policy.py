@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 
 from gpufleet.domain.catalog import Catalog, Escalation
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
+from gpufleet.domain.judgement import judgement_of
 from gpufleet.lifecycle.config import PolicyConfig
 from gpufleet.lifecycle.decisions import ActionKind, Decision, PlannedAction, decision_id
 from gpufleet.lifecycle.states import NodeState
@@ -75,14 +76,14 @@ class Policy:
 
     # ---- judging events ---------------------------------------------------------------------
     def judge(self, event: HealthEvent) -> Judged:
-        """The severity of one event on its own (the producer's, else the catalog's)."""
-        entry = self.catalog.lookup(event.kind, event.code)
-        if event.severity is not None:
-            return Judged(event, event.severity, f"{_label(event)} reported {event.severity}")
-        if entry.collateral:
+        """The severity of one event on its own: its one judgement (domain.judgement), which the
+        controller attached at ingest; collateral events count as info."""
+        j = judgement_of(self.catalog, event)
+        if j.collateral:
             return Judged(event, Severity.INFO, f"{_label(event)} is collateral of another error")
-        name = f" ({entry.name})" if entry.name and entry.code is not None else ""
-        return Judged(event, entry.severity, f"{_label(event)}{name}: {entry.severity}")
+        name = f" ({j.name})" if j.name and (event.code is not None or event.attr("rule")) else ""
+        basis = "" if j.basis == "catalog" else f" ({j.basis})"
+        return Judged(event, j.severity, f"{_label(event)}{name}: {j.severity}{basis}")
 
     def escalate(self, fresh: Sequence[HealthEvent], history: Iterable[Sighting], now: datetime) -> list[Judged]:
         """Escalations that fire because of at least one fresh event (``history`` includes the fresh ones)."""

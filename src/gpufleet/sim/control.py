@@ -21,7 +21,9 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Protocol
 
+from gpufleet.domain.catalog import Action
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
+from gpufleet.domain.judgement import Judgement
 from gpufleet.lifecycle.config import PolicyFile, load_policy
 from gpufleet.lifecycle.decisions import ActionKind, DecisionStatus, PlannedAction
 from gpufleet.lifecycle.engine import LifecycleEngine, OperatorOp, SchedObservation
@@ -183,10 +185,14 @@ class LifecycleControl:
                 if tr.to_state == NodeState.DRAINING:
                     self._settle(tr.node, t)
 
-    def _event(self, node: str, category: FailureCategory, t: datetime, severity: Severity | None) -> HealthEvent:
+    def _event(self, node: str, category: FailureCategory, t: datetime, severity: Severity) -> HealthEvent:
+        """The simulated signal of a failure: a crash (fatal) or a warning ahead of one (degraded). The
+        failure model sets its severity — it is the simulation's ground truth, not a catalog reading —
+        so it comes already judged, as the controller's ingest would hand it to the policy."""
         self._seq += 1
+        judged = Judgement(severity, Action.DRAIN_AND_INSPECT, category.name, basis="simulated failure model")
         return HealthEvent(id=f"sim-{self._seq}", node=node, kind=category.event, time=t, code=category.code,
-                           severity=severity, message=category.name, source="sim")
+                           message=category.name, source="sim", judgement=judged)
 
     def _carry_out(self, plan: Plan, t: datetime) -> Verdict:
         verdict = Verdict.KEEP

@@ -25,6 +25,8 @@ ACCESS: dict[tuple[str, str], set[str]] = {
     ("GET", "/v1/nodes/{node}"): READ,
     ("POST", "/v1/nodes"): ADMIN,
     ("POST", "/v1/nodes/{node}/heartbeat"): REPORT,
+    ("PUT", "/v1/nodes/{node}/inventory"): REPORT,
+    ("GET", "/v1/nodes/{node}/inventory"): READ,
     ("POST", "/v1/nodes/{node}/drain"): OPERATE,
     ("POST", "/v1/nodes/{node}/resume"): OPERATE,
     ("POST", "/v1/nodes/{node}/repair-complete"): OPERATE,
@@ -57,6 +59,8 @@ def body_for(method: str, path: str, now: str) -> Any:
         return {"nodes": [{"id": "r09-n01", "rack": "r09"}], "state": "ready"}
     if path == "/v1/events":
         return {"events": [{"id": "auth-e1", "node": "r01-n01", "kind": "ecc_sbe", "time": now}]}
+    if path.endswith("/inventory"):
+        return {"node": PARAMS["node"], "serial": "NODE-00001"}
     if path.endswith(("/heartbeat", "/checkpoint")):
         return {"time": now}
     if path == "/v1/mode":

@@ -28,7 +28,7 @@ def _stored_nothing(api: Api, before: dict[str, int], states: dict[str, str]) ->
     ({"node": "r99-n99"}, "events[2].node"),
     ({"time": "2026-11-21T12:00:01"}, "events[2].time"),
     ({"kind": "meltdown"}, "events[2].kind"),
-    ({"id": "g-0"}, "events[2].id"),  # the same id as events[0]: a duplicate within the batch
+    ({"id": "g-0", "node": "r01-n02"}, "events[2].id"),  # events[0]'s node and id: a duplicate within the batch
 ])
 def test_one_bad_event_and_the_batch_stores_nothing(api: Api, bad: dict[str, Any], field: str) -> None:
     before, states = api.rows(), api.states()

@@ -101,4 +101,10 @@ def test_scattered_single_node_faults_are_not_blamed_on_a_switch(tmp_path: Path,
                           link=f"{behind[5]}-nic6~leaf-su1-r6")])
     assert not any(s.kind == "leaf_switch" for s in c.verdicts)
     assert not any(d.actor_id.startswith("correlate:") for d in c.engine.held.values())
+    # link events toward a switch wait for the correlator (correlation_hold); then each cable's node
+    # gets its own decision, since no switch verdict covers them
+    assert sum(c.state_of(n) in (NodeState.DRAINING, NodeState.SUSPECT) for n in behind) == 0
+    assert isinstance(c.clock, ManualClock)
+    c.clock.advance(c.policy_file.config.correlation_hold + timedelta(seconds=1))
+    c.tick()
     assert sum(c.state_of(n) in (NodeState.DRAINING, NodeState.SUSPECT) for n in behind) == 2

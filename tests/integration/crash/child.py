@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 from gpufleet.controller.runtime import build
-from gpufleet.controller.settings import ControllerSettings, Role, TokenConfig
+from gpufleet.controller.settings import ControllerSettings, Role, SchedulerKind, TokenConfig
 from gpufleet.domain.fleet import simulated_fleet
 from gpufleet.lifecycle.config import parse_policy
 from gpufleet.lifecycle.states import NodeState
@@ -24,6 +24,7 @@ NODES = 100
 def main(workdir: Path) -> None:
     fleet = simulated_fleet(NODES, 10)
     settings = ControllerSettings(database_url=f"sqlite:///{workdir / 'gpufleet.db'}", port=0,
+                                  scheduler=SchedulerKind.SIM,
                                   tokens=(TokenConfig(name="crash", role=Role.ADMIN, token=TOKEN),))
     # A generous budget so that many actions run (the breaker has its own tests).
     policy = parse_policy({"breaker": {"max_unavailable_fleet": 1.0, "max_unavailable_domain": 1.0},

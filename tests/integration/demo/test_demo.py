@@ -1,4 +1,5 @@
-"""The demo end to end: real controller, simulated world; reproducible; the JSON contract for scripts."""
+"""The demo end to end: real controller, simulated world; reproducible; the JSON contract for scripts;
+its failing leaf switch is one correlated decision for the nodes behind it."""
 
 from __future__ import annotations
 
@@ -11,18 +12,42 @@ from pathlib import Path
 import pytest
 
 from gpufleet.demo.run import DemoOptions, run_demo
+from gpufleet.demo.scenario import FaultKind, schedule
 from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.fleet import ComponentKind
+from gpufleet.domain.topology import Topology
+from gpufleet.domain.topology_gen import generate_hgx
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
+NODES, HOURS = 24, 8
+
+
 def quick(seed: int) -> dict[str, object]:
-    return run_demo(DemoOptions(seed=seed, duration=timedelta(hours=8), nodes=24, racks=3, headless=True,
+    return run_demo(DemoOptions(seed=seed, duration=timedelta(hours=HOURS), nodes=NODES, headless=True,
                                 serve_api=False))
 
 
-def test_same_seed_same_run_and_the_loop_closes() -> None:
-    a, b = quick(11), quick(11)
+@pytest.fixture(scope="module")
+def run11() -> dict[str, object]:
+    return quick(11)
+
+
+def hosts_cabled_to(topo: Topology, switch: str) -> set[str]:
+    """The hosts with a NIC cabled to ``switch``, read off the topology's links."""
+    out = set()
+    for lid in topo.links_of(switch):
+        far = topo.links[lid].other(switch)
+        if topo.components[far].kind == ComponentKind.NIC:
+            host = topo.components[far].parent
+            assert host is not None
+            out.add(host)
+    return out
+
+
+def test_same_seed_same_run_and_the_loop_closes(run11: dict[str, object]) -> None:
+    a, b = dict(run11), quick(11)
     a.pop("api"), b.pop("api")
     assert a == b
     assert a["nodes"] == 24
@@ -39,24 +64,73 @@ def test_same_seed_same_run_and_the_loop_closes() -> None:
     assert isinstance(d2d, dict) and d2d["fatal"]["count"] >= 3
 
 
+def test_the_failing_leaf_is_one_correlated_decision_for_the_nodes_behind_it(run11: dict[str, object]) -> None:
+    summary = run11
+    topo = generate_hgx(NODES, seed=11)  # the demo's fleet is this generator's, at this size
+    correlated = summary["correlated"]
+    assert isinstance(correlated, list) and len(correlated) == 1, correlated  # one decision, not one per node
+    leaf = correlated[0]
+    assert leaf["component"] in topo.of_kind(ComponentKind.LEAF_SWITCH) and leaf["kind"] == "leaf_switch"
+    behind = hosts_cabled_to(topo, leaf["component"])
+    assert leaf["nodes_behind"] == len(behind) == NODES  # one scalable unit: every node has a NIC on each leaf
+    taken = set(leaf["nodes"])
+    # Every node behind the leaf that was still serving; at most the six single-node faults injected
+    # before it (see scenario._PLAN) can have had a node out of service already.
+    assert taken <= behind and len(behind - taken) <= 6
+    # Over the budget (10 % of the fleet): held by the breaker as one group, approved once, drained.
+    assert leaf["decision"] == "held" and "approved by the operator" in leaf["outcome"]
+    drained = summary["drained_nodes"]
+    assert isinstance(drained, list) and taken <= set(drained)
+    timeline = summary["timeline"]
+    assert isinstance(timeline, list)
+    assert any(f"inject leaf_switch_failure: leaf switch {leaf['component']} fails" in line for line in timeline)
+    assert any(f"technicians replaced {leaf['component']}" in line for line in timeline)
+
+
+def test_injected_events_name_topology_components_and_links() -> None:
+    topo = generate_hgx(NODES, seed=3)
+    injections = schedule(topo, timedelta(hours=HOURS), 3)
+    by_kind = {i.kind: i for i in injections}
+    assert set(FaultKind) <= set(by_kind)
+    for inj in injections:
+        for t in inj.targets:
+            assert t.component in topo and topo.node_of(t.component) == t.node, t
+            if t.link is not None:
+                link = topo.links[t.link]
+                assert t.component in (link.a, link.b), t
+    kinds = {k: topo.components[by_kind[k].targets[0].component].kind for k in
+             (FaultKind.XID79, FaultKind.XID48, FaultKind.XID94, FaultKind.XID95, FaultKind.NVLINK, FaultKind.NOISE)}
+    assert set(kinds.values()) == {ComponentKind.GPU}
+    nvlink = by_kind[FaultKind.NVLINK].targets[0]
+    assert nvlink.link is not None and topo.links[nvlink.link].kind == "nvlink"
+    assert topo.components[topo.links[nvlink.link].other(nvlink.component)].kind == ComponentKind.NVSWITCH
+    for kind in (FaultKind.LINK_FLAP, FaultKind.SWITCH):
+        for t in by_kind[kind].targets:
+            assert topo.components[t.component].kind == ComponentKind.NIC and t.link is not None
+            assert topo.components[topo.links[t.link].other(t.component)].kind == ComponentKind.LEAF_SWITCH
+    switch = by_kind[FaultKind.SWITCH]
+    assert switch.culprit is not None and set(switch.nodes) == hosts_cabled_to(topo, switch.culprit)
+    assert {topo.links[t.link].other(t.component) for t in switch.targets if t.link} == {switch.culprit}
+
+
 def test_different_seeds_differ() -> None:
     a, b = quick(1), quick(2)
-    assert a["drained_nodes"] != b["drained_nodes"]
+    assert a["timeline"] != b["timeline"]  # (every node is drained in both: the failing leaf serves them all)
 
 
 def test_cli_headless_json_has_the_documented_keys() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "gpufleet.cli", "demo", "--headless", "--json", "--duration", "4h", "--nodes", "16",
-         "--racks", "2", "--seed", "3"],
+         "--seed", "3"],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=True)
     summary = json.loads(out.stdout)
-    for key in ("nodes", "interruptions", "drained", "returned_to_service", "ettr"):
+    for key in ("nodes", "interruptions", "drained", "returned_to_service", "ettr", "correlated", "timeline"):
         assert key in summary, key
-    assert summary["nodes"] == 16
+    assert summary["nodes"] == 16 and summary["racks"] == 4  # HGX: 4 nodes to a rack
     assert summary["api"].startswith("http://127.0.0.1:")
 
 
-@pytest.mark.parametrize(("kw", "field"), [({"nodes": 2}, "--nodes"), ({"racks": 0}, "--racks"),
+@pytest.mark.parametrize(("kw", "field"), [({"nodes": 2}, "--nodes"), ({"nodes": 5000}, "--nodes"),
                                            ({"duration": timedelta(minutes=5)}, "--duration")])
 def test_bad_options_name_the_flag(kw: dict[str, object], field: str) -> None:
     with pytest.raises(InvalidInput) as err:

@@ -23,7 +23,7 @@ from gpufleet.controller.fleetjudge import SOURCE, FleetJudge
 from gpufleet.controller.reconciler import Reconciler
 from gpufleet.controller.runtime import build
 from gpufleet.controller.service import Controller
-from gpufleet.controller.settings import ControllerSettings, FleetJudgeSettings, load_settings
+from gpufleet.controller.settings import ControllerSettings, FleetJudgeSettings, SchedulerKind, load_settings
 from gpufleet.controller.store.db import make_engine, migrate
 from gpufleet.controller.store.repo import Page, Store
 from gpufleet.domain.errors import InvalidInput
@@ -278,7 +278,7 @@ def test_bad_configuration_names_the_field(rig: Rig, kwargs: dict[str, object], 
 )
 def test_bad_settings_name_the_field(tmp_path: Path, toml: str, field: str) -> None:
     path = tmp_path / "controller.toml"
-    path.write_text(f"[fleet_judge]\n{toml}\n", encoding="utf-8")
+    path.write_text(f'scheduler = "sim"\n[fleet_judge]\n{toml}\n', encoding="utf-8")
     with pytest.raises(InvalidInput) as err:
         load_settings(path)
     assert err.value.field == field
@@ -286,14 +286,16 @@ def test_bad_settings_name_the_field(tmp_path: Path, toml: str, field: str) -> N
 
 def test_settings_parse_and_build_wires_the_judge(tmp_path: Path) -> None:
     path = tmp_path / "controller.toml"
-    path.write_text('[fleet_judge]\nevery = 60\nwindow = "6h"\nmin_samples = 12\n', encoding="utf-8")
+    path.write_text('scheduler = "sim"\n[fleet_judge]\nevery = 60\nwindow = "6h"\nmin_samples = 12\n',
+                    encoding="utf-8")
     s = load_settings(path, database_url=f"sqlite:///{tmp_path / 'a.db'}")
     assert s.fleet_judge.window == timedelta(hours=6) and s.fleet_judge.min_samples == 12
     rt = build(s, SimScheduler([]))
     judge = rt.reconciler.fleet_judge
     assert judge is not None and judge.every == 60 and judge.window == timedelta(hours=6)
     assert judge.min_samples == 12
-    off = ControllerSettings(database_url=f"sqlite:///{tmp_path / 'b.db'}", fleet_judge=FleetJudgeSettings(every=0))
+    off = ControllerSettings(database_url=f"sqlite:///{tmp_path / 'b.db'}", scheduler=SchedulerKind.SIM,
+                             fleet_judge=FleetJudgeSettings(every=0))
     assert build(off, SimScheduler([])).reconciler.fleet_judge is None
 
 

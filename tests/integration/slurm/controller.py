@@ -15,8 +15,9 @@ from typing import Any
 import httpx
 
 from gpufleet.controller.runtime import Runtime, build
-from gpufleet.controller.settings import ControllerSettings, TokenConfig
+from gpufleet.controller.settings import ControllerSettings, SchedulerKind, TokenConfig
 from gpufleet.schedulers.port import Scheduler
+from gpufleet.schedulers.slurm import SlurmScheduler
 
 ADMIN_TOKEN = "admin-" + "a" * 26
 AGENT_TOKEN = "agent-" + "b" * 26
@@ -49,6 +50,7 @@ class LabController:
         policy.write_text(policy_text)
         settings = ControllerSettings(
             database_url=f"sqlite:///{workdir / 'controller.db'}", policy_file=policy, port=0,
+            scheduler=SchedulerKind.SLURM if isinstance(scheduler, SlurmScheduler) else SchedulerKind.SIM,
             reconcile_interval=interval,
             tokens=(TokenConfig(name="admin", role="admin", token=ADMIN_TOKEN),
                     TokenConfig(name="agent", role="agent", token=AGENT_TOKEN)),

@@ -38,8 +38,10 @@ def test_known_event_ids_finds_exactly_the_stored_ones_across_chunks(engine: Eng
     stored = [event(f"e{i:05d}", kind=EventKind.ECC_SBE, code=None, at=T0 + timedelta(milliseconds=i))
               for i in range(0, 2400, 2)]  # 1,200 even ids: more than two query chunks
     store.commit(Plan(), new_nodes=[(node_record("r01-n01"), "r01", T0)], events=stored, received=T0)
-    asked = [f"e{i:05d}" for i in range(2400)]
-    assert store.known_event_ids(asked) == {e.id for e in stored}
+    asked = [("r01-n01", f"e{i:05d}") for i in range(2400)]
+    assert store.known_event_ids(asked) == {(e.node, e.id) for e in stored}
+    # ids are scoped to their node: another node's event with the same id is not stored
+    assert store.known_event_ids([("r01-n02", "e00000"), ("r01-n01", "e00000")]) == {("r01-n01", "e00000")}
     assert store.known_event_ids([]) == set()
 
 

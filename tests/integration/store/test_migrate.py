@@ -20,7 +20,7 @@ def test_migrate_creates_every_table_and_is_idempotent(empty_url: str) -> None:
         assert set(first) == set(Base.metadata.tables) | {"alembic_version"}
         with engine.connect() as conn:
             versions = conn.execute(text("select version_num from alembic_version")).scalars().all()
-        assert versions == ["0001"]
+        assert versions == ["0002"]
     finally:
         engine.dispose()
 
@@ -42,6 +42,39 @@ def test_migrated_schema_matches_the_models(empty_url: str) -> None:
             got_idx = {tuple(i["column_names"]) for i in insp.get_indexes(name) if not i.get("unique")}
             assert want_idx <= got_idx, f"{name}: missing indexes {want_idx - got_idx}"
         uniques = {tuple(u["column_names"]) for u in insp.get_unique_constraints("events")}
-        assert ("id",) in uniques, "events.id must be unique (the dedup key)"
+        assert ("node", "id") in uniques, "(events.node, events.id) must be unique (the dedup key)"
+        assert ("id",) not in uniques, "an event id is scoped to its node, not unique fleet-wide"
+    finally:
+        engine.dispose()
+
+
+def test_0002_keeps_the_events_of_a_0001_database_and_scopes_ids_to_their_node(empty_url: str) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    from gpufleet.controller.store.db import MIGRATIONS
+
+    engine = make_engine(empty_url)
+    try:
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "0001")
+        row = ("'{}'", "'2026-11-21 12:00:00+00:00'")
+        with engine.begin() as conn:
+            for seq, node in ((7, "r01-n01"), (9, "r01-n02")):
+                conn.execute(text(
+                    "insert into events (seq, id, node, kind, time, message, source, attrs, received) values "
+                    f"({seq}, 'e{seq}', '{node}', 'xid', {row[1]}, '', 'agent', {row[0]}, {row[1]})"))
+        migrate(engine)
+        with engine.begin() as conn:
+            kept = conn.execute(text("select seq, id, node, fault_of from events order by seq")).all()
+            assert [tuple(r) for r in kept] == [(7, "e7", "r01-n01", None), (9, "e9", "r01-n02", None)]
+            # the same id on another node is a different event now; a new row numbers after the old ones
+            conn.execute(text("insert into events (id, node, kind, time, message, source, attrs, received) "
+                              f"values ('e7', 'r01-n02', 'xid', {row[1]}, '', 'agent', {row[0]}, {row[1]})"))
+            seqs = conn.execute(text("select seq from events where id = 'e7' order by seq")).scalars().all()
+            assert len(seqs) == 2 and seqs[1] > 9
     finally:
         engine.dispose()

@@ -1,7 +1,8 @@
 """A small real HTTP server on 127.0.0.1 implementing the controller's agent API (v1) for tests.
 
 ``POST /v1/events`` (Bearer token; batch accepted whole or rejected whole with 422 naming the field;
-dedup by event id -> 202 {"accepted", "duplicates"}) and ``POST /v1/nodes/{node}/heartbeat`` -> 200.
+dedup by event id -> 202 {"accepted", "duplicates"}), ``POST /v1/nodes/{node}/heartbeat`` -> 200 and
+``PUT /v1/nodes/{node}/inventory`` -> 200 ``{"moved": []}`` (422 naming the field, 404 for an unknown node).
 ``stop()`` and ``start()`` again on the same port simulate a controller outage; the store survives.
 """
 
@@ -13,9 +14,12 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from gpufleet.agent import wire
+from pydantic import ValidationError
+
+from gpufleet.controller.api.schemas import EventIn
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.events import HealthEvent
+from gpufleet.domain.inventory import parse_inventory
 
 
 def free_port() -> int:
@@ -33,6 +37,8 @@ class ControllerDouble:
         self.received = 0  # event copies received, duplicates included
         self.heartbeats: list[tuple[str, dict[str, Any]]] = []
         self.requests = 0
+        self.paths: list[str] = []  # "METHOD path" of every request, in order
+        self.inventories: list[dict[str, Any]] = []  # inventory documents registered (PUT), in order
         self.lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -56,11 +62,37 @@ class ControllerDouble:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def do_PUT(self) -> None:
+                raw = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                with double.lock:
+                    double.requests += 1
+                    double.paths.append(f"PUT {self.path}")
+                if self.headers.get("Authorization") != f"Bearer {double.token}":
+                    self._reply(401, {"detail": "bad token"})
+                    return
+                node = self.path.split("/")[3] if self.path.startswith("/v1/nodes/") else ""
+                if not self.path.endswith("/inventory"):
+                    self._reply(404, {"detail": "not found"})
+                    return
+                try:
+                    inv = parse_inventory(json.loads(raw))
+                except (ValueError, InvalidInput) as err:
+                    field = err.field if isinstance(err, InvalidInput) else "body"
+                    self._reply(422, {"detail": [{"field": field, "value": None, "expected": str(err)}]})
+                    return
+                if double.nodes is not None and node not in double.nodes:
+                    self._reply(404, {"detail": f"node {node!r} not found"})
+                    return
+                with double.lock:
+                    double.inventories.append(inv.to_json())
+                self._reply(200, {"moved": []})
+
             def do_POST(self) -> None:
                 n = int(self.headers.get("Content-Length", "0"))
                 raw = self.rfile.read(n)
                 with double.lock:
                     double.requests += 1
+                    double.paths.append(f"POST {self.path}")
                 if self.headers.get("Authorization") != f"Bearer {double.token}":
                     self._reply(401, {"detail": "bad token"})
                     return
@@ -88,11 +120,10 @@ class ControllerDouble:
                     self._reply(422, {"detail": "events: expected a list"})
                     return
                 try:
-                    parsed = [wire.from_wire(e, f"events[{i}]") for i, e in enumerate(items)]
-                except InvalidInput as err:
-                    self._reply(
-                        422, {"detail": [{"field": err.field, "value": str(err.value), "expected": err.expected}]}
-                    )
+                    parsed = [EventIn.model_validate(e).to_domain() for e in items]
+                except ValidationError as err:
+                    self._reply(422, {"detail": [{"field": ".".join(map(str, x["loc"])), "expected": x["msg"]}
+                                                 for x in err.errors()]})
                     return
                 for i, ev in enumerate(parsed):
                     if double.nodes is not None and ev.node not in double.nodes:

@@ -104,6 +104,13 @@ class FakeNvml:
         assert g is not None
         return g.uuid
 
+    def nvmlDeviceGetSerial(self, h: int) -> str:
+        g = self._enter("nvmlDeviceGetSerial", h)
+        assert g is not None
+        if not g.serial:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return g.serial
+
     def nvmlDeviceGetName(self, h: int) -> str:
         g = self._enter("nvmlDeviceGetName", h)
         assert g is not None

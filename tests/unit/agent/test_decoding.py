@@ -7,7 +7,9 @@ from pathlib import Path
 from gpufleet.agent.clock import FakeClock
 from gpufleet.agent.collectors.kmsg import KmsgFollower
 from gpufleet.agent.decoding import DiagnoseDecoder, default_decoder
+from gpufleet.domain.catalog import load_default_catalog
 from gpufleet.domain.events import EventKind, Severity
+from gpufleet.domain.judgement import judge_event
 
 RECORDS = [
     "6,1001,5012345,-;pci 0000:18:00.0: [10de:2330] type 00 class 0x030200",
@@ -36,6 +38,8 @@ def test_follower_with_diagnose_decoder(tmp_path: Path) -> None:
     xids = [e for e in evs if e.kind is EventKind.XID]
     assert [(e.code, e.component) for e in xids] == [(79, "n1-gpu0"), (48, "n1-gpu1")]
     assert xids[0].id == "n1:kmsg:b1:1002:0" and xids[0].node == "n1"
-    assert xids[0].severity is Severity.FATAL and xids[0].source == "diagnose"
+    # an observation: the line states nothing, the controller's catalog judges it (fatal)
+    assert xids[0].severity is None and xids[0].source == "kmsg"
+    assert judge_event(load_default_catalog(), xids[0]).severity is Severity.FATAL
     assert len({e.id for e in evs}) == len(evs)
     f.close()

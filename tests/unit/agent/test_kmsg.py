@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.agent.clock import FakeClock
-from gpufleet.agent.collectors.kmsg import KmsgFollower, parse_kmsg_record
+from gpufleet.agent.collectors.kmsg import KmsgFollower
 from gpufleet.domain.events import EventKind, HealthEvent
 
 BTIME = 1_795_000_000
@@ -60,17 +60,6 @@ def follower(tmp_path: Path, proc: Path, kmsg: Path, **kw: object) -> KmsgFollow
         proc_root=proc,
         **kw,
     )  # type: ignore[arg-type]
-
-
-def test_parse_record() -> None:
-    r = parse_kmsg_record(RECORDS[3])
-    assert r is not None and (r.level, r.seq, r.usec) == (4, 1002, 81234567)
-    assert r.message.startswith("NVRM: Xid (PCI:0000:18:00): 79")
-    assert parse_kmsg_record(" SUBSYSTEM=pci") is None
-    assert parse_kmsg_record("no semicolon") is None
-    assert parse_kmsg_record("x,y,z;msg") is None
-    esc = parse_kmsg_record("6,5,6,-;tab\\x09here")
-    assert esc is not None and esc.message == "tab\there"
 
 
 def test_decodes_with_deterministic_ids_and_kernel_time(tmp_path: Path, proc: Path) -> None:

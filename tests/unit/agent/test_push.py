@@ -5,18 +5,20 @@ import random
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpufleet.agent import wire
 from gpufleet.agent.clock import FakeClock
 from gpufleet.agent.push import Backoff, ControllerClient, Pusher
 from gpufleet.agent.spool import Spool
+from gpufleet.domain import wire
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.events import EventKind, HealthEvent
+from gpufleet.domain.inventory import GpuUnit, IbPort, NicUnit, NodeInventory
 from tests.unit.agent.controller_double import ControllerDouble
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
@@ -42,7 +44,7 @@ def ctl() -> Iterator[ControllerDouble]:
     c.stop()
 
 
-def make(tmp_path: Path, url: str, token: str = "s3cret", **kw: object) -> tuple[Pusher, Spool, FakeClock]:
+def make(tmp_path: Path, url: str, token: str = "s3cret", **kw: Any) -> tuple[Pusher, Spool, FakeClock]:
     clock = FakeClock()
     spool = Spool(tmp_path / "spool.db")
     pusher = Pusher(
@@ -52,7 +54,7 @@ def make(tmp_path: Path, url: str, token: str = "s3cret", **kw: object) -> tuple
         clock,
         backoff=Backoff(1.0, 60.0, random.Random(1)),
         **kw,
-    )  # type: ignore[arg-type]
+    )
     return pusher, spool, clock
 
 
@@ -190,3 +192,63 @@ def test_unregistered_node_keeps_events_until_registered(tmp_path: Path, caplog:
         assert len(spool) == 0 and len(ctl.events) == 3
     finally:
         ctl.stop()
+
+
+# -- the inventory: registered before any event -------------------------------------------------------
+
+INV = NodeInventory("n1", "NODE-1", (GpuUnit(0, "GPU-a", "1650000000001", "0000:18:00.0"),),
+                    (NicUnit("mlx5_0", "ibp24s0", "0000:18:00.1", ports=(IbPort(1, "0x1"),)),))
+
+
+def test_registers_the_inventory_before_any_event(tmp_path: Path, ctl: ControllerDouble) -> None:
+    pusher, spool, _ = make(tmp_path, ctl.url, inventory=INV)
+    spool.put([ev(1), ev(2)])
+    pusher.step()
+    assert ctl.paths == ["POST /v1/nodes/n1/heartbeat", "PUT /v1/nodes/n1/inventory", "POST /v1/events"]
+    assert ctl.inventories == [INV.to_json()] and len(spool) == 0
+    spool.put([ev(3)])
+    pusher.step()
+    assert ctl.paths[-1] == "POST /v1/events" and len(ctl.inventories) == 1  # once, not per push
+
+
+def test_events_wait_in_the_spool_until_the_inventory_is_registered(tmp_path: Path) -> None:
+    ctl = ControllerDouble(nodes={"n2"})  # n1 not registered yet: its inventory is refused with 404
+    ctl.start()
+    try:
+        pusher, spool, clock = make(tmp_path, ctl.url, inventory=INV)
+        spool.put([ev(1)])
+        wait = pusher.step()
+        assert "POST /v1/events" not in ctl.paths and len(spool) == 1
+        assert pusher.failures == 1 and pusher.inventory_due and wait > 0
+        ctl.nodes = None  # the operator registers the node
+        clock.advance(wait)
+        pusher.step()
+        assert ctl.paths[-2:] == ["PUT /v1/nodes/n1/inventory", "POST /v1/events"] and len(spool) == 0
+        assert not pusher.inventory_due and pusher.backoff.attempt == 0
+    finally:
+        ctl.stop()
+
+
+def test_a_changed_inventory_is_registered_again(tmp_path: Path, ctl: ControllerDouble) -> None:
+    pusher, _, _ = make(tmp_path, ctl.url, inventory=INV)
+    pusher.step()
+    pusher.set_inventory(NodeInventory("n1", "NODE-1", INV.gpus, INV.nics))  # equal: nothing to do
+    assert not pusher.inventory_due
+    swapped = NodeInventory("n1", "NODE-1", (GpuUnit(0, "GPU-b", "1650000000002", "0000:18:00.0"),), INV.nics)
+    pusher.set_inventory(swapped)
+    pusher.step()
+    assert [d["gpus"][0]["serial"] for d in ctl.inventories] == ["1650000000001", "1650000000002"]
+    with pytest.raises(InvalidInput) as err:
+        pusher.set_inventory(NodeInventory("n9"))
+    assert err.value.field == "inventory.node"
+
+
+def test_an_inventory_the_controller_can_never_accept_does_not_hold_the_events(
+    tmp_path: Path, ctl: ControllerDouble, caplog: pytest.LogCaptureFixture
+) -> None:
+    bad = NodeInventory("n1", gpus=(GpuUnit(-1),))  # a negative index: 422 naming inventory.gpus[0].index
+    pusher, spool, _ = make(tmp_path, ctl.url, inventory=bad)
+    spool.put([ev(1)])
+    pusher.step()
+    assert len(spool) == 0 and ctl.inventories == [] and not pusher.inventory_due
+    assert "inventory.gpus[0].index" in caplog.text

@@ -11,10 +11,21 @@ from gpufleet.agent.collectors.host import EdacReading, HostReading, MountReadin
 from gpufleet.agent.collectors.infiniband import InfinibandCollector
 from gpufleet.agent.devices.port import FastReading, NvLinkReading, SlowReading, ThrottleReason, XidEvent
 from gpufleet.agent.rules import PassiveChecks, Thresholds
-from gpufleet.domain.events import EventKind, Severity
+from gpufleet.domain.catalog import load_default_catalog
+from gpufleet.domain.events import EventKind, HealthEvent, Severity
+from gpufleet.domain.judgement import judge_event
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "sysfs"
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
+
+
+CATALOG = load_default_catalog()
+
+
+def sev(ev: HealthEvent) -> Severity:
+    """The controller's judgement of an observation (the agent states no severity of its own)."""
+    assert ev.severity is None and ev.attr("rule"), ev
+    return judge_event(CATALOG, ev).severity
 
 
 def at(s: float) -> datetime:
@@ -42,7 +53,7 @@ def test_row_remap_failure_is_fatal_once() -> None:
     c = PassiveChecks("n1")
     assert c.on_slow(slow(), at(0)) == []
     [ev] = c.on_slow(slow(remap_failure=True, remap_uncorrectable=512), at(30))
-    assert (ev.kind, ev.severity, ev.component, ev.node) == (
+    assert (ev.kind, sev(ev), ev.component, ev.node) == (
         EventKind.ROW_REMAP_FAILURE,
         Severity.FATAL,
         "n1-gpu0",
@@ -56,9 +67,9 @@ def test_dbe_growth_is_fatal_and_pending_remap_degraded() -> None:
     c.on_slow(slow(ecc_dbe_aggregate=1), at(0))
     evs = c.on_slow(slow(ecc_dbe_aggregate=3, remap_pending=True, remap_uncorrectable=2), at(30))
     kinds = {e.kind: e for e in evs}
-    assert kinds[EventKind.ECC_DBE].severity is Severity.FATAL
+    assert sev(kinds[EventKind.ECC_DBE]) is Severity.FATAL
     assert "2 new uncorrectable" in kinds[EventKind.ECC_DBE].message
-    assert kinds[EventKind.ROW_REMAP_PENDING].severity is Severity.DEGRADED
+    assert sev(kinds[EventKind.ROW_REMAP_PENDING]) is Severity.DEGRADED
 
 
 def test_sbe_needs_threshold_within_interval() -> None:
@@ -66,7 +77,7 @@ def test_sbe_needs_threshold_within_interval() -> None:
     c.on_slow(slow(ecc_sbe_aggregate=10), at(0))
     assert c.on_slow(slow(ecc_sbe_aggregate=109), at(30)) == []
     [ev] = c.on_slow(slow(ecc_sbe_aggregate=209), at(60))
-    assert ev.kind is EventKind.ECC_SBE and ev.severity is Severity.DEGRADED
+    assert ev.kind is EventKind.ECC_SBE and sev(ev) is Severity.DEGRADED
 
 
 def test_counter_reset_rebaselines_without_event() -> None:
@@ -79,7 +90,7 @@ def test_counter_reset_rebaselines_without_event() -> None:
 def test_pcie_width_below_max_is_degraded_link_error() -> None:
     c = PassiveChecks("n1")
     [ev] = c.on_slow(slow(pcie_width=8), at(0), util=10.0)
-    assert ev.kind is EventKind.LINK_ERROR and ev.severity is Severity.DEGRADED
+    assert ev.kind is EventKind.LINK_ERROR and sev(ev) is Severity.DEGRADED
     assert ev.link == "n1-gpu0~pcie" and "x8" in ev.message and "x16" in ev.message
 
 
@@ -109,7 +120,7 @@ def test_nvlink_down_after_up_and_crc_burst() -> None:
         (EventKind.LINK_DOWN, "n1-gpu0~nvlink2"),
         (EventKind.LINK_ERROR, "n1-gpu0~nvlink3"),
     ]
-    assert evs[0].severity is Severity.FATAL
+    assert sev(evs[0]) is Severity.FATAL
     assert c.on_slow(slow(nvlinks=tuple(links)), at(60)) == []
 
 
@@ -122,7 +133,7 @@ def test_thermal_with_hysteresis() -> None:
     c = PassiveChecks("n1", Thresholds(thermal_c=87, thermal_clear_c=82))
     assert c.on_fast(FastReading(0, temp_gpu_c=80.0, throttle_reasons=0), at(0)) == []
     [ev] = c.on_fast(FastReading(0, temp_gpu_c=88.0, throttle_reasons=0), at(1))
-    assert ev.kind is EventKind.THERMAL and ev.severity is Severity.DEGRADED
+    assert ev.kind is EventKind.THERMAL and sev(ev) is Severity.DEGRADED
     assert c.on_fast(FastReading(0, temp_gpu_c=85.0, throttle_reasons=0), at(2)) == []  # not yet cleared
     assert c.on_fast(FastReading(0, temp_gpu_c=88.0, throttle_reasons=0), at(3)) == []
     assert c.on_fast(FastReading(0, temp_gpu_c=80.0, throttle_reasons=0), at(4)) == []  # cleared
@@ -138,20 +149,22 @@ def test_thermal_slowdown_bit_alone_triggers() -> None:
 def test_gpu_lost_is_fatal_once() -> None:
     c = PassiveChecks("n1")
     [ev] = c.on_fast(FastReading(5, lost=True), at(0))
-    assert (ev.kind, ev.severity, ev.component) == (EventKind.GPU_LOST, Severity.FATAL, "n1-gpu5")
+    assert (ev.kind, sev(ev), ev.component) == (EventKind.GPU_LOST, Severity.FATAL, "n1-gpu5")
     assert c.on_fast(FastReading(5, lost=True), at(1)) == []
     assert c.on_slow(SlowReading(5, lost=True), at(1)) == []
 
 
 def test_xid_event_carries_code_and_no_severity() -> None:
     ev = PassiveChecks("n1").on_xid(XidEvent(3, 79, at(7), "fell off"))
-    assert (ev.kind, ev.code, ev.component, ev.severity, ev.time) == (
+    assert (ev.kind, ev.code, ev.component, ev.severity, ev.time, ev.source) == (
         EventKind.XID,
         79,
         "n1-gpu3",
         None,
         at(7),
+        "nvml",
     )
+    assert ev.attr("gpu") == "3" and not ev.attr("rule")  # an XID is judged by its code
 
 
 def test_ib_port_down_flap_rate_and_symbol_errors(tmp_path: Path) -> None:
@@ -172,7 +185,7 @@ def test_ib_port_down_flap_rate_and_symbol_errors(tmp_path: Path) -> None:
     (root / "mlx5_7/ports/1/counters/symbol_error").write_text("40\n")
     evs = [e for p in col.read() for e in c.on_ib(p, at(60), 60.0)]
     [sym] = [e for e in evs if dict(e.attrs).get("rule") == "ib_symbol_error"]
-    assert sym.component == "n1-nic7" and sym.severity is Severity.DEGRADED and "40.0/min" in sym.message
+    assert sym.component == "n1-nic7" and sev(sym) is Severity.DEGRADED and "40.0/min" in sym.message
 
 
 def test_ib_degraded_fixture_first_read_reports_only_rate() -> None:
@@ -191,7 +204,7 @@ def test_host_edac_and_mounts() -> None:
         (MountReading("data", "/data", True, 50, 1000), MountReading("checkpoint", "/ckpt", False)),
     )
     evs = c.on_host(bad, at(30))
-    msgs = sorted((e.severity.value if e.severity else "", dict(e.attrs)["check"]) for e in evs)
+    msgs = sorted((sev(e).value, dict(e.attrs)["check"]) for e in evs)
     assert msgs == [("degraded", "disk_free"), ("fatal", "edac"), ("fatal", "mount")]
 
 

@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 
 from gpufleet.correlate.engine import Engine
-from gpufleet.correlate.model import Finding, SuspectAction, Verdict, VerdictStatus
+from gpufleet.correlate.model import Basis, SuspectAction, Verdict, VerdictStatus
 from gpufleet.domain.events import EventKind as E
 from gpufleet.domain.events import HealthEvent
 from gpufleet.domain.topology import Topology
@@ -153,7 +153,7 @@ def test_pattern_that_follows_a_moved_tray_blames_the_unit(nvl: Topology) -> Non
     eng, _ = _run(nvl, s)
     top = eng.suspects()[0]
     assert top.component == b and top.serial == serial_a
-    assert top.finding is Finding.FOLLOWS_SERIAL
+    assert top.finding is Basis.FOLLOWS_SERIAL
     assert top.action is SuspectAction.DRAIN_AND_REPLACE
     assert 0 in top.evidence  # the pre-move evidence at the old slot is part of the case
 
@@ -167,7 +167,7 @@ def test_pattern_that_stays_at_the_slot_blames_the_slot_cabling(nvl: Topology) -
     eng, verdicts = _run(nvl, s)
     top = eng.suspects()[0]
     assert top.component == a and top.serial == nvl.components[b].serial
-    assert top.finding is Finding.STAYS_AT_SLOT
+    assert top.finding is Basis.STAYS_AT_SLOT
     assert top.action is SuspectAction.CHECK_CABLING
     # the verdict on the first unit was cleared when it left the slot
     statuses = [(v.status, v.suspect.action) for v in verdicts if v.suspect.component == a]

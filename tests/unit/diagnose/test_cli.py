@@ -52,7 +52,10 @@ def test_catalog_override_file_downgrades_a_code(tmp_path: Path) -> None:
     res = runner.invoke(
         app, ["diagnose", "--json", "--catalog", str(cat), str(FIXTURES / "sxid-nvsentinel.log")]
     )
-    assert res.exit_code == 1  # 24007's own line says "Fatal", which still wins over the override
+    # the site's override is authoritative (domain/judgement.py): nothing in this log is fatal any more
+    assert res.exit_code == 0
+    rows = {r["code"]: r for r in json.loads(res.output)}
+    assert rows[24007]["severity"] == "degraded" and rows[24007]["action"] == "contact_support"
     res2 = runner.invoke(
         app,
         ["diagnose", "--json", "--catalog", str(cat), "-"],
@@ -98,3 +101,18 @@ def test_json_mode_reports_garbage_counts_on_stderr() -> None:
     assert res.exit_code == 1
     assert "binary_lines=1" in res.stderr and "invalid_utf8_lines=1" in res.stderr
     assert [r["code"] for r in json.loads(res.stdout)] == [79, None, 154]
+
+
+def test_policy_file_overrides_judge_offline_as_the_controller_would(tmp_path: Path) -> None:
+    line = b"NVRM: Xid (PCI:0000:18:00): 31, pid=1234, name=python, Ch 00000008, MMU Fault\n"
+    plain = runner.invoke(app, ["diagnose", "--json", "-"], input=line)
+    assert plain.exit_code == 0 and json.loads(plain.output)[0]["severity"] == "info"
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[policy]\nevidence_window = "12h"\n\n'
+                      '[[override]]\nkind = "xid"\ncode = 31\nseverity = "fatal"\n')
+    res = runner.invoke(app, ["diagnose", "--json", "--policy", str(policy), "-"], input=line)
+    assert res.exit_code == 1 and json.loads(res.output)[0]["severity"] == "fatal"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[override]]\nkind = "xid"\ncode = 31\nseverity = "awful"\n')
+    res = runner.invoke(app, ["diagnose", "--policy", str(bad), "-"], input=line)
+    assert res.exit_code == 2 and "override[0].severity" in res.output

@@ -9,8 +9,9 @@ from gpufleet.diagnose.events import finding_to_event
 from gpufleet.diagnose.finding import Finding, FindingKind
 from gpufleet.diagnose.grouping import GpuRef
 from gpufleet.diagnose.report import analyse, render_table
-from gpufleet.domain.catalog import Catalog
+from gpufleet.domain.catalog import Catalog, load_default_catalog
 from gpufleet.domain.events import EventKind, Severity
+from gpufleet.domain.judgement import judge_event
 
 
 def _decode(cat: Catalog, lines: list[str]) -> list[Finding]:
@@ -49,11 +50,12 @@ def test_event_kinds(catalog: Catalog) -> None:
     xid = events[0]
     assert xid is not None
     assert (xid.node, xid.code, xid.component, xid.source) == ("r01-n03", 48, "0000:3b:00.0", "diagnose")
-    assert xid.time == datetime(2026, 11, 21, 12, 0, 1, tzinfo=UTC) and xid.severity is Severity.FATAL
+    assert xid.time == datetime(2026, 11, 21, 12, 0, 1, tzinfo=UTC) and xid.severity is None  # stated nothing
+    assert judge_event(load_default_catalog(), xid).severity is Severity.FATAL
     aer = events[2]
     assert aer is not None and aer.code == 14 and ("pci", "0000:3b:00.0") in aer.attrs
     sxid = events[1]
-    assert sxid is not None and ("link", "44") in sxid.attrs
+    assert sxid is not None and ("port", "44") in sxid.attrs  # a switch port, not a topology link id
 
 
 def test_gpu_slot_names_the_component_and_missing_time_needs_fallback(catalog: Catalog) -> None:

@@ -41,10 +41,10 @@ def test_catalog_carries_nvidia_facts_and_our_judgement() -> None:
     assert e79.severity == Severity.FATAL and e79.action == Action.REBOOT
     assert "docs.nvidia.com" in e79.source and "RESTART_BM" in e79.nvidia_resolution
     assert cat.lookup("xid", 45).collateral
-    assert cat.severity("xid", 13) == Severity.INFO
-    assert cat.severity("xid", 94) == Severity.DEGRADED
-    assert cat.severity("xid", 99999) == Severity.DEGRADED  # unknown codes get looked at
-    assert cat.severity("ecc_dbe", None) == Severity.FATAL
+    assert cat.lookup("xid", 13).severity == Severity.INFO
+    assert cat.lookup("xid", 94).severity == Severity.DEGRADED
+    assert cat.lookup("xid", 99999).severity == Severity.DEGRADED  # unknown codes get looked at
+    assert cat.lookup("ecc_dbe", None).severity == Severity.FATAL
 
 
 def test_catalog_override_is_all_or_nothing() -> None:
@@ -54,7 +54,7 @@ def test_catalog_override_is_all_or_nothing() -> None:
     with pytest.raises(InvalidInput) as err:
         cat.with_overrides(doc)
     assert err.value.field == "override[1].severity"
-    assert cat.severity("xid", 13) == Severity.INFO  # the original is untouched
+    assert cat.lookup("xid", 13).severity == Severity.INFO  # the original is untouched
 
 
 def test_simulated_fleet_shape_and_domains() -> None:

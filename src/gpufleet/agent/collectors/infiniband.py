@@ -12,6 +12,10 @@ Layout (Linux ``Documentation/infiniband/sysfs.rst``; the mlx5 driver fills it t
 The PMA counters saturate instead of wrapping (symbol_error is 16 bits, link_downed 8 bits in the IBTA
 PortCounters attribute), so a counter stuck at its maximum is reported as is; rates use differences.
 A file that cannot be read gives ``None`` for that value, never an exception.
+
+:meth:`InfinibandCollector.identities` reads, for the inventory, what names each HCA it reads: the port
+GUID (the low 64 bits of ``ports/<n>/gids/0``, else ``node_guid``), the PCI address (the target of the
+``device`` link) and the network interface (``device/net/<name>``).
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+from gpufleet.domain.inventory import IbPort, NicUnit
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +39,7 @@ COUNTERS = (
     "port_xmit_discards",
 )
 _RATE = re.compile(r"^\s*([0-9.]+)\s*Gb/sec")
+_PCI = re.compile(r"[0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,3 +138,37 @@ class InfinibandCollector:
                 )
             )
         return out
+
+    def identities(self) -> tuple[NicUnit, ...]:
+        """Each HCA this collector reads (same ports, same order: ``nic<k>`` is the k-th), as the
+        inventory names it. Unreadable parts are empty strings."""
+        ports = self._ports if self._ports is not None else self.scan()
+        found: dict[str, list[IbPort]] = {}
+        for dev, n, p in ports:
+            guid = _guid_of_gid(_read(p / "gids" / "0")) or _guid(_read(self.root / dev / "node_guid"))
+            found.setdefault(dev, []).append(IbPort(n, guid, _read(p / "link_layer") or "InfiniBand"))
+        out: list[NicUnit] = []
+        for dev, dev_ports in found.items():
+            link = self.root / dev / "device"
+            target = link.resolve().name.lower() if link.is_symlink() else ""
+            try:
+                nets = sorted(q.name for q in (link / "net").iterdir())
+            except OSError:
+                nets = []
+            pci = target if _PCI.fullmatch(target) else ""
+            out.append(NicUnit(dev, nets[0] if nets else "", pci, "", tuple(dev_ports)))
+        return tuple(out)
+
+
+def _guid(text: str | None) -> str:
+    """``9c63:c003:00ab:cd01`` -> ``0x9c63c00300abcd01``; "" for nothing or zero."""
+    digits = (text or "").replace(":", "").lower()
+    if len(digits) != 16 or not all(c in "0123456789abcdef" for c in digits) or not digits.strip("0"):
+        return ""
+    return "0x" + digits
+
+
+def _guid_of_gid(gid: str | None) -> str:
+    """The port GUID in a GID (``fe80:0000:0000:0000:9c63:c003:00ab:cd01``): its low 64 bits."""
+    groups = (gid or "").split(":")
+    return _guid(":".join(groups[4:])) if len(groups) == 8 else ""

@@ -12,9 +12,16 @@ Resume: the position (boot id + last kmsg seq, or the journal cursor) is kept in
 :meth:`poll` returns new events and remembers the new position; :meth:`commit` writes it, and the runner
 calls it only after the events are in the spool. A crash in between resends, never loses.
 
-/dev/kmsg record format (Linux ``Documentation/ABI/testing/dev-kmsg``)::
+/dev/kmsg record format (Linux ``Documentation/ABI/testing/dev-kmsg``), parsed by
+:func:`gpufleet.diagnose.kmsg.parse_kmsg_record` (the one parser; messages keep the kernel's ``\\xNN``
+escapes, as ``gpufleet diagnose`` sees them)::
 
     <prio>,<seq>,<usec since boot>,<flags>[,...];<message>\n[ KEY=value\n]...
+
+``kmsg_path`` may also name a regular file of such records: it is read the same way (everything, then
+whatever is appended). That is the simulated kernel ring of ``--device sim`` (docs/agent.md).
+
+Every event gets ``source`` = the source that read it (``kmsg`` or ``journal``).
 """
 
 from __future__ import annotations
@@ -25,12 +32,13 @@ import logging
 import os
 import subprocess
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from gpufleet.agent.clock import Clock, SystemClock
+from gpufleet.agent.clock import AgentClock, SystemClock
+from gpufleet.diagnose.kmsg import parse_kmsg_record
 from gpufleet.domain.events import HealthEvent
 
 log = logging.getLogger(__name__)
@@ -51,6 +59,27 @@ class LogDecoder(Protocol):
     def flush(self) -> list[tuple[int, HealthEvent]]: ...
 
 
+class KernelLog(Protocol):
+    """What the runner needs of a kernel-log source: :class:`KmsgFollower` (the live log) or
+    :class:`~gpufleet.agent.collectors.kmsgfile.KmsgFileReplay` (a recorded one)."""
+
+    lines: int  # messages read so far
+
+    def start(self) -> str:
+        """Open the source; returns its name for the ``gpufleet_agent_kmsg_source`` metric."""
+        ...
+
+    def poll(self) -> list[HealthEvent]:
+        """New events since the last poll (never blocks)."""
+        ...
+
+    def commit(self) -> None:
+        """Persist the position of the last poll (called once its events are spooled)."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class LineDecoder:
     """Adapts a plain ``decode(message) -> events`` function (one message, no state) to :class:`LogDecoder`."""
 
@@ -68,41 +97,6 @@ _READ_SIZE = 8192
 _RESPAWN_S = 30.0
 
 
-@dataclass(frozen=True, slots=True)
-class KmsgRecord:
-    level: int
-    seq: int
-    usec: int
-    message: str
-
-
-def parse_kmsg_record(line: str) -> KmsgRecord | None:
-    """One ``/dev/kmsg`` record line; ``None`` for a continuation (`` KEY=value``) or malformed line."""
-    if not line or line[0] == " ":
-        return None
-    head, sep, message = line.partition(";")
-    if not sep:
-        return None
-    parts = head.split(",")
-    if len(parts) < 3:
-        return None
-    try:
-        prio, seq, usec = int(parts[0]), int(parts[1]), int(parts[2])
-    except ValueError:
-        return None
-    return KmsgRecord(prio & 7, seq, usec, _unescape(message))
-
-
-def _unescape(msg: str) -> str:
-    """kmsg escapes non-printable bytes as ``\\xNN``."""
-    if "\\x" not in msg:
-        return msg
-    try:
-        return msg.encode("latin-1").decode("unicode_escape")
-    except UnicodeError:
-        return msg
-
-
 def _default_spawn(argv: list[str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
 
@@ -113,7 +107,7 @@ class KmsgFollower:
         node: str,
         decode: Decode | LogDecoder,
         *,
-        clock: Clock | None = None,
+        clock: AgentClock | None = None,
         kmsg_path: Path = Path("/dev/kmsg"),
         state_path: Path | None = None,
         proc_root: Path = Path("/proc"),
@@ -122,7 +116,7 @@ class KmsgFollower:
     ) -> None:
         self.node = node
         self.decoder: LogDecoder = decode if isinstance(decode, LogDecoder) else LineDecoder(decode)
-        self.clock: Clock = clock or SystemClock()
+        self.clock: AgentClock = clock or SystemClock()
         self.kmsg_path = kmsg_path
         self.state_path = state_path
         self.proc_root = proc_root
@@ -145,7 +139,7 @@ class KmsgFollower:
     def start(self) -> str:
         """Open ``/dev/kmsg``, else start journalctl; returns the source used ("kmsg", "journal", "none")."""
         self._boot_id = self._read_proc("sys/kernel/random/boot_id") or "unknown-boot"
-        self._boot_time = self._read_btime()
+        self._boot_time = boot_time(self.proc_root) or self.clock.now()
         saved = self._load_state()
         if saved.get("boot_id") == self._boot_id:
             seq = saved.get("kmsg_seq", -1)
@@ -215,16 +209,16 @@ class KmsgFollower:
         *lines, self._buf = self._buf.split(b"\n")
         found: list[tuple[int, HealthEvent]] = []
         for raw in lines:
-            rec = parse_kmsg_record(raw.decode("utf-8", "replace"))
+            rec = parse_kmsg_record(raw)
             if rec is None or rec.seq <= self._seq:
                 continue
             self.lines += 1
             self._seq = rec.seq
             self._dirty = True
             when = self._boot_time + timedelta(microseconds=rec.usec)
-            found += self._feed(rec.message, rec.seq, when)
-        found += self._flush()
-        return self._identify(found, lambda seq: f"{self.node}:kmsg:{self._boot_id}:{seq}")
+            found += feed_guarded(self.decoder, rec.message, rec.seq, when)
+        found += flush_guarded(self.decoder)
+        return identify(self.node, self.source, found, lambda seq: f"{self.node}:kmsg:{self._boot_id}:{seq}")
 
     def _poll_journal(self) -> list[HealthEvent]:
         if self._proc is None and (self.clock.monotonic() < self._next_spawn or not self._spawn_journal()):
@@ -270,33 +264,9 @@ class KmsgFollower:
                 self._dirty = True
             self._jseq += 1
             keys[self._jseq] = hashlib.sha1(cursor.encode()).hexdigest()[:16] if cursor else f"t{when.timestamp():.6f}"
-            found += self._feed(str(msg), self._jseq, when)
-        found += self._flush()
-        return self._identify(found, lambda seq: f"{self.node}:journal:{keys.get(seq, seq)}")
-
-    def _feed(self, message: str, seq: int, when: datetime) -> list[tuple[int, HealthEvent]]:
-        try:
-            return list(self.decoder.feed(message, seq, when))
-        except Exception:  # a decoder bug must not stop the kernel-log follower
-            log.exception("decoder failed on kernel message %r", message[:200])
-            return []
-
-    def _flush(self) -> list[tuple[int, HealthEvent]]:
-        try:
-            return list(self.decoder.flush())
-        except Exception:
-            log.exception("decoder failed to flush")
-            return []
-
-    def _identify(self, found: list[tuple[int, HealthEvent]], base: Callable[[int], str]) -> list[HealthEvent]:
-        """Deterministic ids from the record where each event starts: ``<base(seq)>:<n>``."""
-        out: list[HealthEvent] = []
-        per_seq: dict[int, int] = {}
-        for seq, ev in found:
-            n = per_seq.get(seq, 0)
-            per_seq[seq] = n + 1
-            out.append(replace(ev, id=f"{base(seq)}:{n}", node=self.node))
-        return out
+            found += feed_guarded(self.decoder, str(msg), self._jseq, when)
+        found += flush_guarded(self.decoder)
+        return identify(self.node, self.source, found, lambda seq: f"{self.node}:journal:{keys.get(seq, seq)}")
 
     # --- helpers ----------------------------------------------------------------------------
     def _spawn_journal(self) -> bool:
@@ -334,12 +304,6 @@ class KmsgFollower:
         except OSError:
             return None
 
-    def _read_btime(self) -> datetime:
-        for line in (self._read_proc("stat") or "").splitlines():
-            if line.startswith("btime "):
-                return datetime.fromtimestamp(int(line.split()[1]), UTC)
-        return self.clock.now()
-
     def _load_state(self) -> dict[str, object]:
         if self.state_path is None:
             return {}
@@ -348,3 +312,50 @@ class KmsgFollower:
         except (OSError, ValueError):
             return {}
         return data if isinstance(data, dict) else {}
+
+
+# --- shared by every kernel-log source ---------------------------------------------------------
+def boot_time(proc_root: Path) -> datetime | None:
+    """The machine's boot time (``btime`` in ``<proc_root>/stat``), or None when unreadable."""
+    try:
+        text = (proc_root / "stat").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("btime "):
+            try:
+                return datetime.fromtimestamp(int(line.split()[1]), UTC)
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+def feed_guarded(decoder: LogDecoder, message: str, seq: int, when: datetime) -> list[tuple[int, HealthEvent]]:
+    """``decoder.feed``; a decoder bug is logged and never stops the source."""
+    try:
+        return list(decoder.feed(message, seq, when))
+    except Exception:
+        log.exception("decoder failed on kernel message %r", message[:200])
+        return []
+
+
+def flush_guarded(decoder: LogDecoder) -> list[tuple[int, HealthEvent]]:
+    try:
+        return list(decoder.flush())
+    except Exception:
+        log.exception("decoder failed to flush")
+        return []
+
+
+def identify(
+    node: str, source: str, found: list[tuple[int, HealthEvent]], base: Callable[[int], str]
+) -> list[HealthEvent]:
+    """Deterministic ids from the record where each event starts (``<base(seq)>:<n>``), this node, and
+    the source that read it (``kmsg``, ``journal``, ``kmsg-file``)."""
+    out: list[HealthEvent] = []
+    per_seq: dict[int, int] = {}
+    for seq, ev in found:
+        n = per_seq.get(seq, 0)
+        per_seq[seq] = n + 1
+        out.append(replace(ev, id=f"{base(seq)}:{n}", node=node, source=source))
+    return out

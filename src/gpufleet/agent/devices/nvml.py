@@ -17,7 +17,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from gpufleet.agent.clock import Clock, SystemClock
+from gpufleet.agent.clock import AgentClock, SystemClock
 from gpufleet.agent.devices.port import (
     DeviceStatus,
     FastReading,
@@ -70,10 +70,10 @@ class NvmlDevice:
 
     name = "nvml"
 
-    def __init__(self, lib: Any | None = None, *, clock: Clock | None = None) -> None:
+    def __init__(self, lib: Any | None = None, *, clock: AgentClock | None = None) -> None:
         self._lib_arg = lib
         self._lib: Any = None
-        self._clock: Clock = clock or SystemClock()
+        self._clock: AgentClock = clock or SystemClock()
         self._handles: list[object] = []
         self._infos: tuple[GpuInfo, ...] = ()
         self._lost: set[int] = set()
@@ -140,7 +140,12 @@ class NvmlDevice:
             except lib.NVMLError:
                 break
             links += 1
-        return GpuInfo(i, uuid, name, bus, links)
+        try:
+            serial = _text(lib.nvmlDeviceGetSerial(h)).strip()
+        except lib.NVMLError as err:  # NOT_SUPPORTED on boards without one (GeForce): the slot still maps
+            log.info("gpu%d: no board serial (%s)", i, err)
+            serial = ""
+        return GpuInfo(i, uuid, name, bus, links, serial)
 
     def _open_events(self) -> None:
         lib = self._lib

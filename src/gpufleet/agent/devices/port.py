@@ -57,6 +57,7 @@ class GpuInfo:
     name: str  # model name, e.g. "NVIDIA H100 80GB HBM3"
     pci_bus_id: str  # normalised dddd:bb:dd.f (lower case)
     nvlinks: int = 0  # number of NVLinks the device reports (0 on PCIe cards)
+    serial: str = ""  # board serial (names the physical unit; "" when the GPU does not report one)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,11 +13,13 @@ with clock throttling, PCIe width/gen degradation, NVLink down and CRC errors, a
 
 from __future__ import annotations
 
+import hashlib
 import random
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from gpufleet.agent.clock import Clock, SystemClock
+from gpufleet.agent.clock import AgentClock, SystemClock
 from gpufleet.agent.devices.port import (
     DeviceStatus,
     FastReading,
@@ -27,6 +29,7 @@ from gpufleet.agent.devices.port import (
     ThrottleReason,
     XidEvent,
 )
+from gpufleet.agent.devices.simhost import SimKernelLog
 from gpufleet.domain.errors import InvalidInput
 
 H100_MEM_TOTAL = 81559 * 1024 * 1024
@@ -52,6 +55,7 @@ class SimGpu:
     uuid: str
     pci_bus_id: str
     name: str = H100_NAME
+    serial: str = ""
     util: float = 0.0
     load: float = 0.0  # the level the random walk is pulled towards (0..100)
     temp_gpu: float = 32.0
@@ -135,20 +139,28 @@ class SimDevice:
         gpus: int = 8,
         *,
         seed: int = 0,
-        clock: Clock | None = None,
+        clock: AgentClock | None = None,
         load: float = 60.0,
         node_serial: int = 0,
+        serials: Sequence[str] | None = None,
+        kernel_log: SimKernelLog | None = None,
     ) -> None:
+        """``serials`` names the GPUs' physical units (default ``SIM<seed>-<node_serial>-<i>``); when given,
+        each GPU's UUID derives from its serial too, so a unit moved to another simulated node keeps both.
+        With ``kernel_log``, the simulated driver also prints its XID and fallen-off-the-bus lines there."""
         if gpus < 0:
             raise InvalidInput("gpus", gpus, "a GPU count of 0 or more")
+        if serials is not None and len(serials) != gpus:
+            raise InvalidInput("serials", list(serials), f"{gpus} GPU serials, one per GPU")
         if not 0.0 <= load <= 100.0:
             raise InvalidInput("load", load, "a utilisation between 0 and 100")
         self._rng = random.Random(seed)
-        self._clock: Clock = clock or SystemClock()
+        self._clock: AgentClock = clock or SystemClock()
         self.state: list[SimGpu] = [
             SimGpu(
                 index=i,
-                uuid=f"GPU-{seed:08x}-{node_serial:04x}-4000-8000-{i:012x}",
+                uuid=_uuid(serials[i]) if serials else f"GPU-{seed:08x}-{node_serial:04x}-4000-8000-{i:012x}",
+                serial=serials[i] if serials else f"SIM{seed}-{node_serial}-{i}",
                 pci_bus_id=f"0000:{_BUSES[i] if i < len(_BUSES) else f'{0x10 + i:02x}'}:00.0",
                 load=min(100.0, max(0.0, load + self._rng.uniform(-8.0, 8.0))) if load else 0.0,
                 util=load,
@@ -156,6 +168,7 @@ class SimDevice:
             )
             for i in range(gpus)
         ]
+        self.kernel_log = kernel_log
         self._xids: list[XidEvent] = []
         self._xid_lock = threading.Lock()  # faults may be injected from another thread
         self._opened = False
@@ -168,7 +181,7 @@ class SimDevice:
     def gpus(self) -> tuple[GpuInfo, ...]:
         if not self._opened:
             return ()
-        return tuple(GpuInfo(g.index, g.uuid, g.name, g.pci_bus_id, len(g.links)) for g in self.state)
+        return tuple(GpuInfo(g.index, g.uuid, g.name, g.pci_bus_id, len(g.links), g.serial) for g in self.state)
 
     def read_fast(self, index: int) -> FastReading:
         g = self._gpu(index)
@@ -240,9 +253,12 @@ class SimDevice:
 
     # --- faults -----------------------------------------------------------------------------
     def inject_xid(self, index: int, code: int, detail: str = "") -> None:
-        self._gpu(index)
+        """An XID as NVML reports it (and as the driver prints it to the kernel log, when there is one)."""
+        g = self._gpu(index)
         with self._xid_lock:
             self._xids.append(XidEvent(index, code, self._clock.now(), detail))
+        if self.kernel_log is not None:
+            self.kernel_log.xid(g.pci_bus_id, code, detail)
 
     def add_ecc(self, index: int, *, sbe: int = 0, dbe: int = 0) -> None:
         """Grow the ECC counters; each uncorrectable error also records a pending row remap."""
@@ -307,7 +323,10 @@ class SimDevice:
     def fall_off_bus(self, index: int) -> None:
         """XID 79: the GPU is gone until the node is reset."""
         self.inject_xid(index, 79, "GPU has fallen off the bus.")
-        self._gpu(index).lost = True
+        g = self._gpu(index)
+        g.lost = True
+        if self.kernel_log is not None:
+            self.kernel_log.fell_off_bus(g.pci_bus_id)
 
     def set_unsupported(self, index: int, *fields: str) -> None:
         unknown = set(fields) - _FAST_FIELDS - _SLOW_FIELDS
@@ -334,6 +353,11 @@ class SimDevice:
         if not 0 <= link < len(g.links):
             raise InvalidInput("nvlink", link, f"a link between 0 and {len(g.links) - 1}")
         return g.links[link]
+
+
+def _uuid(serial: str) -> str:
+    h = hashlib.sha1(serial.encode()).hexdigest()
+    return f"GPU-{h[:8]}-{h[8:12]}-4{h[13:16]}-8{h[17:20]}-{h[20:32]}"
 
 
 _FAST_FIELDS = frozenset({"util", "temp_gpu", "temp_hbm", "power"})

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, status
+from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Query, status
 
 from gpufleet import __version__
 from gpufleet.controller.ingest import GroupCommitter
@@ -17,8 +17,9 @@ from gpufleet.controller.reconciler import Reconciler
 from gpufleet.controller.service import Controller, Heartbeat
 from gpufleet.controller.settings import TokenConfig
 from gpufleet.controller.store.repo import ActionStatus, Page
-from gpufleet.domain.errors import Conflict, NotFound
+from gpufleet.domain.errors import Conflict, InvalidInput, NotFound
 from gpufleet.domain.fleet import Gpu, Nic, Node
+from gpufleet.domain.inventory import parse_inventory
 from gpufleet.lifecycle.engine import OperatorOp
 from gpufleet.lifecycle.states import NodeState
 
@@ -30,8 +31,10 @@ from .schemas import (
     BreakerResetIn,
     CheckpointIn,
     EventBatch,
+    EventIn,
     HeartbeatIn,
     IngestOut,
+    InventoryOut,
     ModeIn,
     ReasonIn,
     RegisterIn,
@@ -122,6 +125,24 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         # Recorded with the other heartbeats of the writer's round (one UPDATE), answered once durable.
         await asyncio.wrap_future(committer.submit_heartbeat(Heartbeat(node, body.time, body.agent_version)))
         return {"status": "ok"}
+
+    @v1.put("/nodes/{node}/inventory", response_model=InventoryOut,
+             summary="Register the node's inventory; answers the moves it showed (agent for its nodes)")
+    def put_inventory(node: str, body: Annotated[dict[str, Any], Body()], caller: Reporter) -> InventoryOut:
+        _may_report(caller, node, "node")
+        if node not in c.engine.nodes:
+            raise NotFound("node", node)
+        inv = parse_inventory(body)
+        if inv.node != node:
+            raise InvalidInput("inventory.node", inv.node, f"the node of the path ({node!r})")
+        return InventoryOut(moved=[EventIn.of(e) for e in c.register_inventory(inv)])
+
+    @v1.get("/nodes/{node}/inventory", summary="The node's last registered inventory (viewer)")
+    def get_inventory(node: str, _: Reader) -> dict[str, Any]:
+        inv = store.inventory(node)
+        if inv is None:
+            raise NotFound("inventory of node", node)
+        return inv.to_json()
 
     def _operate(node: str, op: OperatorOp, body: ReasonIn | None, caller: Caller) -> dict[str, object]:
         plan = c.operate(node, op, f"{caller.role}:{caller.name}", body.reason if body else "")

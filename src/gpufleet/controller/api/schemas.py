@@ -44,8 +44,8 @@ class EventIn(_In):
     kind: EventKind
     time: AwareTime
     component: Text | None = Field(default=None, max_length=200)
-    code: int | None = Field(default=None, ge=0, le=MAX_CODE)
-    severity: Severity | None = None
+    code: int | None = Field(default=None, ge=0, le=MAX_CODE, strict=True)
+    severity: Severity | None = Field(default=None, description="only what the source stated; the controller judges")
     link: Text | None = Field(default=None, max_length=200)
     message: Text = Field(default="", max_length=4000)
     source: Text = Field(default="agent", max_length=64)
@@ -56,9 +56,19 @@ class EventIn(_In):
                            code=self.code, severity=self.severity, link=self.link, message=self.message,
                            source=self.source, attrs=tuple(sorted(self.attrs.items())))
 
+    @classmethod
+    def of(cls, e: HealthEvent) -> EventIn:
+        """The wire form of an event the controller made itself (e.g. ``moved``), as an agent sends one."""
+        return cls(id=e.id, node=e.node, kind=e.kind, time=e.time, component=e.component, code=e.code,
+                   severity=e.severity, link=e.link, message=e.message, source=e.source, attrs=dict(e.attrs))
+
 
 class EventBatch(_In):
     events: list[EventIn] = Field(min_length=1, max_length=10_000)
+
+
+class InventoryOut(BaseModel):
+    moved: list[EventIn] = Field(description="the moves this inventory showed (serial at a new slot)")
 
 
 class IngestOut(BaseModel):

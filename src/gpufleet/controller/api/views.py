@@ -50,6 +50,7 @@ class EventOut(_Out):
     source: str
     attrs: dict[str, Any]
     received: datetime
+    fault_of: str | None = None  # merged onto this event id (same node): another source saw it first
 
 
 class DecisionOut(_Out):

@@ -8,7 +8,7 @@ from typing import Any
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
 from gpufleet.lifecycle.decisions import ActionKind, Decision, DecisionStatus, PlannedAction
 from gpufleet.lifecycle.engine import NodeRecord
-from gpufleet.lifecycle.plan import AuditEntry
+from gpufleet.lifecycle.plan import AuditEntry, OutboxAction
 from gpufleet.lifecycle.states import Actor, NodeState, Transition
 
 from .models import ActionRow, DecisionRow, EventRow, NodeRow
@@ -19,17 +19,30 @@ Values = dict[str, Any]
 
 
 def event_values(e: HealthEvent, received: datetime) -> Values:
+    """A row: ``severity`` holds the controller's judgement (what operators read), and what the source
+    itself stated, if anything, is kept in ``attrs.stated``."""
+    attrs = dict(e.attrs)
+    if e.severity is not None:
+        attrs["stated"] = e.severity.value
+    judged = e.judgement.severity if e.judgement is not None else e.severity
     return {"id": e.id, "node": e.node, "kind": e.kind.value, "time": e.time, "component": e.component,
-            "code": e.code, "severity": e.severity.value if e.severity else None, "link": e.link,
-            "message": e.message, "source": e.source, "attrs": dict(e.attrs), "received": received}
+            "code": e.code, "severity": judged.value if judged else None, "link": e.link,
+            "message": e.message, "source": e.source, "attrs": attrs, "received": received}
 
 
 def event_of(r: EventRow) -> HealthEvent:
+    """The stored event as it arrived (``severity``: what its source stated; the judgement is not
+    rebuilt: whoever needs it judges again with the catalog of the day)."""
+    attrs = {str(k): str(v) for k, v in (r.attrs or {}).items()}
+    stated = attrs.pop("stated", None)
     return HealthEvent(
         id=r.id, node=r.node, kind=EventKind(r.kind), time=r.time, component=r.component, code=r.code,
-        severity=Severity(r.severity) if r.severity else None, link=r.link, message=r.message, source=r.source,
-        attrs=tuple(sorted((str(k), str(v)) for k, v in (r.attrs or {}).items())),
+        severity=Severity(stated) if stated in _SEVERITIES else None, link=r.link, message=r.message,
+        source=r.source, attrs=tuple(sorted(attrs.items())),
     )
+
+
+_SEVERITIES = frozenset(s.value for s in Severity)
 
 
 def decision_row(d: Decision) -> DecisionRow:
@@ -68,3 +81,8 @@ def record_of(r: NodeRow) -> NodeRecord:
 
 def planned_of(r: ActionRow) -> PlannedAction:
     return PlannedAction(ActionKind(r.kind), r.node, r.reason, r.level)
+
+
+def outbox_of(r: ActionRow) -> OutboxAction:
+    """An outbox row as the typed action the reconciler executes."""
+    return OutboxAction(r.id, r.decision_id, planned_of(r), r.created, r.attempts)

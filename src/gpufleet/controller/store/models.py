@@ -61,8 +61,9 @@ class EventRow(Base):
     source: Mapped[str] = mapped_column(String(64), default="")
     attrs: Mapped[dict[str, Any]] = mapped_column(default=dict)
     received: Mapped[datetime]
-    fault_of: Mapped[str | None] = mapped_column(String(200), default=None)  # merged onto this event (same node)
-    __table_args__ = (Index("ix_events_node_time", "node", "time"), UniqueConstraint("node", "id", name="uq_events_node_id"))
+    fault_of: Mapped[str | None] = mapped_column(String(200), default=None)  # merged onto this id (same node)
+    __table_args__ = (Index("ix_events_node_time", "node", "time"),
+                      UniqueConstraint("node", "id", name="uq_events_node_id"))
 
 
 class InventoryRow(Base):

@@ -6,7 +6,8 @@ entries, the audit lines, the node rows) go through :meth:`Store.commit` in ONE 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
@@ -17,10 +18,11 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.domain.events import HealthEvent
+from gpufleet.domain.inventory import NodeInventory, parse_inventory
 from gpufleet.lifecycle.breaker import BreakerState
 from gpufleet.lifecycle.decisions import Decision, DecisionStatus
 from gpufleet.lifecycle.engine import NodeRecord
-from gpufleet.lifecycle.plan import Plan
+from gpufleet.lifecycle.plan import OutboxAction, Plan
 
 from .convert import (
     Values,
@@ -29,10 +31,22 @@ from .convert import (
     decision_row,
     event_of,
     event_values,
+    outbox_of,
     record_of,
     transition_values,
 )
-from .models import ActionRow, AuditRow, Base, CheckpointRow, DecisionRow, EventRow, NodeRow, SettingRow, TransitionRow
+from .models import (
+    ActionRow,
+    AuditRow,
+    Base,
+    CheckpointRow,
+    DecisionRow,
+    EventRow,
+    InventoryRow,
+    NodeRow,
+    SettingRow,
+    TransitionRow,
+)
 
 _CHUNK = 500
 
@@ -46,12 +60,16 @@ class ActionStatus:
     OPEN = (PENDING, WAITING)
 
 
+EventKey = tuple[str, str]  # (node, id): an event id is unique per reporting node
+
+
 @dataclass(frozen=True, slots=True)
 class Round:
     """What an ingest round writes besides its events: the plan they caused, the node rows it touched."""
 
     plan: Plan
     nodes: Sequence[NodeRecord]
+    merged: Sequence[tuple[str, str, str]] = ()  # (node, id, fault_of): sightings merged onto a fault
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +86,26 @@ class CheckEvent:
 class Page:
     limit: int = 100
     offset: int = 0
+
+
+class IngestRound:
+    """One open ingest transaction (see :meth:`Store.round`)."""
+
+    def __init__(self, store: Store, session: Session) -> None:
+        self._store, self._s = store, session
+
+    def insert_events(self, events: Sequence[HealthEvent], received: datetime) -> set[EventKey]:
+        """Store the events not stored yet; return their (node, id). On SQLite and PostgreSQL the dedup IS
+        the insert (``INSERT .. ON CONFLICT (node, id) DO NOTHING RETURNING node, id``); a (node, id)
+        repeated within ``events`` is stored once, for its first occurrence."""
+        return _insert_new(self._s.connection(), events, received)
+
+    def write(self, r: Round) -> None:
+        """The plan the new events caused, the node rows it touched, and merged sightings' ``fault_of``."""
+        self._store._write(self._s, r.plan, nodes=r.nodes)
+        for node, ident, fault in r.merged:
+            self._s.execute(update(EventRow).where(EventRow.node == node, EventRow.id == ident)
+                            .values(fault_of=fault))
 
 
 class Store:
@@ -127,21 +165,14 @@ class Store:
             s.execute(update(NodeRow).where(NodeRow.id == rec.node).values(
                 state=rec.state.value, since=rec.since, has_jobs=rec.has_jobs, committed=rec.committed))
 
-    def ingest(self, events: Sequence[HealthEvent], received: datetime,
-               decide: Callable[[set[str]], Round | None]) -> Round | None:
-        """The ingest path in ONE transaction: store the ``events`` whose ids are not stored yet, let
-        ``decide`` build the round from the set of ids that were new (the plan they caused, the node
-        rows it touched), and write that. Any error, in ``decide`` too, rolls the whole round back.
-
-        On SQLite and PostgreSQL the dedup IS the insert (``INSERT .. ON CONFLICT (id) DO NOTHING
-        RETURNING id``): one statement, no separate lookup. An id repeated within ``events`` is
-        stored once, for its first occurrence."""
+    @contextmanager
+    def round(self) -> Iterator[IngestRound]:
+        """The ingest path's ONE transaction, as a unit of work the caller drives (the store never calls
+        back into the domain): :meth:`IngestRound.insert_events` stores the events whose (node, id) are
+        new and says which; :meth:`IngestRound.write` adds what they caused. Leaving the block commits;
+        an exception anywhere in it rolls the whole round back."""
         with self.session.begin() as s:
-            new = _insert_new(s.connection(), events, received)
-            r = decide(new)
-            if r is not None:
-                self._write(s, r.plan, nodes=r.nodes)
-        return r
+            yield IngestRound(self, s)
 
     def record_heartbeats(self, beats: Sequence[tuple[str, datetime, str]]) -> None:
         """(node, time, agent version) of many heartbeats: one executemany UPDATE, one transaction."""
@@ -150,9 +181,27 @@ class Store:
         with self.engine.begin() as conn:
             conn.execute(_HEARTBEAT, [{"n": n, "t": t, "v": v} for n, t, v in beats])
 
-    def known_event_ids(self, ids: Sequence[str]) -> set[str]:
+    def known_event_ids(self, keys: Sequence[EventKey]) -> set[EventKey]:
+        """Which of the (node, id) keys are stored."""
         with self.engine.connect() as conn:
-            return _known_ids(conn, ids)
+            return _known_ids(conn, keys)
+
+    # ---- inventories ------------------------------------------------------------------------
+    def save_inventory(self, inv: NodeInventory, now: datetime) -> None:
+        """Keep ``inv`` as the node's inventory (replacing the one it registered before)."""
+        with self.session.begin() as s:
+            s.merge(InventoryRow(node=inv.node, doc=inv.to_json(), updated=now))
+
+    def inventory(self, node: str) -> NodeInventory | None:
+        with self.session() as s:
+            row = s.get(InventoryRow, node)
+            return parse_inventory(row.doc) if row is not None else None
+
+    def load_inventories(self) -> list[NodeInventory]:
+        """Every node's last inventory, least recently registered first (a later report wins)."""
+        with self.session() as s:
+            rows = s.scalars(select(InventoryRow).order_by(InventoryRow.updated, InventoryRow.node))
+            return [parse_inventory(r.doc) for r in rows]
 
     # ---- loading the engine after a (re)start -----------------------------------------------
     def load_nodes(self) -> list[tuple[NodeRecord, str]]:
@@ -176,8 +225,9 @@ class Store:
             return breaker, (bool(d.value.get("on")) if d is not None else None)
 
     def events_since(self, since: datetime, kinds: Collection[str] | None = None) -> list[HealthEvent]:
-        """Events stamped at or after ``since``, oldest first; only of ``kinds`` when given."""
-        q = select(EventRow).where(EventRow.time >= since).order_by(EventRow.time)
+        """Events stamped at or after ``since``, oldest first; only of ``kinds`` when given. Sightings
+        merged onto an earlier fault (``fault_of``) are left out: they were never counted."""
+        q = select(EventRow).where(EventRow.time >= since, EventRow.fault_of.is_(None)).order_by(EventRow.time)
         if kinds is not None:
             q = q.where(EventRow.kind.in_(sorted(kinds)))
         with self.session() as s:
@@ -278,11 +328,12 @@ class Store:
         return {"nodes": states, "actions": acts, "events": {"total": events}}
 
     # ---- the outbox -------------------------------------------------------------------------
-    def due_actions(self, now: datetime, limit: int = 100) -> list[ActionRow]:
+    def due_actions(self, now: datetime, limit: int = 100) -> list[OutboxAction]:
+        """Open actions due at ``now``, oldest first, as typed actions (not rows)."""
         q = (select(ActionRow).where(ActionRow.status.in_(ActionStatus.OPEN), ActionRow.next_attempt <= now)
              .order_by(ActionRow.created, ActionRow.id).limit(limit))
         with self.session() as s:
-            return list(s.scalars(q))
+            return [outbox_of(r) for r in s.scalars(q)]
 
     def action(self, action_id: str) -> ActionRow | None:
         with self.session() as s:
@@ -335,40 +386,41 @@ _EVENTS = cast(Table, EventRow.__table__)
 _NODES = cast(Table, NodeRow.__table__)
 _HEARTBEAT = (update(_NODES).where(_NODES.c.id == bindparam("n"))
               .values(last_heartbeat=bindparam("t"), agent_version=bindparam("v")))
-# One statement object, so SQLAlchemy compiles it once; the IN list expands per call.
-_KNOWN = select(EventRow.id).where(EventRow.id.in_(bindparam("ids", expanding=True)))
 
 
 _UPSERT: dict[str, Callable[..., Any]] = {"sqlite": sqlite_insert, "postgresql": pg_insert}
 _INSERT_NEW: dict[str, Executable] = {}
 
 
-def _insert_new(conn: Connection, events: Sequence[HealthEvent], received: datetime) -> set[str]:
-    """Insert the events not stored yet; return their ids."""
+def _insert_new(conn: Connection, events: Sequence[HealthEvent], received: datetime) -> set[EventKey]:
+    """Insert the events not stored yet; return their (node, id)."""
     rows, seen = [], set()
     for e in events:
-        if e.id not in seen:
-            seen.add(e.id)
+        if (e.node, e.id) not in seen:
+            seen.add((e.node, e.id))
             rows.append(event_values(e, received))
     if not rows:
         return set()
     name = conn.dialect.name
     if name not in _UPSERT or not conn.dialect.insert_executemany_returning:
         # another database, or SQLite before 3.35 (no RETURNING): look first, then insert the rest
-        known = _known_ids(conn, [r["id"] for r in rows])
-        rows = [r for r in rows if r["id"] not in known]
+        known = _known_ids(conn, [(r["node"], r["id"]) for r in rows])
+        rows = [r for r in rows if (r["node"], r["id"]) not in known]
         if rows:
             conn.execute(insert(_EVENTS), rows)
-        return {r["id"] for r in rows}
+        return {(r["node"], r["id"]) for r in rows}
     stmt = _INSERT_NEW.get(name)
     if stmt is None:
-        stmt = _INSERT_NEW[name] = (_UPSERT[name](_EVENTS).on_conflict_do_nothing(index_elements=["id"])
-                                    .returning(_EVENTS.c.id))
-    return set(conn.execute(stmt, rows).scalars())
+        stmt = _INSERT_NEW[name] = (_UPSERT[name](_EVENTS).on_conflict_do_nothing(index_elements=["node", "id"])
+                                    .returning(_EVENTS.c.node, _EVENTS.c.id))
+    return {(n, i) for n, i in conn.execute(stmt, rows)}
 
 
-def _known_ids(conn: Connection, ids: Sequence[str]) -> set[str]:
-    found: set[str] = set()
-    for i in range(0, len(ids), _CHUNK):
-        found.update(conn.execute(_KNOWN, {"ids": list(ids[i:i + _CHUNK])}).scalars())
+def _known_ids(conn: Connection, keys: Sequence[EventKey]) -> set[EventKey]:
+    found: set[EventKey] = set()
+    for i in range(0, len(keys), _CHUNK):
+        chunk = keys[i:i + _CHUNK]
+        q = select(EventRow.node, EventRow.id).where(
+            EventRow.id.in_([k[1] for k in chunk]), EventRow.node.in_(sorted({k[0] for k in chunk})))
+        found.update((n, e) for n, e in conn.execute(q) if (n, e) in set(chunk))
     return found

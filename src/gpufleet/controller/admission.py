@@ -1,0 +1,175 @@
+"""Between the API and the decisions: every observation is named, judged and counted once.
+
+The controller's ingest runs each batch through these steps, in this order (docs/DATA_FLOW.md):
+
+1. **prepare** (before the events are stored): name the event with topology ids
+   (:class:`~gpufleet.controller.identity.Identity`), then judge it once with the site's catalog
+   (:func:`gpufleet.domain.judgement.judge_event`) and attach the judgement. Nothing downstream judges.
+2. **admit** (for the events that were new to the store): one fault, one count. The same fault seen by
+   a second source (an XID from NVML and from the kernel log, a check that saw it too) within
+   ``merge_window`` is merged onto the first observation — stored, with ``fault_of`` naming the first,
+   and not counted again by the policy or the correlator.
+3. **hold**: with a topology, a link event whose cable leads to a shared part (a leaf, spine or core
+   switch, an NVSwitch or switch tray) waits ``correlation_hold`` before the per-node policy sees it,
+   so the correlator can blame the switch first and the switch becomes ONE decision. The correlator
+   sees it at once. When the hold ends the event goes to the policy unless a standing verdict on a
+   shared part already covers it (that decision handles the node).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from gpufleet.domain.catalog import Catalog
+from gpufleet.domain.events import EventKind, HealthEvent
+from gpufleet.domain.judgement import judge_event
+from gpufleet.domain.topology import Topology
+
+log = logging.getLogger(__name__)
+
+_LINK_KINDS = frozenset({EventKind.LINK_DOWN, EventKind.LINK_FLAP, EventKind.LINK_ERROR})
+_SHARED_KINDS = frozenset({"leaf_switch", "spine_switch", "core_switch", "nvswitch", "switch_tray"})
+_UNMERGED = frozenset({EventKind.MOVED, EventKind.HEARTBEAT_LOST, EventKind.CHECK_PASSED})
+
+FaultKey = tuple[str, str, int | None, str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Merge:
+    """Event ``id`` of ``node`` is another source's sighting of the fault first reported as ``fault_of``."""
+
+    node: str
+    id: str
+    fault_of: str
+
+
+@dataclass(slots=True)
+class _Fault:
+    time: datetime
+    id: str
+    sources: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class Admitted:
+    counted: list[HealthEvent]  # new faults: to the correlator, and (unless held) to the policy
+    to_policy: list[HealthEvent]  # the counted events the policy sees now
+    merged: list[Merge]
+
+
+class Admission:
+    def __init__(self, catalog: Catalog, topology: Topology | None, *, merge_window: timedelta,
+                 hold: timedelta, resolve: Callable[[HealthEvent], HealthEvent] | None = None) -> None:
+        self.catalog = catalog
+        self.topology = topology
+        self.merge_window = merge_window
+        self.hold = hold if topology is not None else timedelta(0)
+        self.resolve = resolve
+        self._faults: dict[FaultKey, _Fault] = {}
+        self._order: deque[tuple[datetime, FaultKey]] = deque()
+        self._held: deque[tuple[datetime, HealthEvent]] = deque()
+        self.merges = 0  # observations merged onto an earlier one since start (a metric)
+
+    # ---- 1. name and judge ------------------------------------------------------------------
+    def prepare(self, events: Sequence[HealthEvent]) -> list[HealthEvent]:
+        """The events named with topology ids and judged once (what is stored and decided on)."""
+        out = []
+        for raw in events:
+            e = self.resolve(raw) if self.resolve is not None else raw
+            out.append(replace(e, judgement=judge_event(self.catalog, e)))
+        return out
+
+    # ---- 2. merge and 3. hold ---------------------------------------------------------------
+    def admit(self, fresh: Sequence[HealthEvent], now: datetime) -> Admitted:
+        """Sort the newly stored ``fresh`` events into counted faults and merged sightings."""
+        counted: list[HealthEvent] = []
+        to_policy: list[HealthEvent] = []
+        merged: list[Merge] = []
+        for e in sorted(fresh, key=lambda e: e.time):
+            first = self._merge(e)
+            if first is not None:
+                merged.append(Merge(e.node, e.id, first))
+                continue
+            counted.append(e)
+            if self._holds(e):
+                self._held.append((now + self.hold, e))
+            else:
+                to_policy.append(e)
+        self.merges += len(merged)
+        return Admitted(counted, to_policy, merged)
+
+    def remember(self, events: Iterable[HealthEvent], now: datetime) -> None:
+        """After a (re)start: rebuild the merge index from recent stored events, and hold again the
+        recent link events the policy may not have seen (a decision made twice has the same id)."""
+        for e in sorted(events, key=lambda e: e.time):
+            self._merge(e)
+            if self._holds(e) and e.time >= now - self.hold:
+                self._held.append((now + self.hold, e))
+
+    def release(self, now: datetime, covered: Callable[[HealthEvent], bool]) -> list[HealthEvent]:
+        """Held events whose hold is over, for the policy; those ``covered`` by a shared part's verdict
+        are dropped (that verdict's decision handles their node)."""
+        out: list[HealthEvent] = []
+        while self._held and self._held[0][0] <= now:
+            e = self._held.popleft()[1]
+            if covered(e):
+                log.info("%s: %s on %s is covered by a correlated verdict; no per-node decision",
+                         e.node, e.kind, e.link)
+            else:
+                out.append(e)
+        return out
+
+    def next_release(self) -> datetime | None:
+        return self._held[0][0] if self._held else None
+
+    @property
+    def held(self) -> int:
+        return len(self._held)
+
+    # ---- internals --------------------------------------------------------------------------
+    def _holds(self, e: HealthEvent) -> bool:
+        if self.topology is None or not self.hold or e.kind not in _LINK_KINDS or not e.link:
+            return False
+        return self.shared_end(e.link) is not None
+
+    def shared_end(self, link: str) -> str | None:
+        """The far end of topology link ``link`` when it is a shared part (a switch), else None."""
+        assert self.topology is not None
+        ln = self.topology.links.get(link)
+        if ln is None:
+            return None
+        comps = self.topology.components
+        for end in (ln.a, ln.b):
+            c = comps.get(end)
+            if c is not None and c.kind.value in _SHARED_KINDS:
+                return end
+        return None
+
+    def _merge(self, e: HealthEvent) -> str | None:
+        """The id of the fault ``e`` is another source's sighting of, or None (then ``e`` is a fault)."""
+        if e.kind in _UNMERGED:
+            return None
+        self._expire(e.time)
+        key: FaultKey = (e.node, e.kind.value, e.code, e.component)
+        f = self._faults.get(key)
+        if f is not None and e.source not in f.sources and abs(e.time - f.time) <= self.merge_window:
+            f.sources.add(e.source)
+            log.info("%s: %s %s from %s merged onto %s (first seen by %s)", e.node, e.kind,
+                     e.code if e.code is not None else "", e.source, f.id, ", ".join(sorted(f.sources - {e.source})))
+            return f.id
+        self._faults[key] = _Fault(e.time, e.id, {e.source})
+        self._order.append((e.time, key))
+        return None
+
+    def _expire(self, t: datetime) -> None:
+        cutoff = t - 2 * self.merge_window  # events may arrive a little out of order
+        q = self._order
+        while q and q[0][0] < cutoff:
+            when, key = q.popleft()
+            f = self._faults.get(key)
+            if f is not None and f.time == when:
+                del self._faults[key]

@@ -1,0 +1,279 @@
+"""Topology-native identities: an agent's local names mapped onto topology ids, and hardware moves.
+
+An agent names what it saw locally, in the event's ``attrs``: ``gpu`` (NVML index), ``pci``
+(``dddd:bb:dd.f``), ``device`` (InfiniBand HCA, ``mlx5_3``), ``port`` (HCA port number), ``nvlink``
+(NVLink number on that GPU). Its ``component`` is a local guess (``<node>-gpu<i>``, ``<node>-nic<k>``,
+``<node>``) and its ``link`` may be a local name (``<node>-gpu2~nvlink5``, ``<node>-gpu2~pcie``).
+:meth:`Identity.resolve` names the same event with topology ids, by these rules (docs/formats.md,
+"Identities"):
+
+* The node's topology id is the component whose id is the node name (kind ``node`` or
+  ``compute_tray``). An event of a node the topology does not have is returned unchanged.
+* Component, first rule that applies: a ``pci`` of one of the inventory's GPUs or NICs -> that unit;
+  ``gpu`` i -> the node's i-th GPU child in natural id order (``gpu2`` before ``gpu10``); ``device``
+  -> the NIC at that HCA's position among the inventory's HCAs in natural name order (``mlx5_2``
+  before ``mlx5_10``), mapped onto the node's NIC children in natural id order; a ``pci`` that matches
+  nothing on the node -> the node (an XID of an unknown PCI address is still the node's); else the
+  agent's guess: a topology id stays, ``<node>-gpu<i>`` / ``<node>-nic<k>`` map as above, anything
+  else (or none) -> the node. A GPU or NIC number the topology does not have -> the node.
+* Link: a topology link id stays. An event with ``device`` on a NIC names the NIC's ``port``-th link
+  of kind ``ib`` in topology order (the first without ``port``); ``nvlink`` N on a GPU names the GPU's
+  N-th (0-based) link of kind ``nvlink``. Out of range, or anything else (``~pcie``): no link. The
+  attrs are kept as sent.
+* Without a topology, the same rules name ``<node>``, ``<node>-gpu<i>``, ``<node>-nic<k>`` (an
+  unknown component is kept) and no link.
+
+Moves: which serial sits in which slot is seeded from the topology's serials, then from the stored
+inventories (:meth:`Identity.load`, which emits nothing). :meth:`Identity.register` compares each
+reported unit (chassis, GPUs, NICs) with what was last known: a serial last seen at another slot is a
+``moved`` event (``attrs`` serial/from/to, the correlator's contract); a serial never seen is a
+replacement (logged, no event). A chassis that moved carries its GPUs and NICs to the same relative
+positions, as the correlator's inventory does, so only the chassis move is emitted for them; a GPU whose
+serial was last seen outside the old chassis moved on its own and gets its own event. A serial reported
+twice in one inventory (a dual-port HCA's board) names no slot and is ignored.
+
+Pure: no I/O, no clock (``now`` is passed in).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from gpufleet.domain.events import EventKind, HealthEvent
+from gpufleet.domain.fleet import ComponentKind
+from gpufleet.domain.inventory import NodeInventory
+from gpufleet.domain.topology import HOST_KINDS, Topology, natural_key
+
+log = logging.getLogger(__name__)
+
+_SEEDED = HOST_KINDS | {ComponentKind.GPU, ComponentKind.NIC}  # the units an inventory reports
+
+
+@dataclass(frozen=True, slots=True)
+class _Slots:
+    """One node's slots and the inventory's local names for them."""
+
+    host: str  # the node's topology id (or its name, without a topology)
+    gpus: tuple[str, ...] | None  # GPU slots by index; None without a topology (named by index)
+    nics: tuple[str, ...] | None
+    gpu_of_pci: Mapping[str, int]
+    nic_of_pci: Mapping[str, int]
+    nic_of_device: Mapping[str, int]
+
+    def gpu(self, i: int) -> str | None:
+        if self.gpus is None:
+            return f"{self.host}-gpu{i}"
+        return self.gpus[i] if i < len(self.gpus) else None
+
+    def nic(self, k: int) -> str | None:
+        if self.nics is None:
+            return f"{self.host}-nic{k}"
+        return self.nics[k] if k < len(self.nics) else None
+
+
+class Identity:
+    """Maps agents' local names onto topology ids and notices units that changed slots."""
+
+    def __init__(self, topology: Topology | None) -> None:
+        self._topo = topology
+        self._inventories: dict[str, NodeInventory] = {}
+        self._slots: dict[str, _Slots | None] = {}  # per node, built on first use; None: not in the topology
+        self._lanes: dict[tuple[str, str], tuple[str, ...]] = {}  # (component, link kind) -> link ids
+        self._at: dict[str, str] = {}  # slot -> serial last seen there
+        self._where: dict[str, str] = {}  # serial -> slot last seen at (kept for a displaced unit)
+        self.load(())
+
+    # -- inventories ------------------------------------------------------------------------------
+
+    def load(self, inventories: Iterable[NodeInventory]) -> None:
+        """Start over from the topology's serials and the stored ``inventories`` (oldest first), as after
+        a restart (also after a failed write, to forget what was not stored); emits nothing."""
+        stored = list(inventories)  # may be our own inventories()
+        self._inventories.clear()
+        self._slots.clear()
+        self._at.clear()
+        self._where.clear()
+        if self._topo is not None:
+            for c in self._topo.components.values():
+                if c.serial and c.kind in _SEEDED:
+                    self._place(c.serial, c.id)
+        for inv in stored:
+            slots = self._remember(inv)
+            if slots is not None:
+                for slot, serial in _units(slots, inv):
+                    self._place(serial, slot)
+
+    def register(self, inv: NodeInventory, now: datetime) -> list[HealthEvent]:
+        """Remember ``inv`` and return the ``moved`` events it implies (none for a repeat)."""
+        slots = self._remember(inv)
+        if slots is None:
+            log.info("%s: inventory of a node the topology does not have; no moves judged", inv.node)
+            return []
+        moved: list[HealthEvent] = []
+        carried: list[tuple[str, str]] = []  # (from, to) of the chassis moved in this report
+        replaced: list[str] = []
+        for slot, serial in _units(slots, inv):
+            last = self._where.get(serial)
+            if last == slot:
+                self._at[slot] = serial  # back where it was last seen (a unit it displaced is gone again)
+                continue
+            if last is None:
+                before = self._at.get(slot)
+                if before is not None:
+                    replaced.append(f"{slot}: {before} -> {serial}")
+            elif not any(last.startswith(f) and slot == t + last[len(f):] for f, t in carried):
+                log.info("%s: unit %s moved from %s to %s", inv.node, serial, last, slot)
+                moved.append(_moved(inv.node, serial, last, slot, now))
+                if slot == slots.host:
+                    carried.append((last, slot))
+            self._place(serial, slot)
+        if replaced:
+            log.info("%s: %d unit(s) replaced: %s", inv.node, len(replaced), "; ".join(replaced))
+        return moved
+
+    def inventories(self) -> list[NodeInventory]:
+        """The inventories remembered, least recently registered first (what :meth:`load` takes)."""
+        return list(self._inventories.values())
+
+    def node_component(self, node: str) -> str | None:
+        """The node's topology id (its own name when the topology has it as a node or tray), else None."""
+        if self._topo is None:
+            return None
+        comp = self._topo.get(node)
+        return node if comp is not None and comp.kind in HOST_KINDS else None
+
+    # -- events -----------------------------------------------------------------------------------
+
+    def resolve(self, e: HealthEvent) -> HealthEvent:
+        """``e`` named with topology ids (see the module docstring); unchanged for an unknown node."""
+        if e.kind is EventKind.MOVED:
+            return e
+        slots = self._slots_of(e.node)
+        if slots is None:
+            return e
+        attrs = dict(e.attrs)
+        component = self._component(slots, e.component, attrs)
+        link = self._link(component, e.link, attrs)
+        if component == e.component and link == e.link:
+            return e
+        return replace(e, component=component, link=link)
+
+    def _component(self, slots: _Slots, guess: str | None, attrs: Mapping[str, str]) -> str:
+        pci = attrs.get("pci", "").lower()
+        if pci in slots.gpu_of_pci:
+            return slots.gpu(slots.gpu_of_pci[pci]) or slots.host
+        if pci in slots.nic_of_pci:
+            return slots.nic(slots.nic_of_pci[pci]) or slots.host
+        gpu = _number(attrs.get("gpu"))
+        if gpu is not None:
+            return slots.gpu(gpu) or slots.host
+        device = attrs.get("device")
+        if device is not None and device in slots.nic_of_device:
+            return slots.nic(slots.nic_of_device[device]) or slots.host
+        # A PCI address the node's registered inventory does not have names the node itself; before the
+        # inventory is registered, the agent's own guess (its GPU slot name) stands.
+        if (pci and (slots.gpu_of_pci or slots.nic_of_pci)) or guess is None or guess == slots.host:
+            return slots.host
+        if self._topo is not None and guess in self._topo.components:
+            return guess
+        for tag, pick in (("-gpu", slots.gpu), ("-nic", slots.nic)):
+            head, sep, tail = guess.rpartition(tag)
+            if sep and head == slots.host and (n := _number(tail)) is not None:
+                return pick(n) or slots.host
+        return slots.host if self._topo is not None else guess
+
+    def _link(self, component: str, link: str | None, attrs: Mapping[str, str]) -> str | None:
+        topo = self._topo
+        if topo is None:
+            return None
+        if link is not None and link in topo.links:
+            return link
+        kind = topo.components[component].kind if component in topo.components else None
+        if kind is ComponentKind.GPU and "nvlink" in attrs:
+            n = _number(attrs["nvlink"])
+            lanes = self._links(component, "nvlink")
+        elif kind is ComponentKind.NIC and "device" in attrs:
+            port = _number(attrs.get("port"))
+            n = 0 if port is None else port - 1
+            lanes = self._links(component, "ib")
+        else:
+            return None
+        return lanes[n] if n is not None and 0 <= n < len(lanes) else None
+
+    def _links(self, component: str, kind: str) -> tuple[str, ...]:
+        key = (component, kind)
+        lanes = self._lanes.get(key)
+        if lanes is None:
+            assert self._topo is not None
+            links = self._topo.links
+            lanes = self._lanes[key] = tuple(i for i in self._topo.links_of(component) if links[i].kind == kind)
+        return lanes
+
+    # -- internals --------------------------------------------------------------------------------
+
+    def _remember(self, inv: NodeInventory) -> _Slots | None:
+        self._inventories.pop(inv.node, None)  # re-inserted last: the dict is in registration order
+        self._inventories[inv.node] = inv
+        self._slots.pop(inv.node, None)
+        return self._slots_of(inv.node)
+
+    def _slots_of(self, node: str) -> _Slots | None:
+        if node in self._slots:
+            return self._slots[node]
+        inv = self._inventories.get(node)
+        nics = sorted(inv.nics, key=lambda n: natural_key(n.device)) if inv is not None else []
+        gpu_of_pci = {g.pci: g.index for g in inv.gpus if g.pci} if inv is not None else {}
+        nic_of_pci = {n.pci: k for k, n in enumerate(nics) if n.pci}
+        nic_of_device = {n.device: k for k, n in enumerate(nics)}
+        slots: _Slots | None
+        if self._topo is None:
+            slots = _Slots(node, None, None, gpu_of_pci, nic_of_pci, nic_of_device)
+        elif self.node_component(node) is None:
+            slots = None
+        else:
+            slots = _Slots(node, self._topo.children_of_kind(node, ComponentKind.GPU),
+                           self._topo.children_of_kind(node, ComponentKind.NIC), gpu_of_pci, nic_of_pci,
+                           nic_of_device)
+        self._slots[node] = slots
+        return slots
+
+    def _place(self, serial: str, slot: str) -> None:
+        """``serial`` is at ``slot`` now; its old slot is empty. A unit it displaced keeps its last slot
+        (``_where``), so that when it turns up elsewhere that is a move, not a new unit."""
+        last = self._where.get(serial)
+        if last is not None and last != slot and self._at.get(last) == serial:
+            del self._at[last]
+        self._where[serial] = slot
+        self._at[slot] = serial
+
+
+def _units(slots: _Slots, inv: NodeInventory) -> list[tuple[str, str]]:
+    """(slot, serial) of every reported unit with a serial of its own, the chassis first."""
+    units: list[tuple[str, str | None]] = [(inv.serial, slots.host)]
+    units += [(g.serial, slots.gpu(g.index)) for g in inv.gpus]
+    nics = sorted(inv.nics, key=lambda n: natural_key(n.device))
+    units += [(n.serial, slots.nic(k)) for k, n in enumerate(nics)]
+    counts: dict[str, int] = {}
+    for serial, _ in units:
+        counts[serial] = counts.get(serial, 0) + 1
+    return [(slot, serial) for serial, slot in units if serial and slot is not None and counts[serial] == 1]
+
+
+def _moved(node: str, serial: str, src: str, dst: str, now: datetime) -> HealthEvent:
+    return HealthEvent(
+        id=f"moved:{serial}:{src}:{dst}:{now.isoformat()}",
+        node=node,
+        kind=EventKind.MOVED,
+        time=now,
+        component=dst,
+        message=f"unit {serial} moved from {src} to {dst}",
+        source="controller",
+        attrs=(("from", src), ("serial", serial), ("to", dst)),
+    )
+
+
+def _number(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isascii() and text.isdigit() else None

@@ -1,0 +1,92 @@
+"""Inventories: the last document each node registered, and the identities a restarted controller keeps."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+from sqlalchemy import Engine
+from sqlalchemy.exc import OperationalError
+
+from gpufleet.controller.clock import ManualClock
+from gpufleet.controller.service import Controller
+from gpufleet.controller.store.db import make_engine
+from gpufleet.controller.store.repo import Store
+from gpufleet.domain.errors import ExternalError
+from gpufleet.domain.events import EventKind
+from gpufleet.domain.inventory import GpuUnit, IbPort, NicUnit, NodeInventory
+from gpufleet.domain.topology import to_fleet
+from gpufleet.domain.topology_gen import generate_nvl72
+from gpufleet.lifecycle.config import load_policy
+from gpufleet.lifecycle.states import NodeState
+from tests.integration.store.plans import T0
+
+FULL = NodeInventory(
+    "r01-n01", "NODE-00017",
+    (GpuUnit(0, "GPU-5d1e", "1654922006281", "0000:18:00.0", "NVIDIA H100 80GB HBM3", 18),
+     GpuUnit(1, "GPU-77aa", "1654922006282", "0000:2a:00.0", "NVIDIA H100 80GB HBM3", 18)),
+    (NicUnit("mlx5_0", "ibp24s0", "0000:18:00.1", "MT2231X00001",
+             (IbPort(1, "0x9c63c00300abcd01", "InfiniBand"), IbPort(2, "0x9c63c00300abcd02", "Ethernet"))),),
+)
+
+
+def test_an_inventory_comes_back_as_saved_and_a_later_one_replaces_it(engine: Engine) -> None:
+    store = Store(engine)
+    assert store.inventory("r01-n01") is None and store.load_inventories() == []
+    store.save_inventory(FULL, T0)
+    assert store.inventory("r01-n01") == FULL
+    other = NodeInventory("r01-n02", "NODE-00018")
+    store.save_inventory(other, T0 + timedelta(seconds=1))
+    changed = NodeInventory("r01-n01", "NODE-00099", FULL.gpus[:1])
+    store.save_inventory(changed, T0 + timedelta(seconds=2))
+    assert store.inventory("r01-n01") == changed
+    assert store.load_inventories() == [other, changed]  # least recently registered first
+
+
+def test_a_restarted_controller_remembers_where_units_are(engine: Engine, db_url: str) -> None:
+    topo = generate_nvl72(2)
+    a, b = "r01-ct03", "r02-ct07"
+    clock = ManualClock(T0)
+    c = Controller(Store(engine), load_policy(), clock, topology=topo)
+    c.register_fleet(to_fleet(topo), NodeState.READY)
+    moved_here = NodeInventory(b, topo.components[a].serial)  # tray a's chassis now answers as b
+    (moved,) = c.register_inventory(moved_here)
+    assert dict(moved.attrs) == {"serial": topo.components[a].serial, "from": a, "to": b}
+    stored = c.store.events(node=b, kind="moved")
+    assert [(e.id, e.source, e.component) for e in stored] == [(moved.id, "controller", b)]
+
+    clock.advance(timedelta(hours=1))
+    other = make_engine(db_url)  # a new process
+    try:
+        again = Controller(Store(other), load_policy(), clock, topology=topo)
+        assert again.register_inventory(moved_here) == []  # remembered: not a second move
+        (back,) = again.register_inventory(NodeInventory(a, topo.components[a].serial))
+        assert (back.kind, dict(back.attrs)["from"], dict(back.attrs)["to"]) == (EventKind.MOVED, b, a)
+    finally:
+        other.dispose()
+
+
+class _FailingOnce(Store):
+    """The real store, except that the first inventory write fails (a database that went away)."""
+
+    failed = False
+
+    def save_inventory(self, inv: NodeInventory, now: datetime) -> None:
+        if not self.failed:
+            self.failed = True
+            raise OperationalError("UPDATE inventories", {}, Exception("server closed the connection"))
+        super().save_inventory(inv, now)
+
+
+def test_a_failed_write_forgets_the_moves_so_the_retry_finds_them(engine: Engine) -> None:
+    topo = generate_nvl72(1)
+    a, b = "r01-ct03", "r01-ct07"
+    c = Controller(_FailingOnce(engine), load_policy(), ManualClock(T0), topology=topo)
+    c.register_fleet(to_fleet(topo), NodeState.READY)
+    report = NodeInventory(b, topo.components[a].serial)
+    with pytest.raises(ExternalError):
+        c.register_inventory(report)
+    assert c.store.inventory(b) is None
+    (moved,) = c.register_inventory(report)
+    assert dict(moved.attrs) == {"serial": topo.components[a].serial, "from": a, "to": b}
+    assert c.store.inventory(b) == report

@@ -1,0 +1,115 @@
+"""The controller's admission: one fault from several sources counts once; link events toward a switch
+wait for the correlator, so a failing leaf is one decision. Real controller, real (in-memory) store."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from gpufleet.controller.clock import ManualClock
+from gpufleet.controller.service import Controller
+from gpufleet.controller.store.db import migrate, throwaway_engine
+from gpufleet.controller.store.repo import Store
+from gpufleet.domain.events import EventKind, HealthEvent
+from gpufleet.domain.topology import Topology, to_fleet
+from gpufleet.domain.topology_gen import generate_hgx
+from gpufleet.lifecycle.config import load_policy
+from gpufleet.lifecycle.engine import SchedObservation
+from gpufleet.lifecycle.states import NodeState
+
+T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+def _controller(topology: Topology | None = None, nodes: int = 4) -> tuple[Controller, ManualClock]:
+    topo = topology or generate_hgx(nodes)
+    engine = throwaway_engine()
+    migrate(engine)
+    clock = ManualClock(T0)
+    c = Controller(Store(engine), load_policy(), clock, topology=topology)
+    c.register_fleet(to_fleet(topo), state=NodeState.READY)
+    return c, clock
+
+
+def _xid(ident: str, node: str, code: int, at: datetime, source: str, gpu: int = 1) -> HealthEvent:
+    return HealthEvent(ident, node, EventKind.XID, at, f"{node}-gpu{gpu}", code, source=source,
+                       attrs=(("gpu", str(gpu)),))
+
+
+def _running_a_job(c: Controller, node: str) -> None:
+    c.sync({node: SchedObservation(has_jobs=True, drained_empty=False)})
+    assert c.state_of(node) is NodeState.IN_SERVICE
+
+
+def test_one_xid_seen_by_nvml_and_the_kernel_log_is_one_fault_and_does_not_escalate() -> None:
+    c, clock = _controller()
+    _running_a_job(c, "r01-n01")
+    at = clock.advance(timedelta(seconds=5))
+    r1 = c.ingest([_xid("n:nvml:1", "r01-n01", 94, at, "nvml")])
+    r2 = c.ingest([_xid("n:kmsg:1", "r01-n01", 94, at + timedelta(seconds=2), "kmsg")])
+    assert (r1.accepted, r2.accepted) == (1, 1)
+    # one contained-ECC fault: degraded (suspect, drain at the next checkpoint), not "twice in 24 h" fatal
+    decisions = c.store.decisions()
+    assert len(decisions) == 1 and decisions[0].severity == "degraded"
+    assert c.state_of("r01-n01") is NodeState.SUSPECT
+    rows = {r.id: r for r in c.store.events(node="r01-n01")}
+    assert rows["n:kmsg:1"].fault_of == "n:nvml:1" and rows["n:nvml:1"].fault_of is None
+    assert c.admission.merges == 1
+
+
+def test_the_same_xid_twice_from_one_source_or_far_apart_still_escalates() -> None:
+    for second_source, gap in (("nvml", timedelta(seconds=2)), ("kmsg", timedelta(hours=2))):
+        c, clock = _controller()
+        _running_a_job(c, "r01-n01")
+        at = clock.advance(timedelta(seconds=5))
+        c.ingest([_xid("a", "r01-n01", 94, at, "nvml")])
+        later = clock.advance(gap)
+        c.ingest([_xid("b", "r01-n01", 94, later, second_source)])
+        severities = sorted(d.severity for d in c.store.decisions())
+        assert severities == ["degraded", "fatal"], (second_source, gap, severities)
+        assert c.state_of("r01-n01") is NodeState.DRAINING
+        assert all(r.fault_of is None for r in c.store.events(node="r01-n01"))
+
+
+def _leaf_link_downs(topo: Topology, rail: int, nodes: list[str], at: datetime) -> list[HealthEvent]:
+    out = []
+    for n in nodes:
+        nic = f"{n}-nic{rail}"
+        [link] = [ln.id for ln in topo.links.values() if nic in (ln.a, ln.b) and ln.kind == "ib"]
+        out.append(HealthEvent(f"{n}:ib_down", n, EventKind.LINK_DOWN, at, nic, link=link, source="infiniband",
+                               attrs=(("rule", "ib_down"), ("device", f"mlx5_{rail}"), ("port", "1"))))
+    return out
+
+
+def test_a_failing_leaf_seen_by_its_nics_is_one_decision_not_one_per_node() -> None:
+    topo = generate_hgx(8)
+    c, clock = _controller(topo)
+    nodes = sorted(n.id for n in to_fleet(topo))[:4]
+    at = clock.advance(timedelta(seconds=5))
+    for ev in _leaf_link_downs(topo, 3, nodes, at):
+        c.ingest([ev])  # one NIC at a time, as the agents report
+    assert c.admission.held == 4
+    leaf = {ln.b if ln.a.endswith("nic3") else ln.a for ln in topo.links.values()
+            if ln.kind == "ib" and (ln.a.endswith("-nic3") or ln.b.endswith("-nic3"))}
+    group = [d for d in c.store.decisions() if d.actor_id.startswith("correlate:")]
+    assert len(group) >= 1 and all(any(x in d.actor_id for x in leaf) for d in group)
+    per_node_before = [d for d in c.store.decisions() if not d.actor_id.startswith("correlate:")]
+    clock.advance(timedelta(seconds=30))
+    c.tick()  # the hold ends: the covered link events make no per-node decisions
+    per_node = [d for d in c.store.decisions() if not d.actor_id.startswith("correlate:")]
+    assert per_node == per_node_before == []
+    assert c.admission.held == 0
+
+
+def test_a_lone_link_down_reaches_the_per_node_policy_when_its_hold_ends() -> None:
+    topo = generate_hgx(8)
+    c, clock = _controller(topo)
+    node = sorted(n.id for n in to_fleet(topo))[0]
+    at = clock.advance(timedelta(seconds=5))
+    c.ingest(_leaf_link_downs(topo, 2, [node], at))
+    assert c.store.decisions() == [] and c.state_of(node) is NodeState.READY  # held for the correlator
+    clock.advance(timedelta(seconds=10))
+    c.tick()
+    assert c.store.decisions() == []  # not yet: the hold is 20 s by default
+    clock.advance(timedelta(seconds=15))
+    c.tick()
+    [d] = c.store.decisions()
+    assert d.node == node and d.severity == "fatal" and c.state_of(node) is NodeState.DRAINING
