@@ -1,0 +1,277 @@
+"""Correlation from the agents' own events, end to end: agent processes with simulated devices report
+what they saw in local names (HCA, GPU index, NVLink number); the controller names it with topology ids
+and its correlator blames the shared part (a leaf switch, an NVSwitch chip) or follows a moved tray.
+
+The scheduler does not matter here (the simulated one takes the drains); decisions, verdicts and the
+audit log are read from the controller's API.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.harness import BASE_POLICY, REPO, Controller, Fleet, TopologyFile, wait_until
+
+pytestmark = pytest.mark.e2e
+
+# A link event toward a switch waits this long for the correlator before the per-node policy sees it
+# (policy.correlation_hold; 20 s by default, shortened so the test sees the hold end).
+MOVED = "moved"  # the event kind the controller emits when a serial shows up at a new slot
+HOLD_POLICY = BASE_POLICY.replace("[policy]\n", '[policy]\ncorrelation_hold = "2s"\n')
+
+
+def _component_groups(decisions: list[dict[str, Any]]) -> set[str]:
+    return {d["actor_id"] for d in decisions if d["rule"] == "component_fault"}
+
+
+def _evidence_nodes(ctl: Controller, refs: list[Any]) -> set[str]:
+    """The reporting nodes of the events a decision or verdict cites (event ids are per node)."""
+    events = ctl.api.events()
+    wanted = {str(r) for r in refs}
+    return {e["node"] for e in events if e["id"] in wanted}
+
+
+def test_a_failing_leaf_seen_by_the_agents_ib_events_is_one_decision(fleet: Fleet, tmp_path: Path) -> None:
+    topo = TopologyFile.generate(tmp_path / "hgx.json", "hgx", "--nodes", "4")
+    nodes = sorted(topo.racks())
+    rail = 5
+    # The leaf of rail 5, read from the topology file: the far end of r01-n01-nic5's InfiniBand cable.
+    (cable,) = topo.links_of(f"{nodes[0]}-nic{rail}", "ib")
+    leaf = cable["b"] if cable["a"] == f"{nodes[0]}-nic{rail}" else cable["a"]
+    assert topo.component(leaf)["kind"] == "leaf_switch"
+    behind = {n for n in nodes if any(leaf in (lk["a"], lk["b"]) for lk in topo.links_of(f"{n}-nic{rail}", "ib"))}
+    assert behind == set(nodes), "an HGX scalable unit: every node's rail-5 NIC lands on the same leaf"
+
+    ctl = fleet.controller(nodes=topo.racks(), topology=topo.path, policy=HOLD_POLICY)
+    reporters = nodes[:3]
+    for n in reporters:
+        fleet.agent(n, "--inject", f"ib_down@nic{rail}", wait=False)
+
+    # The agents' link events arrive named with the topology's cable ids.
+    def link_events() -> dict[str, list[dict[str, Any]]]:
+        return {n: [e for e in ctl.api.events(n) if e["kind"] in ("link_down", "link_flap", "link_error")]
+                for n in reporters}
+
+    seen = wait_until(lambda: all((x := link_events()).values()) and x,
+                      lambda: f"link events from {reporters}: {link_events()}")
+    for n, evs in seen.items():
+        assert {e["link"] for e in evs} == {f"{n}-nic{rail}~{leaf}"}, evs
+        assert {e["component"] for e in evs} == {f"{n}-nic{rail}"}, evs
+
+    # One decision for the leaf: every node behind it, as one group.
+    def group() -> list[dict[str, Any]]:
+        return [d for d in ctl.api.decisions() if d["actor_id"] == f"correlate:{leaf}"]
+
+    wait_until(lambda: {d["node"] for d in group()} == behind,
+               lambda: f"the leaf's decision over {sorted(behind)}: {ctl.api.decisions()}")
+    # The hold on the reporters' own link events ends: none becomes a decision of its own.
+    log_line = re.compile(r"(\S+): link_\w+ on \S+ is covered by a correlated verdict")
+    wait_until(lambda: set(reporters) <= set(log_line.findall(ctl.proc.text(200_000))),
+               lambda: f"the held link events of {reporters} released as covered; decisions: {ctl.api.decisions()}")
+
+    decisions = ctl.api.decisions()
+    assert _component_groups(decisions) == {f"correlate:{leaf}"}, decisions
+    assert all(d["actor_id"] == f"correlate:{leaf}" for d in decisions), "no per-node or per-NIC decision"
+    assert len(decisions) == len(behind), decisions
+    assert all(leaf in d["reason"] for d in decisions), decisions
+    (d0,) = {tuple(d["evidence"]) for d in decisions}  # one decision: the same evidence on every node
+    assert set(reporters) <= _evidence_nodes(ctl, list(d0)), (d0, reporters)
+    (entry,) = [a for a in ctl.api.audit() if a["action"] == "component_fault"]
+    assert entry["target"] == leaf and f"{len(behind)} node(s) as one decision" in entry["detail"], entry
+    assert ctl.api.breaker()["tripped"] is False
+    # The leaf is the top suspect; no NIC or cable is blamed as a shared part.
+    top = max(ctl.api.verdicts(), key=lambda s: s["confidence"])
+    assert (top["component"], top["kind"]) == (leaf, "leaf_switch"), ctl.api.verdicts()
+    # Each node was drained once.
+    drains = [e for e in fleet.sim_scheduler_effects() if e[0] == "drain"]
+    assert sorted(n for _, n, _ in drains) == sorted(behind), drains
+
+
+def _nvswitch_of(topo: TopologyFile, gpu: str, nvlink: int) -> str:
+    """The NVSwitch chip NVLink ``nvlink`` of ``gpu`` goes to: the GPU's ``nvlink``-th (0-based) link of
+    kind nvlink in topology order (docs/formats.md, "Identities")."""
+    link = topo.links_of(gpu, "nvlink")[nvlink]
+    far = link["b"] if link["a"] == gpu else link["a"]
+    assert topo.component(far)["kind"] == "nvswitch"
+    return str(far)
+
+
+def test_an_nvlink_fault_seen_by_the_agents_nvlink_events_names_the_nvswitch_chip(fleet: Fleet,
+                                                                                   tmp_path: Path) -> None:
+    topo = TopologyFile.generate(tmp_path / "nvl72.json", "nvl72", "--racks", "1")
+    trays = [c["id"] for c in topo.components("compute_tray")][:3]
+    nvlink = 5
+    gpus = [f"gpu{i}" for i in range(len(topo.children(trays[0], "gpu")))]
+    chips = {_nvswitch_of(topo, f"{t}-{g}", nvlink) for t in trays for g in gpus}
+    assert len(chips) == 1, f"NVLink {nvlink} of every GPU goes to one chip: {chips}"
+    (chip,) = chips
+
+    ctl = fleet.controller(nodes=topo.racks(), topology=topo.path)
+    for t in trays:
+        injects = [a for g in gpus for a in ("--inject", f"nvlink_errors:400@{g}.nvlink{nvlink}")]
+        fleet.agent(t, "--gpus", str(len(gpus)), *injects, wait=False)
+
+    def chip_blamed() -> dict[str, Any] | None:
+        """The top suspect once it is the chip, on the evidence of all three trays."""
+        verdicts = ctl.api.verdicts()
+        top = max(verdicts, key=lambda s: s["confidence"], default=None)
+        if top is None or top["component"] != chip:
+            return None
+        return top if set(trays) <= _evidence_nodes(ctl, top["evidence"]) else None
+
+    top = wait_until(chip_blamed, lambda: f"{chip} blamed by {trays}; verdicts: {ctl.api.verdicts()}", timeout=20)
+    assert top["kind"] == "nvswitch", top
+    # The agents' NVLink events are named with the topology's NVLink lane ids, not <gpu>~nvlink<N>.
+    for t in trays:
+        links = {e["link"] for e in ctl.api.events(t) if e["kind"] in ("link_error", "link_down")}
+        assert links == {f"{t}-{g}~{chip}" for g in gpus}, links
+    # Any decision taken is the chip's, not one per GPU or per tray.
+    assert _component_groups(ctl.api.decisions()) <= {f"correlate:{chip}"}, ctl.api.decisions()
+    assert all(d["actor_id"] in ("", f"correlate:{chip}") or not d["actor_id"].startswith("correlate:")
+               for d in ctl.api.decisions())
+
+
+def _serial_args(topo: TopologyFile, tray: str) -> list[str]:
+    """Agent options that make the simulated tray report the serials ``tray`` has in the topology: the
+    chassis (``--sim-serial-prefix``) and its GPUs in index order (``--sim-gpu-serials``)."""
+    gpus = sorted(topo.children(tray, "gpu"), key=lambda c: _index(c["id"]))
+    return ["--gpus", str(len(gpus)), "--sim-serial-prefix", topo.component(tray)["serial"],
+            "--sim-gpu-serials", ",".join(c["serial"] for c in gpus)]
+
+
+def _index(cid: str) -> int:
+    return int(re.findall(r"\d+$", cid)[0])
+
+
+def _tray_storm(topo: TopologyFile, tray: str) -> list[str]:
+    """NVLink errors on a third of every GPU's links: the tray's own pattern (not one switch's)."""
+    args: list[str] = []
+    for gpu in sorted(topo.children(tray, "gpu"), key=lambda c: _index(c["id"])):
+        for n in range(0, len(topo.links_of(gpu["id"], "nvlink")), 3):
+            args += ["--inject", f"nvlink_errors:400@gpu{_index(gpu['id'])}.nvlink{n}"]
+    return args
+
+
+def _moves(ctl: Controller) -> list[dict[str, str]]:
+    return [{k: e["attrs"].get(k, "") for k in ("serial", "from", "to")} for e in ctl.api.events(kind=MOVED)]
+
+
+# Which slot's agent comes back first after the swap decides the order of the two moves the controller
+# emits (the faulty tray's move first, or the healthy tray's); the verdict must not depend on it.
+@pytest.mark.parametrize("first", ["new_slot_first", "old_slot_first"])
+def test_a_tray_swap_seen_in_the_reported_serials_and_the_error_follows_the_tray(fleet: Fleet, tmp_path: Path,
+                                                                               first: str) -> None:
+    topo = TopologyFile.generate(tmp_path / "nvl72.json", "nvl72", "--racks", "1")
+    a, b = "r01-ct03", "r01-ct05"
+    unit_a, unit_b = topo.component(a)["serial"], topo.component(b)["serial"]
+    ctl = fleet.controller(nodes=topo.racks(), topology=topo.path)
+
+    # 1. Each tray reports its own serials; the tray in slot a has an NVLink storm: a is blamed.
+    fleet.agent(b, *_serial_args(topo, b))
+    fleet.agent(a, *_serial_args(topo, a), *_tray_storm(topo, a))
+
+    def blamed(slot: str) -> dict[str, Any] | None:
+        top = max(ctl.api.verdicts(), key=lambda s: s["confidence"], default=None)
+        return top if top is not None and top["component"] == slot else None
+
+    before = wait_until(lambda: blamed(a), lambda: f"{a} blamed; verdicts: {ctl.api.verdicts()}", timeout=20)
+    assert (before["kind"], before["serial"]) == ("compute_tray", unit_a), before
+    assert _moves(ctl) == [], "nothing moved yet"
+
+    # 2. The trays are swapped: each slot's agent now reports the other tray's serials. The controller
+    #    notices and emits the moves itself.
+    fleet.stop_agent(a)
+    fleet.stop_agent(b)
+    expected = {a: {"serial": unit_b, "from": b, "to": a}, b: {"serial": unit_a, "from": a, "to": b}}
+    for slot in (b, a) if first == "new_slot_first" else (a, b):
+        before_moves = len(_moves(ctl))
+        fleet.agent(slot, *_serial_args(topo, b if slot == a else a))
+        wait_until(lambda: len(_moves(ctl)) > before_moves, f"the move into {slot}")  # noqa: B023 (called here)
+        assert _moves(ctl)[0] == expected[slot], _moves(ctl)  # newest first
+
+    # 3. The faulty tray, now in slot b, storms again: the verdict follows the unit to b, by its serial.
+    fleet.stop_agent(b)
+    fleet.agent(b, *_serial_args(topo, a), *_tray_storm(topo, b))
+    follows = f"followed unit {unit_a} from {a} to {b}"
+    moved = wait_until(lambda: (v := blamed(b)) is not None and follows in v["reason"] and v,
+                       lambda: f"{b} blamed, following {unit_a}; verdicts: {ctl.api.verdicts()}", timeout=20)
+    assert (moved["kind"], moved["serial"]) == ("compute_tray", unit_a), moved
+    assert len(_moves(ctl)) == 2, f"a restart with the same serials moves nothing: {_moves(ctl)}"
+
+
+# ---- nobody writes a move by hand ------------------------------------------------------------------
+# Unit tests of the pure correlator and of the events-file format feed moves on purpose: that is what
+# they test. Everything that drives the controller, its store or the agents must get its moves from the
+# controller (reported serials). Reading moves back (``events(kind="moved")``, expected values) is fine.
+_SCANNED = ("tests/e2e", "tests/integration", "tests/contract", "tests/fixtures", "bench", "scripts")
+# Calls that hand events to something: HTTP bodies, the controller's or the store's ingest, an events file.
+_WRITERS = frozenset({"post", "put", "patch", "request", "ingest", "ingest_many", "submit", "post_event",
+                      "observe", "observe_health_event", "append", "add", "write", "write_text", "dumps", "dump",
+                      "writelines", "save"})
+_KIND = "moved"
+
+
+def _is_move(node: ast.AST) -> bool:
+    """``EventKind.MOVED`` / ``E.MOVED``, a ``"kind": "moved"`` entry, or ``kind="moved"``."""
+    if isinstance(node, ast.Attribute) and node.attr == _KIND.upper():
+        return True
+    if isinstance(node, ast.Dict):
+        return any(isinstance(k, ast.Constant) and k.value == "kind" and isinstance(v, ast.Constant)
+                   and v.value == _KIND for k, v in zip(node.keys, node.values, strict=True))
+    if isinstance(node, ast.keyword):
+        return node.arg == "kind" and ((isinstance(node.value, ast.Constant) and node.value.value == _KIND)
+                                       or _is_move(node.value))
+    return False
+
+
+def _moves_written(tree: ast.AST) -> list[int]:
+    """Lines where a move is built as an event (``HealthEvent(..., EventKind.MOVED)``) or handed to a writer."""
+    lines: list[int] = []
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+        f = call.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+        if not (name.endswith("HealthEvent") or name in _WRITERS):
+            continue
+        inside = [n for part in (*call.args, *call.keywords) for n in ast.walk(part)]
+        if any(_is_move(n) for n in inside):
+            lines.append(call.lineno)
+    return sorted(set(lines))
+
+
+def _scan(repo: Path) -> list[str]:
+    found: list[str] = []
+    pattern = re.compile(r'"kind"\s*:\s*"' + _KIND + '"')
+    for top in _SCANNED:
+        for path in sorted((repo / top).rglob("*")):
+            if not path.is_file():
+                continue
+            where = path.relative_to(repo)
+            if path.suffix == ".py":
+                found += [f"{where}:{n}" for n in _moves_written(ast.parse(path.read_text(), str(path)))]
+            elif path.suffix in (".json", ".jsonl", ".ndjson"):
+                text = path.read_text(errors="replace")
+                found += [f"{where}:{text.count(chr(10), 0, m.start()) + 1}" for m in pattern.finditer(text)]
+    return found
+
+
+def test_no_test_or_fixture_writes_a_moved_event_by_hand(tmp_path: Path) -> None:
+    offenders = _scan(REPO)
+    assert offenders == [], "moved events must come from the controller (reported serials):\n" + "\n".join(offenders)
+    # The scan finds the shapes a hand-written move would take (so an empty result means something).
+    sample = tmp_path / "tests" / "e2e" / "sample.py"
+    sample.parent.mkdir(parents=True)
+    sample.write_text(
+        "api.post('/events', json={'events': [{'kind': '" + _KIND + "', 'serial': 'S', 'from': 'a', 'to': 'b'}]})\n"
+        "c.ingest([HealthEvent('m', 'n', EventKind." + _KIND.upper() + ", T0)])\n"
+        "ev = HealthEvent(id='m', node='n', kind=E." + _KIND.upper() + ", time=T0)\n"
+        "api.get('/events', params={'kind': '" + _KIND + "'})\n"  # reading: not a write
+        "assert [e['kind'] for e in got] == ['" + _KIND + "']\n")
+    (tmp_path / "tests" / "fixtures").mkdir()
+    (tmp_path / "tests" / "fixtures" / "ev.jsonl").write_text('{"kind": "' + _KIND + '", "serial": "S"}\n')
+    assert _scan(tmp_path) == ["tests/e2e/sample.py:1", "tests/e2e/sample.py:2", "tests/e2e/sample.py:3",
+                               "tests/fixtures/ev.jsonl:1"]
