@@ -92,6 +92,9 @@ class Engine:
         self._standing: dict[str, float] = {}  # candidate -> confidence of its standing verdict
         self._kinds: dict[str, str] = {}
         self.inventory = Inventory(topology, move_memory)
+        # Evidence of a unit a move pushed out of its slot (a swap's first half), kept until that
+        # unit's own move names it: (active symptoms, their evidence) by serial.
+        self._displaced: dict[str, tuple[int, list[Ref]]] = {}
         self._now = float("-inf")
         self.unknown = 0  # events naming a component the topology does not have
         self.late = 0  # events older than the window on arrival
@@ -287,23 +290,26 @@ class Engine:
             return []
         changed = self._expire(self._now) or []
         self.inventory.forget_before(time)
+        displaced = self.inventory.serial_at(to_slot)
         touched = set(self.inventory.move(serial, from_slot, to_slot))
         archived: list[Symptom] = []
         for sym in list(self._syms.values()):
-            ends = (sym.reporter,) if not sym.link else (sym.reporter, self._links[sym.link].a, self._links[sym.link].b)
-            if any(e in touched for e in ends):
+            if any(e in touched for e in self._ends(sym)):
                 archived.append(sym)
         subtree = {from_slot, *self.topology.descendants(from_slot)}
-        old = {
-            s
-            for s in archived
-            if s.reporter in subtree
-            or (s.link and (self._links[s.link].a in subtree or self._links[s.link].b in subtree))
-        }
+        old = {s for s in archived if any(e in subtree for e in self._ends(s))}
         evidence = [r for s in old if s.active for _, r in s.refs]
-        self.inventory.record(
-            MoveRecord(serial, from_slot, to_slot, time, sum(1 for s in old if s.active), (*sort_refs(evidence), ref))
-        )
+        active = sum(1 for s in old if s.active)
+        if displaced is not None and displaced != serial:
+            # The unit that sat at ``to_slot`` waits for its own move: its evidence goes with it, so a
+            # swap reads the same whichever half arrives first.
+            dest = {to_slot, *self.topology.descendants(to_slot)}
+            pushed = [s for s in archived if s not in old and s.active and any(e in dest for e in self._ends(s))]
+            if pushed:
+                self._displaced[displaced] = (len(pushed), [r for s in pushed for _, r in s.refs])
+        carried, carried_refs = self._displaced.pop(serial, (0, []))
+        self.inventory.record(MoveRecord(serial, from_slot, to_slot, time, active + carried,
+                                         (*sort_refs(evidence + carried_refs), ref)))
         for sym in archived:
             sym.gone = True
             self._syms.pop(sym.key, None)
@@ -311,6 +317,13 @@ class Engine:
                 self._deactivate(sym)
                 changed.append(sym)
         return self._evaluate(changed, time) if changed else []
+
+    def _ends(self, sym: Symptom) -> tuple[str, ...]:
+        """The reporter and, for a link symptom, both ends of its link."""
+        if not sym.link:
+            return (sym.reporter,)
+        ln = self._links[sym.link]
+        return (sym.reporter, ln.a, ln.b)
 
     # -- output ---------------------------------------------------------------------------------------
 

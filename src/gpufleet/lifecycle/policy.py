@@ -75,7 +75,7 @@ class Policy:
         return self._counted_kinds | frozenset(k for k, _ in self._counted_codes)
 
     # ---- judging events ---------------------------------------------------------------------
-    def judge(self, event: HealthEvent) -> Judged:
+    def severity_of(self, event: HealthEvent) -> Judged:
         """The severity of one event on its own: its one judgement (domain.judgement), which the
         controller attached at ingest; collateral events count as info."""
         j = judgement_of(self.catalog, event)
@@ -125,7 +125,7 @@ class Policy:
                now: datetime) -> Decision | None:
         """The decision for ``view`` given the ``fresh`` events (from :meth:`fresh`) and the sightings
         of every remembered event in the window, fresh ones included."""
-        judged = [self.judge(e) for e in fresh if e.kind not in (EventKind.CHECK_PASSED, EventKind.MOVED)]
+        judged = [self.severity_of(e) for e in fresh if e.kind not in (EventKind.CHECK_PASSED, EventKind.MOVED)]
         judged += self.escalate(fresh, history, now)
         worst = max(judged, key=lambda j: (j.severity.rank, j.event.time), default=None)
         st = view.state

@@ -143,12 +143,15 @@ def test_flapping_cable_is_damped(hgx: Topology) -> None:
     assert len(verdicts) <= 3  # 400 events, a handful of verdict changes at most
 
 
-def test_pattern_that_follows_a_moved_tray_blames_the_unit(nvl: Topology) -> None:
+@pytest.mark.parametrize("faulty_first", [True, False])
+def test_pattern_that_follows_a_moved_tray_blames_the_unit(nvl: Topology, faulty_first: bool) -> None:
     a, b = "r01-ct03", "r02-ct07"
     serial_a = nvl.components[a].serial
     s = _tray_storm(Stream(), a, 0)
-    s.add(600, E.MOVED, serial=serial_a, src=a, dst=b)
-    s.add(601, E.MOVED, serial=nvl.components[b].serial, src=b, dst=a)
+    # a swap is two moves; whichever half the controller sees first, the verdict is the same
+    moves = [(serial_a, a, b), (nvl.components[b].serial, b, a)]
+    for i, (serial, src, dst) in enumerate(moves if faulty_first else moves[::-1]):
+        s.add(600 + i, E.MOVED, serial=serial, src=src, dst=dst)
     _tray_storm(s, b, 900)
     eng, _ = _run(nvl, s)
     top = eng.suspects()[0]
