@@ -269,8 +269,9 @@ class Reconciler:
         wait = replace(wait, signal=sent)
         self.controller.store.update_action(row.id, status=ActionStatus.WAITING, now=now, next_attempt=now,
                                             progress=wait.progress(now))
-        self.controller.audit(row.action.node, "checkpoint_request",
-                              f"asked job(s) {_ids(jobs)} to checkpoint (SIG{sent or '?'}): {gpus} GPUs, "
+        asked = f"asked job(s) {_ids(jobs)} to checkpoint (SIG{sent})" if sent else \
+            f"waiting for job(s) {_ids(jobs)} to checkpoint (checkpoint_signal is off: not asked)"
+        self.controller.audit(row.action.node, "checkpoint_request", f"{asked}: {gpus} GPUs, "
                               f"{wait.at_risk(now):.1f} GPU-hours at risk, budget {wait.budget_gpu_hours:g}; "
                               f"drain at {wait.deadline.isoformat()} at the latest")
         return wait

@@ -150,7 +150,8 @@ class ControllerSettings(BaseSettings):
     slurm_conf: Path | None = None  # with scheduler = "slurm": the slurm.conf the commands use (SLURM_CONF)
     tokens: tuple[TokenConfig, ...] = ()
     # How the controller asks a job to checkpoint before draining its degraded node.
-    checkpoint_signal: str = Field(default="USR1", pattern=r"^(SIG)?[A-Z0-9]+$")
+    # "" = never signal (jobs that do not handle the signal die of it: USR1's default action).
+    checkpoint_signal: str = Field(default="USR1", pattern=r"^((SIG)?[A-Z0-9]+)?$")
     checkpoint_signal_target: Literal["full", "batch", "steps"] = "full"
     validation: ValidationSettings = ValidationSettings()
     fleet_judge: FleetJudgeSettings = FleetJudgeSettings()

@@ -122,6 +122,8 @@ class SimScheduler:
             job = self._job(job_id)
             if job.state != JobState.RUNNING:
                 raise NotFound("running job", job_id)
+            if not self.checkpoint_signal:
+                return ""
             self._effect("checkpoint_request", job_id, self.checkpoint_signal)
             return self.checkpoint_signal
 

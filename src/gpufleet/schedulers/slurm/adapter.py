@@ -112,7 +112,7 @@ class SlurmScheduler:
     ) -> None:
         if checkpoint_target not in CHECKPOINT_TARGETS:
             raise InvalidInput("checkpoint_signal_target", checkpoint_target, f"one of {sorted(CHECKPOINT_TARGETS)}")
-        self._ckpt_signal = _signal_name(checkpoint_signal)
+        self._ckpt_signal = _signal_name(checkpoint_signal) if checkpoint_signal else ""  # "": never ask
         self._ckpt_target = CHECKPOINT_TARGETS[checkpoint_target]
         self._run = runner if runner is not None else SubprocessRunner(slurm_conf)
         self._timeout = timeout
@@ -239,10 +239,13 @@ class SlurmScheduler:
         raise_for(res, job=job_id)
 
     def request_checkpoint(self, job_id: str) -> str:
-        """Ask a running job to checkpoint now: ``scancel --signal=<sig> <target> J``."""
+        """Ask a running job to checkpoint now: ``scancel --signal=<sig> <target> J``. With no signal
+        configured, asks nothing and returns ``""``."""
         job = self.job(job_id)
         if job.state != JobState.RUNNING:
             raise NotFound("running job", job_id)
+        if not self._ckpt_signal:
+            return ""
         res = self._run(["scancel", f"--signal={self._ckpt_signal}", *self._ckpt_target, job_id],
                         timeout=self._timeout)
         raise_for(res, job=job_id)
