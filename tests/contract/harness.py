@@ -32,7 +32,7 @@ class SchedulerHarness(Protocol):
         ...
 
     def start_checkpointing_job(self, node: str) -> str:
-        """Start a job on ``node`` that handles the checkpoint signal (the training-script contract)."""
+        """Start a job on ``node`` that handles USR1 and declares so (the training-script contract)."""
         ...
 
     def checkpoint_requested(self, job_id: str) -> bool:
@@ -65,7 +65,7 @@ class SimHarness:
         self.scheduler.finish(job_id)
 
     def start_checkpointing_job(self, node: str) -> str:
-        return self.start_job(node)
+        return self.scheduler.submit("contract", [node], start=datetime.now(UTC), checkpoint_signal="USR1").id
 
     def checkpoint_requested(self, job_id: str) -> bool:
         return self.scheduler.checkpoint_requests(job_id) > 0
@@ -109,7 +109,8 @@ class SlurmHarness:
 
     def start_checkpointing_job(self, node: str) -> str:
         flag = self.lab.root / "jobs" / "ckpt-$SLURM_JOB_ID"
-        job = self.lab.sbatch(node, f"trap 'touch {flag}' USR1; while true; do sleep 0.2; done")
+        job = self.lab.sbatch(node, f"trap 'touch {flag}' USR1; while true; do sleep 0.2; done",
+                              "--comment", "gpufleet:signal=USR1")
         self.eventually(lambda: self.lab.job_state(job) == "RUNNING", f"job {job} RUNNING on {node}")
         return job
 

@@ -94,8 +94,9 @@ def test_checkpoint_request_reaches_the_running_job_and_keeps_it_running(harness
     s, node = harness.scheduler, harness.nodes[2]
     job = harness.start_checkpointing_job(node)
     assert not harness.checkpoint_requested(job)
+    assert {j.id: j for j in s.list_jobs()}[job].checkpoint_signal == "USR1"  # what the job declared
     sent = s.request_checkpoint(job)
-    assert sent == "USR1"  # the default signal of every implementation
+    assert sent == "USR1"
     harness.eventually(lambda: harness.checkpoint_requested(job), "the job saw the checkpoint request")
     assert job in [j.id for j in s.jobs_on(node)], "a checkpoint request never ends the job"
     harness.end_job(job)
@@ -109,3 +110,15 @@ def test_checkpoint_request_for_a_job_not_running_is_not_found(harness: Schedule
     harness.end_job(job)
     with pytest.raises(NotFound):
         s.request_checkpoint(job)
+
+
+def test_a_job_that_declared_no_checkpoint_signal_is_not_signalled(harness: SchedulerHarness) -> None:
+    """Opt-in: a signal a job does not handle can kill it (USR1's default action), so with no site-wide
+    default a job that declared nothing is never signalled; it keeps running (drained at the deadline)."""
+    s, node = harness.scheduler, harness.nodes[1]
+    job = harness.start_job(node)
+    assert {j.id: j for j in s.list_jobs()}[job].checkpoint_signal == ""
+    assert s.request_checkpoint(job) == ""
+    assert not harness.checkpoint_requested(job)
+    assert job in [j.id for j in s.jobs_on(node)], "the job was not touched"
+    harness.end_job(job)

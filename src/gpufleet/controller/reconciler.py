@@ -256,21 +256,22 @@ class Reconciler:
         self.controller.store.update_action(row.id, status=ActionStatus.WAITING, now=now, next_attempt=now,
                                             progress=wait.progress(now),
                                             result=f"asking job(s) {_ids(jobs)} to checkpoint")
-        sent = ""
+        sent: dict[str, str] = {}  # job -> the signal it was sent ("" = it declared none: not asked)
         try:
             for job in jobs:
                 try:
-                    sent = self.scheduler.request_checkpoint(job.id)
+                    sent[job.id] = self.scheduler.request_checkpoint(job.id)
                 except NotFound:  # the job ended meanwhile: the next poll drains the empty node
                     continue
         except ExternalError:
             self.controller.store.update_action(row.id, status=ActionStatus.PENDING, now=now, progress={})
             raise
-        wait = replace(wait, signal=sent)
+        wait = replace(wait, signal=",".join(sorted({s for s in sent.values() if s})))
         self.controller.store.update_action(row.id, status=ActionStatus.WAITING, now=now, next_attempt=now,
                                             progress=wait.progress(now))
-        asked = f"asked job(s) {_ids(jobs)} to checkpoint (SIG{sent})" if sent else \
-            f"waiting for job(s) {_ids(jobs)} to checkpoint (checkpoint_signal is off: not asked)"
+        asked = "; ".join(f"asked job {j} to checkpoint (SIG{s})" if s else
+                          f"job {j} declared no checkpoint signal: not asked, drained at the deadline"
+                          for j, s in sent.items()) or f"job(s) {_ids(jobs)} ended meanwhile"
         self.controller.audit(row.action.node, "checkpoint_request", f"{asked}: {gpus} GPUs, "
                               f"{wait.at_risk(now):.1f} GPU-hours at risk, budget {wait.budget_gpu_hours:g}; "
                               f"drain at {wait.deadline.isoformat()} at the latest")

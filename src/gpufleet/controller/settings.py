@@ -12,7 +12,8 @@ Example ``controller.toml``::
     scheduler = "slurm"                        # required: "slurm" (scontrol/sinfo/squeue on this host) or "sim"
     slurm_conf = "/etc/slurm/slurm.conf"        # optional; otherwise the commands' default / $SLURM_CONF
 
-    checkpoint_signal = "USR1"                 # what asks a job to checkpoint before a drain (docs/slurm.md)
+    checkpoint_signal = ""                     # site-wide checkpoint signal for jobs that declared none; "" = ask
+                                               # only jobs that opted in (gpufleet:signal=USR1, docs/slurm.md)
     checkpoint_signal_target = "full"          # slurm: full (batch shell + steps) | batch | steps
 
     [validation]                                # validation jobs through Slurm (docs/slurm.md); off without command
@@ -149,9 +150,11 @@ class ControllerSettings(BaseSettings):
     scheduler: SchedulerKind  # required (SCHEDULER_EXPECTED)
     slurm_conf: Path | None = None  # with scheduler = "slurm": the slurm.conf the commands use (SLURM_CONF)
     tokens: tuple[TokenConfig, ...] = ()
-    # How the controller asks a job to checkpoint before draining its degraded node.
-    # "" = never signal (jobs that do not handle the signal die of it: USR1's default action).
-    checkpoint_signal: str = Field(default="USR1", pattern=r"^((SIG)?[A-Z0-9]+)?$")
+    # How the controller asks a job to checkpoint before draining its degraded node: jobs opt in by
+    # declaring the signal they handle (Slurm: gpufleet:signal=USR1 in the job's comment). This is the
+    # site-wide default for the jobs that declared none; "" (default) = never signal those (a job
+    # that does not handle the signal would die of it: USR1's default action).
+    checkpoint_signal: str = Field(default="", pattern=r"^((SIG)?[A-Z0-9]+)?$")
     checkpoint_signal_target: Literal["full", "batch", "steps"] = "full"
     validation: ValidationSettings = ValidationSettings()
     fleet_judge: FleetJudgeSettings = FleetJudgeSettings()

@@ -14,10 +14,14 @@ Consistency and failure behaviour (the contract):
 * **Failures are exceptions, not silence.** An unreachable scheduler raises
   :class:`~gpufleet.domain.errors.ExternalError` (retryable); an unknown node raises
   :class:`~gpufleet.domain.errors.NotFound`. The reconciler records, retries and surfaces both.
-* **Checkpoint requests are signals, not guarantees.** ``request_checkpoint`` asks a running job to
-  write a checkpoint now (Slurm: a signal, USR1 by default) and returns the signal's name; the job
-  answers, if it does, by reporting the checkpoint (``POST /v1/jobs/{id}/checkpoint`` or
-  ``gpufleet slurm checkpoint``). A job that is not running is ``NotFound``; a job that ignores the
+* **Checkpoint requests are signals, not guarantees, and opt-in.** ``request_checkpoint`` asks a
+  running job to write a checkpoint now by sending it the signal the job *declared* it handles
+  (:attr:`Job.checkpoint_signal`; Slurm: the ``gpufleet:signal=USR1`` token in the job's comment),
+  else the site-wide default the implementation was built with (off unless configured), and returns
+  the signal's name — or ``""`` when it sent nothing: a signal a job does not handle may kill it
+  (USR1's default action), so a job that did not opt in is never signalled. The job answers, if it
+  does, by reporting the checkpoint (``POST /v1/jobs/{id}/checkpoint`` or ``gpufleet slurm
+  checkpoint``). A job that is not running is ``NotFound``; a job that is not asked or ignores the
   request is drained at the deadline (docs/lifecycle.md). The caller records the request before
   making it, so a crash never sends it twice.
 * **Reads are snapshots.** ``list_nodes``/``list_jobs`` return what the scheduler says now; a drain
@@ -81,6 +85,7 @@ class Job:
     last_checkpoint: datetime | None = None  # latest checkpoint the job reported, if any
     restarts: int = 0
     gpus: int = 0  # GPUs allocated to the job (0: the scheduler does not say)
+    checkpoint_signal: str = ""  # the signal the job declared it handles to checkpoint ("" = none declared)
     extra: tuple[tuple[str, str], ...] = field(default=())
 
 

@@ -42,9 +42,9 @@ class SimScheduler:
     name = "sim"
 
     def __init__(self, nodes: Iterable[str] = (), *, state_file: Path | None = None,
-                 checkpoint_signal: str = "USR1") -> None:
+                 checkpoint_signal: str = "") -> None:
         self._lock = threading.RLock()
-        self.checkpoint_signal = checkpoint_signal
+        self.checkpoint_signal = checkpoint_signal  # the site-wide default for jobs that declared none
         self._state_file = state_file
         self._reachable = True
         self._s = _State()
@@ -115,17 +115,19 @@ class SimScheduler:
             self._effect("signal", job_id, signal)
 
     def request_checkpoint(self, job_id: str) -> str:
-        """Record the request (effect ``checkpoint_request``); the simulated job answers through
-        :meth:`checkpoint` when the test or the demo decides it does."""
+        """Record the request (effect ``checkpoint_request``) with the signal the job declared at
+        :meth:`submit` (else the site default); a job with neither is not asked (``""``). The simulated
+        job answers through :meth:`checkpoint` when the test or the demo decides it does."""
         with self._lock:
             self._check_reachable()
             job = self._job(job_id)
             if job.state != JobState.RUNNING:
                 raise NotFound("running job", job_id)
-            if not self.checkpoint_signal:
+            sig = job.checkpoint_signal or self.checkpoint_signal
+            if not sig:
                 return ""
-            self._effect("checkpoint_request", job_id, self.checkpoint_signal)
-            return self.checkpoint_signal
+            self._effect("checkpoint_request", job_id, sig)
+            return sig
 
     def checkpoint_requests(self, job_id: str) -> int:
         """How often ``job_id`` was asked to checkpoint."""
@@ -142,8 +144,9 @@ class SimScheduler:
         """Simulate the scheduler being down (every port call raises ExternalError)."""
         self._reachable = reachable
 
-    def submit(self, name: str, nodes: Sequence[str], *, start: datetime) -> Job:
-        """Start a job on ``nodes`` at once (they must be schedulable and free)."""
+    def submit(self, name: str, nodes: Sequence[str], *, start: datetime, checkpoint_signal: str = "") -> Job:
+        """Start a job on ``nodes`` at once (they must be schedulable and free). ``checkpoint_signal``:
+        the signal the job declares it handles by checkpointing (its opt-in to checkpoint requests)."""
         with self._lock:
             for node in nodes:
                 n = self._get(node)
@@ -152,7 +155,7 @@ class SimScheduler:
                 if any(node in j.nodes for j in self._s.jobs.values() if j.state == JobState.RUNNING):
                     raise Conflict(f"node {node} is busy")
             job = Job(id=str(self._s.next_job), name=name, state=JobState.RUNNING, nodes=tuple(nodes),
-                      start_time=start)
+                      start_time=start, checkpoint_signal=checkpoint_signal.upper().removeprefix("SIG"))
             self._s.next_job += 1
             self._s.jobs[job.id] = job
             self._save()
@@ -224,7 +227,8 @@ class SimScheduler:
             return
         doc = {
             "nodes": [[n.name, n.drain, n.down, n.reason] for n in self._s.nodes.values()],
-            "jobs": [[j.id, j.name, j.state, list(j.nodes), j.restarts] for j in self._s.jobs.values()],
+            "jobs": [[j.id, j.name, j.state, list(j.nodes), j.restarts, j.checkpoint_signal]
+                     for j in self._s.jobs.values()],
             "next_job": self._s.next_job,
             "effects": self._s.effects,
         }
@@ -236,7 +240,8 @@ class SimScheduler:
         doc = json.loads(path.read_text())
         self._s.nodes = {r[0]: _Node(r[0], r[1], r[2], r[3]) for r in doc["nodes"]}
         self._s.jobs = {
-            r[0]: Job(id=r[0], name=r[1], state=JobState(r[2]), nodes=tuple(r[3]), restarts=r[4]) for r in doc["jobs"]
+            r[0]: Job(id=r[0], name=r[1], state=JobState(r[2]), nodes=tuple(r[3]), restarts=r[4],
+                      checkpoint_signal=r[5] if len(r) > 5 else "") for r in doc["jobs"]
         }
         self._s.next_job = doc["next_job"]
         self._s.effects = [(str(e[0]), str(e[1]), str(e[2])) for e in doc["effects"]]

@@ -57,7 +57,7 @@ class World:
 def test_job_is_asked_once_and_drained_after_the_checkpoint_it_reports(tmp_path: Path) -> None:
     w = World(tmp_path)
     n = w.ids[0]
-    job = w.s.submit("train", [n, w.ids[1]], start=T0)
+    job = w.s.submit("train", [n, w.ids[1]], start=T0, checkpoint_signal="USR1")
     w.step(3600)  # an hour of training, never checkpointed
     w.degrade(n)
     for _ in range(5):
@@ -81,7 +81,7 @@ def test_job_is_asked_once_and_drained_after_the_checkpoint_it_reports(tmp_path:
 def test_a_job_that_never_checkpoints_is_drained_at_the_budget_deadline(tmp_path: Path) -> None:
     w = World(tmp_path)
     n = w.ids[2]
-    job = w.s.submit("train", [n], start=T0)  # 8 GPUs: 64 GPU-hours are reached at T0 + 8 h
+    job = w.s.submit("train", [n], start=T0, checkpoint_signal="USR1")  # 8 GPUs: 64 GPU-hours at T0 + 8 h
     w.step(60)
     w.degrade(n)
     w.step(1)
@@ -98,7 +98,7 @@ def test_a_job_that_never_checkpoints_is_drained_at_the_budget_deadline(tmp_path
 def test_a_restart_while_waiting_resumes_the_wait_without_asking_again(tmp_path: Path) -> None:
     w = World(tmp_path)
     n = w.ids[3]
-    job = w.s.submit("train", [n], start=T0)
+    job = w.s.submit("train", [n], start=T0, checkpoint_signal="USR1")
     w.step(60)
     w.degrade(n)
     w.step(1)
@@ -120,7 +120,7 @@ def test_a_restart_while_waiting_resumes_the_wait_without_asking_again(tmp_path:
 def test_an_unreachable_scheduler_when_asking_is_retried_and_asks_once(tmp_path: Path) -> None:
     w = World(tmp_path)
     n = w.ids[1]
-    job = w.s.submit("train", [n], start=T0)
+    job = w.s.submit("train", [n], start=T0, checkpoint_signal="USR1")
     w.step(60)
     w.degrade(n)
     w.s.set_reachable(False)
@@ -130,3 +130,22 @@ def test_an_unreachable_scheduler_when_asking_is_retried_and_asks_once(tmp_path:
     w.s.set_reachable(True)
     w.step(30)
     assert w.action(n).status == "waiting" and w.s.checkpoint_requests(job.id) == 1
+
+
+def test_a_job_that_did_not_opt_in_is_not_signalled_and_is_drained_at_the_deadline(tmp_path: Path) -> None:
+    """No ``checkpoint_signal`` declared and no site-wide default: asking could kill the job (USR1's
+    default action), so it is not asked; the node still drains at the GPU-hours deadline."""
+    w = World(tmp_path)
+    n = w.ids[0]
+    job = w.s.submit("train", [n], start=T0)
+    w.step(60)
+    w.degrade(n)
+    w.step(1)
+    a = w.action(n)
+    assert a.status == "waiting" and a.progress["signal"] == "" and w.s.checkpoint_requests(job.id) == 0
+    asked = [x for x in w.c.store.audit(target=n, page=Page(50)) if x.action == "checkpoint_request"]
+    assert len(asked) == 1 and f"job {job.id} declared no checkpoint signal: not asked" in asked[0].detail
+    w.step((T0 + timedelta(hours=8) - w.clock.now()).total_seconds() + 30)
+    a = w.action(n)
+    assert a.status == "done" and a.result.endswith(f"requeued {job.id}"), a.result
+    assert w.s.node(n).state == SchedNodeState.DRAINED and w.s.checkpoint_requests(job.id) == 0

@@ -42,7 +42,7 @@ def test_degraded_node_job_is_asked_to_checkpoint_then_drained_and_requeued(
               "while true; do sleep 0.2; done")
     ctl = LabController.start(tmp_path, sched, lab.nodes)
     try:
-        job = lab.sbatch("n2", script)
+        job = lab.sbatch("n2", script, "--comment", "llama run 3 gpufleet:signal=USR1")  # opts in
         wait_for(lambda: ctl.node_state("n2") == "in_service", "controller sees the job on n2")
         ctl.post_event("n2", "thermal", severity="degraded", component="n2-gpu1", message="HBM 96C")
         wait_for(got.exists, lambda: f"the job received USR1; output {lab.job_output(job)!r}")
@@ -55,7 +55,7 @@ def test_degraded_node_job_is_asked_to_checkpoint_then_drained_and_requeued(
         assert "DRAIN" in sched.slurm_node("n2").flags
         wait_for(lambda: sched.job(job).restarts == 1, "job requeued from the checkpoint it wrote")
         asked = [x for x in ctl.audit("n2") if x["action"] == "checkpoint_request"]
-        assert len(asked) == 1 and f"job(s) {job}" in asked[0]["detail"]
+        assert len(asked) == 1 and f"asked job {job} to checkpoint (SIGUSR1)" in asked[0]["detail"]
     finally:
         ctl.stop()
 
@@ -67,7 +67,8 @@ def test_a_job_that_never_checkpoints_is_drained_at_the_deadline(
                             'auto_repair = false\ncheckpoint_risk_budget = 0.001\ncheckpoint_grace = "2s"\n')
     ctl = LabController.start(tmp_path, sched, lab.nodes, policy_text=policy)
     try:
-        job = lab.sbatch("n3", f"trap 'touch {got}' USR1; while true; do sleep 0.2; done")  # never reports
+        job = lab.sbatch("n3", f"trap 'touch {got}' USR1; while true; do sleep 0.2; done",  # never reports
+                         "--comment", "gpufleet:signal=USR1")
         wait_for(lambda: ctl.node_state("n3") == "in_service", "controller sees the job on n3")
         ctl.post_event("n3", "thermal", severity="degraded", component="n3-gpu0", message="HBM 96C")
         wait_for(got.exists, "the job received USR1")
@@ -75,6 +76,28 @@ def test_a_job_that_never_checkpoints_is_drained_at_the_deadline(
         assert "GPU-hours at risk, budget 0.001" in str(a["result"]) and str(a["result"]).endswith(f"requeued {job}")
         assert "DRAIN" in sched.slurm_node("n3").flags
         wait_for(lambda: sched.job(job).restarts == 1, "job requeued at the deadline")
+    finally:
+        ctl.stop()
+
+
+def test_a_job_that_did_not_opt_in_is_not_signalled_and_survives_until_the_deadline_drain(
+        lab: SlurmLab, sched: SlurmScheduler, tmp_path: Path) -> None:
+    """No ``gpufleet:signal=`` in its comment: USR1 would kill this job (a batch shell that does not
+    trap it dies of it), so it is not signalled; it runs on until the deadline drains the node and
+    requeues it (a job killed by a signal would not be requeued: restarts would stay 0)."""
+    policy = POLICY.replace('auto_repair = false\n',
+                            'auto_repair = false\ncheckpoint_risk_budget = 0.001\ncheckpoint_grace = "3s"\n')
+    ctl = LabController.start(tmp_path, sched, lab.nodes, policy_text=policy)
+    try:
+        job = lab.sbatch("n1", "while true; do sleep 0.2; done", "--comment", "no opt-in here")
+        wait_for(lambda: ctl.node_state("n1") == "in_service", "controller sees the job on n1")
+        ctl.post_event("n1", "thermal", severity="degraded", component="n1-gpu0", message="HBM 96C")
+        a = _action(ctl, "n1", "drain_after_checkpoint", "done")
+        assert isinstance(a["progress"], dict) and a["progress"]["signal"] == "", a
+        assert str(a["result"]).endswith(f"requeued {job}"), a
+        wait_for(lambda: sched.job(job).restarts == 1, "the job survived and was requeued at the deadline")
+        asked = [x for x in ctl.audit("n1") if x["action"] == "checkpoint_request"]
+        assert len(asked) == 1 and "declared no checkpoint signal: not asked" in asked[0]["detail"]
     finally:
         ctl.stop()
 

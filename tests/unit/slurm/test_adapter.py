@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -11,7 +13,8 @@ import pytest
 from gpufleet.domain.errors import Conflict, ExternalError, InvalidInput, NotFound
 from gpufleet.schedulers.port import SchedNodeState, Scheduler, drain_reason
 from gpufleet.schedulers.slurm import SlurmScheduler, SubprocessRunner
-from tests.unit.slurm.replay import ReplayRunner, busy_cluster, recorded_job_ids
+from gpufleet.schedulers.slurm.runner import CommandResult
+from tests.unit.slurm.replay import ReplayRunner, busy_cluster, recorded_job_ids, recording
 
 
 def _sched(runner: ReplayRunner) -> SlurmScheduler:
@@ -251,3 +254,43 @@ def test_drain_succeeds_even_if_boot_time_unreadable() -> None:
     s.drain("n1", "gpufleet:d-9 xid 79")
     s.list_nodes()
     assert r.writes == [("scontrol", "update", "nodename=n1", "state=drain", "reason=gpufleet:d-9 xid 79")]
+
+
+def _with_comment(job_name: str, comment: str) -> ReplayRunner:
+    """The busy recording, with ``job_name``'s comment replaced (how a job declares its signal)."""
+    doc = json.loads(recording("squeue-busy").stdout)
+    for j in doc["jobs"]:
+        if j["name"] == job_name:
+            j["comment"] = comment
+    r = busy_cluster()
+    squeue = r._answers.pop(("squeue", "--json"))
+    assert squeue == "squeue-busy"
+
+    class Runner(ReplayRunner):
+        def __call__(self, argv: Sequence[str], *, timeout: float) -> CommandResult:
+            if tuple(argv) == ("squeue", "--json"):
+                self.calls.append(tuple(argv))
+                return CommandResult(tuple(argv), 0, json.dumps(doc), "")
+            return super().__call__(argv, timeout=timeout)
+
+    return Runner(r._answers)
+
+
+def test_checkpoint_request_uses_the_signal_the_job_declared() -> None:
+    ids = recorded_job_ids()
+    r = _with_comment("train-b", "llama gpufleet:signal=USR2")
+    s = SlurmScheduler(r)
+    assert s.job(ids["train-b"]).checkpoint_signal == "USR2"
+    assert s.request_checkpoint(ids["train-b"]) == "USR2"
+    assert r.writes == [("scancel", "--signal=USR2", "--full", ids["train-b"])]
+
+
+def test_a_job_that_declared_no_signal_is_not_signalled_unless_the_site_says_so() -> None:
+    ids = recorded_job_ids()
+    r = busy_cluster()
+    assert SlurmScheduler(r).request_checkpoint(ids["train-a"]) == ""  # no token, no site default
+    assert r.writes == []
+    r2 = busy_cluster()
+    assert SlurmScheduler(r2, checkpoint_signal="SIGTERM", checkpoint_target="batch").request_checkpoint(
+        ids["train-a"]) == "TERM"
+    assert r2.writes == [("scancel", "--signal=TERM", "--batch", ids["train-a"])]

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gpufleet.domain.errors import InvalidInput, NotFound
-from gpufleet.schedulers.slurm.checkpoint import marker_time, parse_checkpoint, with_checkpoint
+from gpufleet.schedulers.slurm.checkpoint import marker_time, parse_checkpoint, parse_signal, with_checkpoint
 
 
 @given(text=st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=40),
@@ -52,3 +52,12 @@ def test_sub_second_precision_kept() -> None:
     at = datetime(2026, 11, 21, 13, 4, 36, 512000, tzinfo=UTC)
     assert with_checkpoint("", at) == "gpufleet:checkpoint=2026-11-21T13:04:36.512000Z"
     assert parse_checkpoint(with_checkpoint("", at)) == at
+
+
+def test_signal_token_is_the_jobs_opt_in() -> None:
+    assert parse_signal("run 7 gpufleet:signal=USR1 gpufleet:checkpoint=2026-11-21T12:00:00Z") == "USR1"
+    assert parse_signal("gpufleet:signal=sigusr2") == "USR2"
+    assert parse_signal("run 7") == ""  # no token: no opt-in
+    assert parse_signal("gpufleet:signal=") == ""
+    assert parse_signal("gpufleet:signal=BOGUS") == ""  # a garbled opt-in is no opt-in
+    assert parse_signal("gpufleet:signal=9") == ""  # numbers are refused: KILL is no checkpoint request

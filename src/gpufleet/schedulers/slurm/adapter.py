@@ -22,10 +22,12 @@ How the port's contract maps onto Slurm:
   finds such a node without its DRAIN flag *and* slurmctld has rebooted since, it drains it again
   (WARNING). If slurmctld did not reboot, someone resumed the node on purpose: that is respected
   and the drain is forgotten.
-* **Checkpoint requests.** ``request_checkpoint`` runs ``scancel --signal=<sig> [--batch|--full] J``
-  with the signal and target given at construction (``checkpoint_signal``, default USR1;
-  ``checkpoint_target``: ``full`` = batch shell and every step (default), ``batch`` = the batch shell
-  only, ``steps`` = the job steps only). The training script's side of it is in docs/slurm.md.
+* **Checkpoint requests (opt-in).** ``request_checkpoint`` runs ``scancel --signal=<sig>
+  [--batch|--full] J`` with the signal the job declared in its comment (``gpufleet:signal=USR1``),
+  else the site-wide ``checkpoint_signal`` given at construction (default ``""``: none), and sends
+  nothing to a job with neither (it is drained at the deadline). ``checkpoint_target``: ``full`` =
+  batch shell and every step (default), ``batch`` = the batch shell only, ``steps`` = the job steps
+  only. The training script's side of it is in docs/slurm.md.
 * **Requeue.** ``scontrol requeue`` only for a job that is running; a job that is already pending
   (requeued) is left alone, which makes a retried requeue a no-op. Slurm keeps a requeued job
   ineligible for ~121 s (``EligibleTime``); ``start_now`` (or ``requeue_starts_now=True``) lifts that.
@@ -34,14 +36,13 @@ How the port's contract maps onto Slurm:
 from __future__ import annotations
 
 import logging
-import signal as _signal
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Protocol
 
 from gpufleet.domain.errors import Conflict, ExternalError, InvalidInput, NotFound
 from gpufleet.schedulers.port import REASON_PREFIX, Job, JobState, SchedNode
-from gpufleet.schedulers.slurm.checkpoint import with_checkpoint
+from gpufleet.schedulers.slurm.checkpoint import signal_name, with_checkpoint
 from gpufleet.schedulers.slurm.parse import SlurmNode, jobs_from_squeue, node_from_scontrol, nodes_from_sinfo
 from gpufleet.schedulers.slurm.runner import CommandResult, CommandRunner, SubprocessRunner, raise_for
 
@@ -86,13 +87,6 @@ def _clean_reason(reason: str) -> str:
 CHECKPOINT_TARGETS = {"full": ("--full",), "batch": ("--batch",), "steps": ()}
 
 
-def _signal_name(sig: str) -> str:
-    name = sig.upper().removeprefix("SIG")
-    if name.isdigit() or f"SIG{name}" not in _signal.Signals.__members__:
-        raise InvalidInput("signal", sig, "a signal name such as USR1, TERM or INT")
-    return name
-
-
 class SlurmScheduler:
     """The Slurm implementation of the scheduler port, plus Slurm-only operations (hold, release,
     features, weights, checkpoint tokens)."""
@@ -107,12 +101,13 @@ class SlurmScheduler:
         reader: StateReader | None = None,
         timeout: float = 30.0,
         requeue_starts_now: bool = False,
-        checkpoint_signal: str = "USR1",
+        checkpoint_signal: str = "",
         checkpoint_target: str = "full",
     ) -> None:
         if checkpoint_target not in CHECKPOINT_TARGETS:
             raise InvalidInput("checkpoint_signal_target", checkpoint_target, f"one of {sorted(CHECKPOINT_TARGETS)}")
-        self._ckpt_signal = _signal_name(checkpoint_signal) if checkpoint_signal else ""  # "": never ask
+        # The site-wide default for jobs that declared no signal of their own; "": ask only those that did.
+        self._ckpt_signal = signal_name(checkpoint_signal) if checkpoint_signal else ""
         self._ckpt_target = CHECKPOINT_TARGETS[checkpoint_target]
         self._run = runner if runner is not None else SubprocessRunner(slurm_conf)
         self._timeout = timeout
@@ -234,24 +229,24 @@ class SlurmScheduler:
         self._scontrol(["release", job_id], job=job_id)
 
     def signal(self, job_id: str, signal: str) -> None:
-        name = _signal_name(signal)
+        name = signal_name(signal)
         res = self._run(["scancel", f"--signal={name}", "--full", job_id], timeout=self._timeout)
         raise_for(res, job=job_id)
 
     def request_checkpoint(self, job_id: str) -> str:
-        """Ask a running job to checkpoint now: ``scancel --signal=<sig> <target> J``. With no signal
-        configured, asks nothing and returns ``""``."""
+        """Ask a running job to checkpoint now: ``scancel --signal=<sig> <target> J`` with the signal
+        the job declared (else the site default). A job with neither is not signalled: returns ``""``."""
         job = self.job(job_id)
         if job.state != JobState.RUNNING:
             raise NotFound("running job", job_id)
-        if not self._ckpt_signal:
+        sig = job.checkpoint_signal or self._ckpt_signal
+        if not sig:
+            log.info("job %s: declared no checkpoint signal (gpufleet:signal=...): not signalled", job_id)
             return ""
-        res = self._run(["scancel", f"--signal={self._ckpt_signal}", *self._ckpt_target, job_id],
-                        timeout=self._timeout)
+        res = self._run(["scancel", f"--signal={sig}", *self._ckpt_target, job_id], timeout=self._timeout)
         raise_for(res, job=job_id)
-        log.info("job %s: asked to checkpoint (SIG%s to %s)", job_id, self._ckpt_signal,
-                 " ".join(self._ckpt_target) or "its steps")
-        return self._ckpt_signal
+        log.info("job %s: asked to checkpoint (SIG%s to %s)", job_id, sig, " ".join(self._ckpt_target) or "its steps")
+        return sig
 
     def record_checkpoint(self, job_id: str, at: datetime) -> None:
         """Set the job's checkpoint token, keeping the rest of its comment

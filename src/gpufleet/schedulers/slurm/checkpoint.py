@@ -9,6 +9,11 @@ Two carriers, both readable without the controller:
 * **A marker file** the training loop touches after each checkpoint; its modification time is the
   checkpoint time (:func:`marker_time`). The hook turns it into the comment token and, when given a
   controller URL, into ``POST /v1/jobs/{job_id}/checkpoint``.
+
+A job opts in to checkpoint requests with a second token in the same comment,
+``gpufleet:signal=<NAME>`` (e.g. ``sbatch --comment "gpufleet:signal=USR1" ...``): the signal its script
+handles by checkpointing (:func:`parse_signal`, read into :attr:`Job.checkpoint_signal`). Without it
+the job is never signalled: a signal it does not handle could kill it.
 """
 
 from __future__ import annotations
@@ -17,10 +22,34 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+import signal as _signal
+
 from gpufleet.domain.errors import InvalidInput, NotFound
 
 TOKEN = "gpufleet:checkpoint="
 _TOKEN_RE = re.compile(re.escape(TOKEN) + r"(\S*)")  # an empty token is replaced too
+SIGNAL_TOKEN = "gpufleet:signal="
+_SIGNAL_RE = re.compile(re.escape(SIGNAL_TOKEN) + r"(\S*)")
+
+
+def signal_name(sig: str) -> str:
+    """``sig`` as a signal name without the ``SIG`` prefix (``usr1``, ``SIGUSR1`` -> ``USR1``)."""
+    name = sig.upper().removeprefix("SIG")
+    if name.isdigit() or f"SIG{name}" not in _signal.Signals.__members__:
+        raise InvalidInput("signal", sig, "a signal name such as USR1, TERM or INT")
+    return name
+
+
+def parse_signal(comment: str) -> str:
+    """The checkpoint signal a job declared in its comment (``gpufleet:signal=USR1``), or ``""`` when
+    it declared none or the token does not name a signal (a garbled opt-in is no opt-in)."""
+    m = _SIGNAL_RE.search(comment or "")
+    if not m:
+        return ""
+    try:
+        return signal_name(m.group(1))
+    except InvalidInput:
+        return ""
 
 
 def format_time(at: datetime) -> str:

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from gpufleet.domain.errors import ExternalError
 from gpufleet.schedulers.port import Job, JobState, SchedNode, SchedNodeState
-from gpufleet.schedulers.slurm.checkpoint import parse_checkpoint
+from gpufleet.schedulers.slurm.checkpoint import parse_checkpoint, parse_signal
 from gpufleet.schedulers.slurm.hostlist import expand
 from gpufleet.schedulers.slurm.runner import SYSTEM, unreachable
 
@@ -185,6 +185,7 @@ def jobs_from_squeue(text: str) -> list[Job]:
             last_checkpoint=parse_checkpoint(_str(j.get("comment"))),
             restarts=restarts if isinstance(restarts, int) else 0,
             gpus=tres_gpus(_str(j.get("tres_alloc_str"))),
+            checkpoint_signal=parse_signal(_str(j.get("comment"))),
             extra=extra,
         ))
     return out
