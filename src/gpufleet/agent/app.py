@@ -19,6 +19,7 @@ from gpufleet.agent.collectors.host import HostCollector
 from gpufleet.agent.collectors.infiniband import InfinibandCollector
 from gpufleet.agent.collectors.kmsg import Decode, KernelLog, KmsgFollower, LogDecoder, boot_time
 from gpufleet.agent.collectors.kmsgfile import KmsgFileReplay
+from gpufleet.agent.commands import start_poller
 from gpufleet.agent.config import AgentConfig, read_token
 from gpufleet.agent.decoding import default_decoder
 from gpufleet.agent.devices.nvml import NvmlDevice
@@ -186,6 +187,7 @@ def run_agent(
     if pusher is not None:
         push_thread = threading.Thread(target=pusher.run, args=(stop,), name="gpufleet-push", daemon=True)
         push_thread.start()
+    commands = start_poller(cfg, token, device, stop)  # repair commands from the controller (commands.py)
     log.info(
         "%s: agent up: device=%s (%s), metrics on %s:%d, push=%s",
         cfg.node,
@@ -203,6 +205,8 @@ def run_agent(
         if pusher is not None and push_thread is not None:
             pusher.kick.set()
             push_thread.join(timeout=15)
+        if commands is not None:
+            commands.join(timeout=15)
         stop_http()
         agent.close()
         if client is not None:

@@ -105,6 +105,12 @@ class AgentConfig(BaseSettings):
     kmsg: bool = True
     kmsg_file: Path | None = None  # replay this recorded kernel log instead of following kmsg_path
     mounts: dict[str, str] = Field(default_factory=dict)
+    # Repair commands from the controller (agent/commands.py; with push only).
+    commands: bool = True
+    command_poll_s: float = Field(10.0, gt=0)
+    reboot_command: list[str] = Field(default_factory=lambda: ["systemctl", "reboot"], min_length=1)
+    fabric_manager_command: list[str] = Field(
+        default_factory=lambda: ["systemctl", "restart", "nvidia-fabricmanager"], min_length=1)
     cadence: CadenceModel = Field(default_factory=CadenceModel)
     thresholds: ThresholdsModel = Field(default_factory=ThresholdsModel)
 

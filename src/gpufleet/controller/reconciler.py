@@ -28,6 +28,7 @@ from gpufleet.lifecycle.states import NodeState
 from gpufleet.schedulers.port import Job, SchedNode, SchedNodeState, Scheduler, drain_reason
 
 from .fleetjudge import FleetJudge
+from .repairer import Repairer
 from .service import Controller
 from .store.repo import ActionStatus
 
@@ -62,12 +63,14 @@ class Validator(Protocol):
 
 class Reconciler:
     def __init__(self, controller: Controller, scheduler: Scheduler, validator: Validator | None = None,
-                 *, fleet_judge: FleetJudge | None = None, sync_interval: float = 0.0) -> None:
+                 *, fleet_judge: FleetJudge | None = None, sync_interval: float = 0.0,
+                 repairer: Repairer | None = None) -> None:
         if sync_interval < 0:
             raise InvalidInput("scheduler_sync_interval", sync_interval, "seconds, 0 or more (0 = every pass)")
         self.controller = controller
         self.scheduler = scheduler
         self.validator = validator
+        self.repairer = repairer  # repair executors and the escalation ladder (None: repair is people's)
         self.fleet_judge = fleet_judge  # runs at its own low cadence after the actions (docs/checks.md)
         self.cfg = controller.policy_file.config
         self.scheduler_ok = True
@@ -189,6 +192,11 @@ class Reconciler:
             return "resumed"
         if kind == ActionKind.VALIDATE:
             return self._validate(row, now)
+        if kind == ActionKind.REPAIR:
+            if self.repairer is None:
+                return (f"no repair executor configured: with people (POST /v1/nodes/{node}/repair-complete "
+                        "when fixed)")
+            return self.repairer.carry_out(row, now)
         raise InvalidInput("action.kind", kind, f"one of {[k.value for k in ActionKind]}")
 
     def _validate(self, row: OutboxAction, now: datetime) -> str | None:

@@ -16,12 +16,17 @@ import uvicorn
 from gpufleet.controller import heap
 from gpufleet.controller.api.app import create_app
 from gpufleet.controller.clock import Clock, SystemClock
+from gpufleet.controller.executors.agent import AgentExecutor
+from gpufleet.controller.executors.port import Executor
+from gpufleet.controller.executors.ticket import TicketExecutor
 from gpufleet.controller.fleetjudge import FleetJudge
 from gpufleet.controller.ingest import GroupCommitter
 from gpufleet.controller.reconciler import Reconciler, Validator
+from gpufleet.controller.repairer import Repairer
 from gpufleet.controller.service import Controller
 from gpufleet.controller.settings import ControllerSettings
 from gpufleet.controller.store.db import make_engine, migrate
+from gpufleet.controller.store.repairs import RepairStore
 from gpufleet.controller.store.repo import Store
 from gpufleet.domain.topology import load_topology
 from gpufleet.lifecycle.config import PolicyFile, load_policy
@@ -91,6 +96,18 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
     judge = FleetJudge(controller, fj.window, fj.min_samples, threshold=fj.threshold, min_rel=fj.min_rel,
                        checks=fj.checks, every=fj.every) if fj.every else None
     reconciler = Reconciler(controller, scheduler, validator, fleet_judge=judge,
-                            sync_interval=settings.scheduler_sync_interval)
+                            sync_interval=settings.scheduler_sync_interval, repairer=repairer(settings, controller))
     heap.settle("start-up")
     return Runtime(settings, controller, reconciler)
+
+
+def repairer(settings: ControllerSettings, controller: Controller) -> Repairer | None:
+    """The repair executors ``[repair]`` configures (None: none, repair stays with people)."""
+    r = settings.repair
+    executors: dict[str, Executor] = {}
+    if r.agent:
+        executors["agent"] = AgentExecutor(RepairStore(controller.store), controller.clock)
+    if r.ticket_url:
+        token = r.ticket_token_file.read_text().strip() if r.ticket_token_file else ""
+        executors["ticket"] = TicketExecutor(r.ticket_url, timeout=r.ticket_timeout, token=token)
+    return Repairer(controller, executors) if executors else None

@@ -250,6 +250,13 @@ class Controller:
             raise InvalidInput("job_id", job_id, "a non-empty job id")
         self.store.add_checkpoint(job_id, time, self.clock.now())
 
+    def repair_succeeded(self, node: str, step: str, level: str, key: str) -> Plan:
+        """An executor's repair step worked: repair -> revalidate (no-op when no longer in repair)."""
+        with self.lock:
+            plan = self.engine.repair_succeeded(node, step, level, key, self.clock.now())
+            self._persist(plan)
+            return plan
+
     # ---- operators --------------------------------------------------------------------------
     def operate(self, node: str, op: OperatorOp, actor_id: str, reason: str = "") -> Plan:
         with self.lock:

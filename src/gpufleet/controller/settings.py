@@ -22,6 +22,11 @@ Example ``controller.toml``::
     partition = ""                             # optional
     time_limit = "2h"
 
+    [repair]                                    # repair executors (docs/lifecycle.md); off by default
+    agent = true                               # GPU reset / reboot / fabric-manager restart by the node's agent
+    ticket_url = "https://tickets.example/hooks/gpufleet"   # webhook for hardware tickets ("" = audit only)
+    ticket_token_file = ""                     # optional bearer token for the webhook
+
     [fleet_judge]                               # fleet-relative outliers among check results (docs/checks.md)
     every = 300                                 # reconciler passes between runs; 0 = off
     window = "24h"                              # how far back check results count
@@ -136,6 +141,17 @@ class ValidationSettings(BaseModel):
     output: str = "/tmp/gpufleet-validate-%j.out"
 
 
+class RepairSettings(BaseModel):
+    """``[repair]``: which executors carry out the repair escalation ladder (controller.repairer). With
+    none, a node in repair waits for people (``repair-complete``), as before."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    agent: bool = False  # queue GPU reset / reboot / fabric-manager restart for the node's agent
+    ticket_url: str = Field(default="", pattern=r"^(https?://\S+)?$")  # "" = tickets are audit lines only
+    ticket_token_file: Path | None = None
+    ticket_timeout: float = Field(default=10.0, gt=0)
+
+
 class ControllerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUFLEET_", extra="forbid")
     database_url: str = "sqlite:///gpufleet.db"
@@ -157,6 +173,7 @@ class ControllerSettings(BaseSettings):
     checkpoint_signal: str = Field(default="", pattern=r"^((SIG)?[A-Z0-9]+)?$")
     checkpoint_signal_target: Literal["full", "batch", "steps"] = "full"
     validation: ValidationSettings = ValidationSettings()
+    repair: RepairSettings = RepairSettings()
     fleet_judge: FleetJudgeSettings = FleetJudgeSettings()
 
 

@@ -72,6 +72,15 @@ class PolicyConfig:
     retry_base: timedelta = timedelta(seconds=2)
     retry_cap: timedelta = timedelta(minutes=5)
     max_attempts: int = 50
+    # The repair escalation ladder (lifecycle.repair; section [repair]): this many reboots for the same
+    # fault within reboot_window, and the next repair is a hardware ticket; lemon_repairs repairs of a
+    # node within lemon_window, and it is recommended for retirement. A repair step (GPU reset, reboot)
+    # with no result within step_timeout counts as failed.
+    reboot_limit: int = 2
+    reboot_window: timedelta = timedelta(days=7)
+    lemon_repairs: int = 4
+    lemon_window: timedelta = timedelta(days=30)
+    step_timeout: timedelta = timedelta(minutes=30)
 
 
 _POLICY_KEYS: dict[str, str] = {
@@ -91,6 +100,8 @@ _POLICY_KEYS: dict[str, str] = {
 }
 _BREAKER_KEYS = {"max_unavailable_fleet": "share", "max_unavailable_domain": "share"}
 _RECONCILER_KEYS = {"retry_base": "duration", "retry_cap": "duration", "max_attempts": "count"}
+_REPAIR_KEYS = {"reboot_limit": "count", "reboot_window": "duration", "lemon_repairs": "count",
+                "lemon_window": "duration", "step_timeout": "duration"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,12 +112,13 @@ class PolicyFile:
 
 def parse_policy(doc: Mapping[str, Any], base: Catalog | None = None) -> PolicyFile:
     """Validate a parsed policy document. Nothing is applied unless everything is valid."""
-    allowed = {"policy", "breaker", "reconciler", "override", "escalation"}
+    allowed = {"policy", "breaker", "reconciler", "repair", "override", "escalation"}
     for key in doc:
         if key not in allowed:
             raise InvalidInput(key, doc[key], f"one of the sections {sorted(allowed)}")
     values: dict[str, Any] = {}
-    for section, keys in (("policy", _POLICY_KEYS), ("breaker", _BREAKER_KEYS), ("reconciler", _RECONCILER_KEYS)):
+    for section, keys in (("policy", _POLICY_KEYS), ("breaker", _BREAKER_KEYS), ("reconciler", _RECONCILER_KEYS),
+                                  ("repair", _REPAIR_KEYS)):
         table = doc.get(section, {})
         if not isinstance(table, dict):
             raise InvalidInput(section, table, "a table")

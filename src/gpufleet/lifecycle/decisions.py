@@ -17,6 +17,7 @@ class ActionKind(StrEnum):
     REQUEUE_JOBS = "requeue_jobs"  # requeue every job running on the node
     RESUME = "resume"  # return the node to the scheduler
     VALIDATE = "validate"  # run active checks (burn-in, revalidation)
+    REPAIR = "repair"  # climb the repair escalation ladder (lifecycle.repair) until it holds or goes to people
 
 
 class DecisionStatus(StrEnum):

@@ -234,6 +234,18 @@ class LifecycleEngine:
                 return self._move(rec, S.DRAINING, now, f"drained: {action.reason}", Actor.SYSTEM, decision=decision)
         return Plan()
 
+    def repair_succeeded(self, node: str, step: str, level: str, key: str, now: datetime) -> Plan:
+        """A repair step (``key``) carried out by an executor worked: repair -> revalidate, with a
+        ``level`` validation. A no-op when the node is no longer in repair (a replay after a crash)."""
+        rec = self._node(node)
+        if rec.state != S.REPAIR:
+            return Plan()
+        why = f"{step} succeeded: revalidate before service"
+        did = decision_id(node, "repair_done", rec.state, S.REVALIDATE, (key,))
+        d = Decision(did, node, now, rec.state, S.REVALIDATE, "repair_done", why, Severity.INFO, Actor.SYSTEM,
+                     f"executor:{step}", actions=(PlannedAction(ActionKind.VALIDATE, node, why, level=level),))
+        return self._commit(d, now)
+
     # ---- operators --------------------------------------------------------------------------
     def operator(self, node: str, op: OperatorOp, actor_id: str, reason: str, now: datetime) -> Plan:
         rec = self._node(node)

@@ -7,7 +7,8 @@ Pure: no I/O, no clock reads. Rules (catalog semantics; thresholds from the poli
   next checkpoint or ends (at once when it runs nothing);
 * info -> recorded only; info events still count towards escalations ("N in window T");
 * a node in revalidation or burn-in goes to ready on a passing check and to repair on a failing one;
-* drained nodes go to repair (``auto_repair``), new nodes to burn-in (``auto_burn_in``).
+* drained nodes go to repair (``auto_repair``), new nodes to burn-in (``auto_burn_in``); a node entering
+  repair carries a ``repair`` action (the escalation ladder, lifecycle.repair).
 
 Only newly arrived evidence, stamped no earlier than the node's last transition (minus a clock-skew
 tolerance), can trigger a decision, so a repaired node is not drained again for the fault it was
@@ -153,8 +154,10 @@ class Policy:
                 evidence = tuple(j.event.id for j in failed)
                 # Drain again: a validation job may have run on the node undrained, inside a
                 # maintenance reservation (a no-op where the node stayed drained).
-                act = PlannedAction(ActionKind.DRAIN, view.node, f"validation failed: {f.why}")
-                return self._decide(view, S.REPAIR, "validation_failed", f, evidence, (act,), now)
+                why = f"validation failed: {f.why}"
+                back = (PlannedAction(ActionKind.DRAIN, view.node, why),
+                        PlannedAction(ActionKind.REPAIR, view.node, why))
+                return self._decide(view, S.REPAIR, "validation_failed", f, evidence, back, now)
             passed = [e for e in fresh if e.kind == EventKind.CHECK_PASSED]
             if passed:
                 j = Judged(passed[-1], Severity.INFO, f"{st} passed: {_label(passed[-1])}")
@@ -165,7 +168,8 @@ class Policy:
     def on_tick(self, view: NodeView, now: datetime) -> Decision | None:
         """Time-driven moves that need no new evidence."""
         if view.state == S.DRAINED and self.config.auto_repair:
-            return self._decide_plain(view, S.REPAIR, "auto_repair", "drained: handed to repair", (), now)
+            act = PlannedAction(ActionKind.REPAIR, view.node, "drained: handed to repair")
+            return self._decide_plain(view, S.REPAIR, "auto_repair", "drained: handed to repair", (act,), now)
         if view.state == S.NEW and self.config.auto_burn_in:
             acts = (
                 PlannedAction(ActionKind.DRAIN, view.node, "burn-in before first use"),

@@ -46,9 +46,12 @@ ACCESS: dict[tuple[str, str], set[str]] = {
     ("GET", "/v1/mode"): READ,
     ("PUT", "/v1/mode"): OPERATE,
     ("POST", "/v1/jobs/{job_id}/checkpoint"): REPORT,
+    ("GET", "/v1/nodes/{node}/commands"): REPORT,
+    ("POST", "/v1/nodes/{node}/commands/{command_id}/result"): REPORT,
 }
 
-PARAMS = {"node": "r01-n01", "action_id": "d-0000000000000000:drain", "job_id": "job-1"}
+PARAMS = {"node": "r01-n01", "action_id": "d-0000000000000000:drain", "job_id": "job-1",
+          "command_id": "d-0000000000000000:repair:1:gpu_reset"}
 
 
 def body_for(method: str, path: str, now: str) -> Any:
@@ -71,6 +74,8 @@ def body_for(method: str, path: str, now: str) -> Any:
         return {"discard_held": False}
     if path.endswith("/retry"):
         return None
+    if path.endswith("/result"):
+        return {"ok": True, "detail": "auth test"}
     return {"reason": "auth test"}
 
 

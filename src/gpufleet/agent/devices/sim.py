@@ -261,6 +261,28 @@ class SimDevice:
     def close(self) -> None:
         self._opened = False
 
+    # --- repairs (the agent's repair commands on a simulated node: agent/commands.py) ------
+    def reset(self) -> list[int]:
+        """A simulated GPU reset (``nvidia-smi -r``) or reboot: what a reset clears is cleared — a lost
+        GPU is back, volatile ECC counters are zero, a pending row remap is applied, a held (injected)
+        temperature ends, PCIe retrains at full width and speed, NVLinks come up. What survives a
+        reset on real hardware survives here: aggregate counters, retired pages, a row-remap failure.
+        Returns the indices of the GPUs that had a fault cleared."""
+        cleared = []
+        for g in self.state:
+            faulty = (g.lost or g.remap_pending or g.thermal_override is not None or g.pcie_width < g.pcie_width_max
+                      or g.pcie_gen_cap < g.pcie_gen_max or any(not lk.up for lk in g.links))
+            g.lost, g.remap_pending, g.thermal_override = False, False, None
+            g.ecc_sbe_vol = g.ecc_dbe_vol = 0
+            g.pcie_width, g.pcie_gen_cap = g.pcie_width_max, g.pcie_gen_max
+            for lk in g.links:
+                lk.up = True
+            if faulty:
+                cleared.append(g.index)
+        with self._xid_lock:
+            self._xids = []
+        return cleared
+
     # --- faults -----------------------------------------------------------------------------
     def inject_xid(self, index: int, code: int, detail: str = "") -> None:
         """An XID as NVML reports it (and as the driver prints it to the kernel log, when there is one)."""

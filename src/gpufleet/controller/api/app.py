@@ -25,6 +25,7 @@ from gpufleet.lifecycle.states import NodeState
 
 from . import errors
 from .auth import ADMINISTER, OPERATE, READ, REPORT, Caller, TokenRegistry, require
+from .commands import commands_router
 from .fastpath import FastPathCounts, IngestFastPath
 from .schemas import (
     ApproveIn,
@@ -259,6 +260,7 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         c.checkpoint(job_id, body.time)
         return {"status": "recorded"}
 
+    v1.include_router(commands_router(controller, _may_report))  # the agent command channel (repairs)
     app.include_router(v1)
     _declare_bearer(app)
     return app

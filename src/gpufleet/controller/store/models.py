@@ -153,3 +153,32 @@ class SettingRow(Base):
     __tablename__ = "settings"
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class CommandRow(Base):
+    """A repair command for a node's agent (migration 0004). ``id`` is the repair step's key."""
+
+    __tablename__ = "commands"
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    node: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16))  # queued | succeeded | failed | expired
+    created: Mapped[datetime]
+    updated: Mapped[datetime]
+    detail: Mapped[str] = mapped_column(Text, default="")
+    __table_args__ = (Index("ix_commands_node_status", "node", "status"),)
+
+
+class RepairRow(Base):
+    """One repair attempt and its outcome: what the escalation ladder counts (migration 0004)."""
+
+    __tablename__ = "repairs"
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    key: Mapped[str] = mapped_column(String(200))
+    node: Mapped[str] = mapped_column(String(128))
+    time: Mapped[datetime]
+    fault: Mapped[str] = mapped_column(String(200))
+    step: Mapped[str] = mapped_column(String(32))
+    ok: Mapped[bool] = mapped_column(Boolean)
+    detail: Mapped[str] = mapped_column(Text, default="")
+    __table_args__ = (Index("ix_repairs_node_time", "node", "time"), UniqueConstraint("key", name="uq_repairs_key"))

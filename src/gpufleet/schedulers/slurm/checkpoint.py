@@ -19,10 +19,9 @@ the job is never signalled: a signal it does not handle could kill it.
 from __future__ import annotations
 
 import re
+import signal as _signal
 from datetime import UTC, datetime
 from pathlib import Path
-
-import signal as _signal
 
 from gpufleet.domain.errors import InvalidInput, NotFound
 
