@@ -29,13 +29,16 @@ from gpufleet.agent.devices.simfaults import Fault, FaultInjector, parse_fault
 from gpufleet.agent.devices.simhost import SimKernelLog, SimSysfs, gpu_serials, serial_prefix
 from gpufleet.agent.exporter import make_registry, serve
 from gpufleet.agent.inventory import collect_inventory
+from gpufleet.agent.nodestatus import NodeStatusWriter
 from gpufleet.agent.push import Backoff, ControllerClient, Pusher
 from gpufleet.agent.rules import PassiveChecks
 from gpufleet.agent.runner import Agent
 from gpufleet.agent.spool import Spool
 from gpufleet.agent.telemetry import Telemetry
+from gpufleet.domain.catalog import load_default_catalog
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.inventory import NodeInventory
+from gpufleet.domain.nodestatus import STATUS_FILE_NAME
 
 log = logging.getLogger(__name__)
 
@@ -187,7 +190,10 @@ def run_agent(
     if pusher is not None:
         push_thread = threading.Thread(target=pusher.run, args=(stop,), name="gpufleet-push", daemon=True)
         push_thread.start()
-    commands = start_poller(cfg, token, device, stop)  # repair commands from the controller (commands.py)
+    node_status = start_status(cfg, agent, clock, stop)  # the node status file for slurmd (nodestatus.py)
+    commands = start_poller(cfg, token, device, stop,  # repair commands from the controller (commands.py)
+                            on_repaired=None if node_status is None else
+                            lambda kind: node_status.clear(f"{kind} succeeded"))
     log.info(
         "%s: agent up: device=%s (%s), metrics on %s:%d, push=%s",
         cfg.node,
@@ -214,6 +220,22 @@ def run_agent(
         if spool is not None:
             spool.close()
     return agent
+
+
+def start_status(cfg: AgentConfig, agent: Agent, clock: AgentClock,
+                 stop: threading.Event) -> NodeStatusWriter | None:
+    """Keep the node status file (``status_file``, default ``<state_dir>/node-status.json``) in a thread;
+    without ``status_file``, only where the agent keeps a state directory (pushing, or simulated)."""
+    from datetime import timedelta
+
+    if cfg.status_file is None and not (cfg.push or cfg.device == "sim"):
+        return None
+    path = cfg.status_file or cfg.state_dir / STATUS_FILE_NAME
+    writer = NodeStatusWriter(path, cfg.node, load_default_catalog(), clock,
+                              hold=timedelta(seconds=cfg.status_hold_s), interval=cfg.status_interval_s)
+    agent.on_events = writer.observe
+    threading.Thread(target=writer.run, args=(stop,), name="gpufleet-status", daemon=True).start()
+    return writer
 
 
 def _kernel_log(

@@ -105,6 +105,10 @@ class AgentConfig(BaseSettings):
     kmsg: bool = True
     kmsg_file: Path | None = None  # replay this recorded kernel log instead of following kmsg_path
     mounts: dict[str, str] = Field(default_factory=dict)
+    # The node status file for Slurm's HealthCheckProgram (agent/nodestatus.py); None = <state_dir>/node-status.json.
+    status_file: Path | None = None
+    status_interval_s: float = Field(10.0, gt=0)
+    status_hold_s: float = Field(600.0, gt=0)
     # Repair commands from the controller (agent/commands.py; with push only).
     commands: bool = True
     command_poll_s: float = Field(10.0, gt=0)

@@ -14,7 +14,7 @@ import typer
 
 slurm_app = typer.Typer(help="Slurm hooks: prolog, epilog, healthcheck, checkpoint.", no_args_is_help=True)
 
-DEFAULT_STATUS = "/run/gpufleet/node-status.json"
+DEFAULT_STATUS = "/var/lib/gpufleet-agent/node-status.json"  # the agent's default state_dir + node-status.json
 DEFAULT_JOURNAL = "/var/lib/gpufleet/slurm-jobs.jsonl"
 
 NodeOpt = Annotated[str | None, typer.Option(help="node name (default: $SLURMD_NODENAME)")]

@@ -23,6 +23,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from gpufleet.domain.catalog import Action
+from gpufleet.domain.durations import format_duration
 from gpufleet.lifecycle.config import PolicyConfig
 
 
@@ -85,20 +86,20 @@ def next_step(fault: Fault, history: Sequence[RepairAttempt], now: datetime, cfg
     """The next rung for ``fault`` given every past attempt on the node (any order, any age)."""
     recent = [a for a in history if now - cfg.lemon_window <= a.time <= now and a.step != S.TICKET]
     if len(recent) >= cfg.lemon_repairs:
-        return NextStep(S.TICKET, f"lemon node: {len(recent)} repairs within {cfg.lemon_window} "
+        return NextStep(S.TICKET, f"lemon node: {len(recent)} repairs within {format_duration(cfg.lemon_window)} "
                                   f"(limit {cfg.lemon_repairs}): retirement recommended", lemon=True)
     same = [a for a in history if a.fault == fault.key and now - cfg.reboot_window <= a.time <= now
             and a.step != S.TICKET]
     reboots = sum(1 for a in same if a.step == S.REBOOT)
     if reboots >= cfg.reboot_limit:
-        return NextStep(S.TICKET, f"{fault.key} came back after {reboots} reboots within {cfg.reboot_window}: "
+        return NextStep(S.TICKET, f"{fault.key} came back after {reboots} reboots within {format_duration(cfg.reboot_window)}: "
                                   "hardware inspection")
     ladder = ladder_for(fault)
     if not ladder:
         return NextStep(S.TICKET, f"{fault.key}: the catalog recommends {fault.action}; "
                                   "no automated repair can do that")
     if len(same) >= len(ladder):
-        return NextStep(S.TICKET, f"{fault.key}: {len(same)} repair(s) within {cfg.reboot_window} did not hold "
+        return NextStep(S.TICKET, f"{fault.key}: {len(same)} repair(s) within {format_duration(cfg.reboot_window)} did not hold "
                                   f"({', '.join(a.step for a in same)}): hardware inspection")
     step = ladder[len(same)]
     tried = f" after {', '.join(a.step for a in same)}" if same else ""

@@ -162,7 +162,7 @@ def test_a_fault_that_returns_after_two_reboots_goes_to_a_hardware_ticket(tmp_pa
     body = tickets.bodies[0]
     assert body["format"] == "gpufleet.ticket/v1" and body["node"] == n and body["kind"] == "hardware"
     assert body["fault"]["key"] == "xid:79" and body["fault"]["action"] == "reboot"
-    assert body["reason"].startswith("xid:79 came back after 2 reboots within 7 days")
+    assert body["reason"].startswith("xid:79 came back after 2 reboots within 7d")
     assert [h["step"] for h in body["history"]] == ["reboot", "reboot"]
     assert tickets.keys == [body["id"]]
     last = w.repair_actions(n)[0]
@@ -212,4 +212,4 @@ def test_a_lemon_node_is_recommended_for_retirement(tmp_path: Path, tickets: Tic
     w.take_out(n, 48)
     assert w.repairs.pending(n) == [] and len(tickets.bodies) == 1
     assert tickets.bodies[0]["kind"] == "retire"
-    assert w.audit(n, "lemon_node")[0].startswith("lemon node: 4 repairs within 30 days")
+    assert w.audit(n, "lemon_node")[0].startswith("lemon node: 4 repairs within 30d")

@@ -17,7 +17,7 @@ import httpx
 
 from gpufleet.controller.reconciler import Validator
 from gpufleet.controller.runtime import Runtime, build
-from gpufleet.controller.settings import ControllerSettings, SchedulerKind, TokenConfig
+from gpufleet.controller.settings import ControllerSettings, RepairSettings, SchedulerKind, TokenConfig
 from gpufleet.schedulers.port import Scheduler
 from gpufleet.schedulers.slurm import SlurmScheduler
 
@@ -48,14 +48,14 @@ class LabController:
     @classmethod
     def start(cls, workdir: Path, scheduler: Scheduler, nodes: list[str], *, interval: float = 0.1,
               policy_text: str = POLICY, validator: Validator | None = None,
-              new_nodes: Sequence[str] = ()) -> LabController:
+              new_nodes: Sequence[str] = (), repair: RepairSettings | None = None) -> LabController:
         """``nodes`` are registered ready, ``new_nodes`` new (they go through burn-in)."""
         policy = workdir / "policy.toml"
         policy.write_text(policy_text)
         settings = ControllerSettings(
             database_url=f"sqlite:///{workdir / 'controller.db'}", policy_file=policy, port=0,
             scheduler=SchedulerKind.SLURM if isinstance(scheduler, SlurmScheduler) else SchedulerKind.SIM,
-            reconcile_interval=interval,
+            reconcile_interval=interval, repair=repair or RepairSettings(),
             tokens=(TokenConfig(name="admin", role="admin", token=ADMIN_TOKEN),
                     TokenConfig(name="agent", role="agent", token=AGENT_TOKEN)),
         )

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.agent.nodestatus import write_status
+from gpufleet.domain.nodestatus import NodeStatus
 from gpufleet.schedulers.port import JobState
 from gpufleet.schedulers.slurm import SlurmScheduler
-from gpufleet.schedulers.slurm.hooks import NodeStatus, write_status
 from tests.integration.slurm.lab import SlurmLab, wait_for
 
 pytestmark = pytest.mark.slurm
@@ -76,3 +77,34 @@ def test_checkpoint_hook_inside_job_reaches_adapter(lab: SlurmLab, sched: SlurmS
     j = sched.job(job)
     assert j.last_checkpoint == datetime(2026, 11, 21, 13, 14, 15, tzinfo=UTC)
     assert dict(j.extra)["comment"] == "llama run 3 gpufleet:checkpoint=2026-11-21T13:14:15Z"
+
+
+def test_healthcheck_drains_from_the_status_file_a_real_agent_writes_with_no_controller(
+        lab: SlurmLab, sched: SlurmScheduler, tmp_path: Path) -> None:
+    """The controller is not running at all: the agent (simulated GPUs, not pushing) writes its status
+    file, slurmd's HealthCheckProgram reads it and drains the node by itself."""
+    import signal
+    import subprocess
+
+    state = tmp_path / "agent-state"
+    conf = tmp_path / "agent.toml"
+    conf.write_text("status_interval_s = 0.5\n")
+    status = state / "node-status.json"
+    lab.hook("healthcheck", _hook_cmd("healthcheck", "--status-file", str(status), "--max-age", "1m"), node="n3")
+    log = tmp_path / "agent.log"
+    agent = subprocess.Popen([GPUFLEET, "agent", "--device", "sim", "--gpus", "2", "--node", "n3", "--no-push",
+                              "--state-dir", str(state), "--no-kmsg", "--metrics-port", "0", "--metrics-addr",
+                              "127.0.0.1", "--config", str(conf), "--inject", "gpu_lost@gpu1@+3"],
+                             stdout=log.open("w"), stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: status.exists() and '"worst": "ok"' in status.read_text(), "the agent writes an ok status")
+        assert "DRAIN" not in sched.slurm_node("n3").flags
+        wait_for(lambda: "DRAIN" in sched.slurm_node("n3").flags,
+                 lambda: f"HealthCheckProgram drained n3; status {status.read_text()}; log {log.read_text()[-800:]}",
+                 timeout=60)
+        reason = sched.node("n3").reason
+        assert reason.startswith("gpufleet:healthcheck xid 79 (ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS) on n3-gpu1")
+        assert "DRAIN" not in sched.slurm_node("n2").flags
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(timeout=20)

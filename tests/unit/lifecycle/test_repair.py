@@ -33,7 +33,7 @@ def test_two_reboots_for_the_same_fault_within_seven_days_is_a_hardware_ticket()
     history = [at(6, "xid:79", S.REBOOT), at(1, "xid:79", S.REBOOT)]
     nxt = next_step(XID79, history, T0, CFG)
     assert nxt.step == S.TICKET and not nxt.lemon
-    assert nxt.reason.startswith("xid:79 came back after 2 reboots within 7 days")
+    assert nxt.reason.startswith("xid:79 came back after 2 reboots within 7d")
 
 
 def test_reboots_older_than_the_window_or_for_another_fault_do_not_count() -> None:
@@ -60,6 +60,6 @@ def test_lemon_node_gets_a_retire_recommendation() -> None:
     history = [at(d, f"xid:{c}", S.GPU_RESET) for d, c in ((29, 48), (20, 94), (10, 62), (2, 119))]
     nxt = next_step(XID48, history, T0, CFG)
     assert nxt.step == S.TICKET and nxt.lemon and "retirement recommended" in nxt.reason
-    assert not next_step(XID48, history[1:], T0, CFG).lemon  # three within 30 days: not yet
+    assert not next_step(XID48, history[1:], T0, CFG).lemon  # three within 30d: not yet
     few = PolicyConfig(lemon_repairs=2, lemon_window=timedelta(days=5))
     assert next_step(XID48, history, T0, few).step == S.GPU_RESET  # only one attempt within 5 days

@@ -10,15 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from gpufleet.agent.nodestatus import write_status
 from gpufleet.domain.errors import InvalidInput
-from gpufleet.schedulers.slurm.hooks import (
-    NodeStatus,
-    epilog,
-    healthcheck,
-    parse_status,
-    prolog,
-    write_status,
-)
+from gpufleet.domain.nodestatus import NodeStatus, parse_status
+from gpufleet.schedulers.slurm.hooks import epilog, healthcheck, prolog
 from gpufleet.schedulers.slurm.runner import SubprocessRunner
 
 NOW = datetime(2026, 11, 21, 13, 0, tzinfo=UTC)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -23,14 +22,13 @@ from pathlib import Path
 from typing import Protocol
 
 from gpufleet.domain.errors import ExternalError, InvalidInput
+from gpufleet.domain.nodestatus import parse_status
 from gpufleet.schedulers.port import drain_reason
 from gpufleet.schedulers.slurm.runner import CommandResult
 
 log = logging.getLogger(__name__)
 
-STATUS_FORMAT = "gpufleet.node-status/v1"
 JOURNAL_FORMAT = "gpufleet.slurm-job/v1"
-_WORST = ("ok", "info", "degraded", "fatal")
 
 
 class Drainer(Protocol):
@@ -137,59 +135,6 @@ def epilog(node: str, env: Mapping[str, str], journal: Path, now: datetime) -> H
 
 
 # ---- healthcheck --------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class NodeStatus:
-    """The agent's local verdict (``gpufleet.node-status/v1``, see docs/slurm.md)."""
-
-    node: str
-    time: datetime
-    worst: str  # ok | info | degraded | fatal
-    reasons: tuple[str, ...] = ()
-    decision: str = ""
-
-    def to_json(self) -> dict[str, object]:
-        doc: dict[str, object] = {"format": STATUS_FORMAT, "node": self.node,
-                                  "time": self.time.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
-                                  "worst": self.worst, "reasons": list(self.reasons)}
-        if self.decision:
-            doc["decision"] = self.decision
-        return doc
-
-
-def parse_status(text: str, source: str = "status") -> NodeStatus:
-    try:
-        doc = json.loads(text)
-    except ValueError as err:
-        raise InvalidInput(source, text[:80], f"a JSON object in format {STATUS_FORMAT} ({err})") from None
-    if not isinstance(doc, dict):
-        raise InvalidInput(source, doc, f"a JSON object in format {STATUS_FORMAT}")
-    if doc.get("format") != STATUS_FORMAT:
-        raise InvalidInput(f"{source}.format", doc.get("format"), STATUS_FORMAT)
-    node, worst, when = doc.get("node"), doc.get("worst"), doc.get("time")
-    if not isinstance(node, str) or not node:
-        raise InvalidInput(f"{source}.node", node, "a node name")
-    if worst not in _WORST:
-        raise InvalidInput(f"{source}.worst", worst, f"one of {list(_WORST)}")
-    try:
-        at = datetime.fromisoformat(str(when).replace("Z", "+00:00"))
-    except ValueError:
-        raise InvalidInput(f"{source}.time", when, "an ISO-8601 time with a zone, e.g. 2026-11-21T12:00:00Z") from None
-    if at.tzinfo is None:
-        raise InvalidInput(f"{source}.time", when, "an ISO-8601 time with a zone, e.g. 2026-11-21T12:00:00Z")
-    reasons = doc.get("reasons", [])
-    if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
-        raise InvalidInput(f"{source}.reasons", reasons, "a list of strings")
-    decision = doc.get("decision", "")
-    return NodeStatus(node, at, str(worst), tuple(reasons), decision if isinstance(decision, str) else "")
-
-
-def write_status(path: Path, status: NodeStatus) -> None:
-    """Write the status file atomically (the agent's side of the contract; also used by tests)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(status.to_json()) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
 def healthcheck(node: str, status_file: Path, drainer: Drainer, now: datetime, max_age: timedelta) -> HookOutcome:
     """Drain ``node`` if the agent's status says fatal (and is fresh and about this node)."""
     try:
@@ -199,9 +144,9 @@ def healthcheck(node: str, status_file: Path, drainer: Drainer, now: datetime, m
     if status.node != node:
         return HookOutcome(True, f"gpufleet healthcheck: WARNING {status_file} is about {status.node}, not {node}")
     age = now - status.time
-    if age > max_age:
-        return HookOutcome(True, f"gpufleet healthcheck: WARNING agent status is {age} old (max {max_age}); "
-                                 "nothing done")
+    if age > max_age:  # the agent is down or stuck: reported (slurmd's log), never acted on
+        return HookOutcome(True, f"gpufleet healthcheck: WARNING agent status is stale: {age} old (max {max_age}); "
+                                 "is the gpufleet agent running? nothing done")
     if status.worst != "fatal":
         return HookOutcome(True, f"gpufleet healthcheck: {node} {status.worst}")
     text = "; ".join(status.reasons) or "agent reports a fatal fault"

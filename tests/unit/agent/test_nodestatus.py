@@ -1,0 +1,74 @@
+"""The agent's node status file (what slurmd's HealthCheckProgram reads): judged with the catalog,
+held for a while, cleared by a repair, written atomically and read back by the hook's parser."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from gpufleet.agent.clock import FakeClock
+from gpufleet.agent.nodestatus import NodeStatusWriter
+from gpufleet.domain.catalog import load_default_catalog
+from gpufleet.domain.events import EventKind, HealthEvent
+from gpufleet.domain.nodestatus import parse_status
+from gpufleet.schedulers.slurm.hooks import healthcheck
+
+T0 = datetime(2026, 11, 21, 12, tzinfo=UTC)
+
+
+class Drains:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def drain(self, node: str, reason: str) -> None:
+        self.calls.append((node, reason))
+
+
+def _writer(tmp_path: Path) -> tuple[NodeStatusWriter, FakeClock, Path]:
+    clock = FakeClock(T0)
+    path = tmp_path / "state" / "node-status.json"
+    return NodeStatusWriter(path, "n1", load_default_catalog(), clock, hold=timedelta(minutes=10)), clock, path
+
+
+def _ev(kind: EventKind, code: int | None = None) -> HealthEvent:
+    return HealthEvent(f"e-{kind}-{code}", "n1", kind, T0, "n1-gpu0", code)
+
+
+def test_a_fatal_fault_is_written_at_once_and_the_hook_drains_on_it(tmp_path: Path) -> None:
+    w, clock, path = _writer(tmp_path)
+    assert w.write() and parse_status(path.read_text()).worst == "ok"
+    w.observe([_ev(EventKind.XID, 13), _ev(EventKind.XID, 45)])  # application / collateral: info only
+    assert parse_status(path.read_text()).worst == "ok"
+    w.observe([_ev(EventKind.XID, 79)])
+    st = parse_status(path.read_text())
+    assert st.worst == "fatal" and len(st.reasons) == 1 and "79" in st.reasons[0] and "n1-gpu0" in st.reasons[0]
+    drains = Drains()
+    out = healthcheck("n1", path, drains, clock.now(), timedelta(minutes=5))
+    assert not out.ok and drains.calls == [("n1", f"gpufleet:healthcheck {st.reasons[0]}")]
+    assert not list(path.parent.glob(".*.tmp")), "no temporary file left behind"
+
+
+def test_faults_age_out_after_the_hold_and_a_repair_clears_them(tmp_path: Path) -> None:
+    w, clock, path = _writer(tmp_path)
+    w.observe([_ev(EventKind.ROW_REMAP_PENDING)])
+    assert w.status().worst == "degraded"
+    clock.advance(601)
+    assert w.status().worst == "ok"
+    w.observe([_ev(EventKind.XID, 48)])
+    assert w.status().worst == "fatal"
+    w.clear("gpu_reset succeeded")
+    assert parse_status(path.read_text()).worst == "ok"
+
+
+def test_a_stale_file_is_reported_not_acted_on(tmp_path: Path) -> None:
+    w, clock, path = _writer(tmp_path)
+    w.observe([_ev(EventKind.XID, 79)])
+    drains = Drains()
+    out = healthcheck("n1", path, drains, clock.now() + timedelta(minutes=6), timedelta(minutes=5))
+    assert out.ok and drains.calls == [] and "stale" in out.message and "is the gpufleet agent running" in out.message
+
+
+def test_an_unwritable_path_is_logged_and_does_not_raise(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    w = NodeStatusWriter(tmp_path / "file" / "node-status.json", "n1", load_default_catalog(), FakeClock(T0))
+    assert not w.write()
