@@ -91,15 +91,16 @@ def next_step(fault: Fault, history: Sequence[RepairAttempt], now: datetime, cfg
     same = [a for a in history if a.fault == fault.key and now - cfg.reboot_window <= a.time <= now
             and a.step != S.TICKET]
     reboots = sum(1 for a in same if a.step == S.REBOOT)
+    window = format_duration(cfg.reboot_window)
     if reboots >= cfg.reboot_limit:
-        return NextStep(S.TICKET, f"{fault.key} came back after {reboots} reboots within {format_duration(cfg.reboot_window)}: "
+        return NextStep(S.TICKET, f"{fault.key} came back after {reboots} reboots within {window}: "
                                   "hardware inspection")
     ladder = ladder_for(fault)
     if not ladder:
         return NextStep(S.TICKET, f"{fault.key}: the catalog recommends {fault.action}; "
                                   "no automated repair can do that")
     if len(same) >= len(ladder):
-        return NextStep(S.TICKET, f"{fault.key}: {len(same)} repair(s) within {format_duration(cfg.reboot_window)} did not hold "
+        return NextStep(S.TICKET, f"{fault.key}: {len(same)} repair(s) within {window} did not hold "
                                   f"({', '.join(a.step for a in same)}): hardware inspection")
     step = ladder[len(same)]
     tried = f" after {', '.join(a.step for a in same)}" if same else ""
