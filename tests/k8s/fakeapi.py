@@ -122,6 +122,10 @@ class FakeKubeAPI:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    @property
+    def stopped(self) -> bool:
+        return self._stopping
+
     # ---- test controls ------------------------------------------------------------------------
     def fail_next(self, count: int, code: int = 503, reason: str = "ServiceUnavailable", method: str = "") -> None:
         """The next ``count`` requests (of ``method``, or any) are answered with ``code``."""
@@ -444,6 +448,9 @@ def _handler(api: FakeKubeAPI) -> type[BaseHTTPRequestHandler]:
             self._serve("DELETE")
 
         def _serve(self, method: str) -> None:
+            if api.stopped:  # a stopped server answers nothing (kept-alive connections included)
+                self.close_connection = True
+                return
             url = urlsplit(self.path)
             query = {k: v[-1] for k, v in parse_qs(url.query).items()}
             length = int(self.headers.get("Content-Length") or 0)
