@@ -66,11 +66,11 @@ SCHEDULER_EXPECTED = ('scheduler = "slurm" (drive Slurm through scontrol/sinfo/s
 
 class TokenConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    name: str = Field(min_length=1)
-    role: Role
-    token: str | None = Field(default=None, min_length=16)
-    token_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    nodes: tuple[str, ...] = ("*",)
+    name: str = Field(min_length=1)  # who holds the token (the audit log names it)
+    role: Role  # viewer, agent, operator or admin (docs/api.md lists what each may do)
+    token: str | None = Field(default=None, min_length=16)  # the secret itself: for development only
+    token_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # its sha256 (gpufleet controller token)
+    nodes: tuple[str, ...] = ("*",)  # agent tokens: the nodes (glob patterns) it may report for
 
     @model_validator(mode="after")
     def _one_secret(self) -> TokenConfig:
@@ -106,29 +106,30 @@ class FleetJudgeSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     every: int = Field(default=300, ge=0)  # reconciler passes between runs; 0 = off
-    window: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=24)
-    min_samples: int = Field(default=8, ge=3)
-    threshold: float = Field(default=3.5, gt=0)
+    window: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=24)  # how far back results count
+    min_samples: int = Field(default=8, ge=3)  # smaller (SKU, check) groups are not judged
+    threshold: float = Field(default=3.5, gt=0)  # robust z-score (median absolute deviations) of an outlier
     min_rel: float = Field(default=0.05, ge=0, lt=1)  # at least 5 % below the median
+    # the checks whose results are compared across the fleet
     checks: tuple[str, ...] = Field(
         default=("gemm_bf16", "gemm_fp16", "gemm_tf32", "gemm_fp8", "gemm_fp32", "hbm_copy"), min_length=1)
 
 
 class ControllerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUFLEET_", extra="forbid")
-    database_url: str = "sqlite:///gpufleet.db"
-    policy_file: Path | None = None
+    database_url: str = "sqlite:///gpufleet.db"  # SQLAlchemy URL: sqlite:///FILE or postgresql://user@host/db
+    policy_file: Path | None = None  # policy.toml (below); none: every default
     topology_file: Path | None = None  # gpufleet.topology/v1: enables fault correlation
-    host: str = "127.0.0.1"
-    port: int = Field(default=8470, ge=0, le=65535)
-    reconcile_interval: float = Field(default=1.0, gt=0)
+    host: str = "127.0.0.1"  # address the API listens on
+    port: int = Field(default=8470, ge=0, le=65535)  # port the API listens on (0: any free port)
+    reconcile_interval: float = Field(default=1.0, gt=0)  # seconds between reconciler passes
     # Reading every node's state from the scheduler is the reconciler's biggest cost on a large fleet
     # (sinfo --json of 12,500 nodes); actions still run every pass. 0 = read on every pass.
     scheduler_sync_interval: float = Field(default=0.0, ge=0)
-    scheduler: SchedulerKind  # required (SCHEDULER_EXPECTED)
+    scheduler: SchedulerKind  # required: "slurm" (scontrol/sinfo/squeue on this host) or "sim" (simulated)
     slurm_conf: Path | None = None  # with scheduler = "slurm": the slurm.conf the commands use (SLURM_CONF)
-    tokens: tuple[TokenConfig, ...] = ()
-    fleet_judge: FleetJudgeSettings = FleetJudgeSettings()
+    tokens: tuple[TokenConfig, ...] = ()  # the API's bearer tokens (none: every request is refused)
+    fleet_judge: FleetJudgeSettings = FleetJudgeSettings()  # see [fleet_judge]
 
 
 def load_settings(path: Path | None = None, **overrides: Any) -> ControllerSettings:
