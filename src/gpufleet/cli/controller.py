@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from gpufleet.controller.settings import ControllerSettings
     from gpufleet.domain.fleet import Fleet
     from gpufleet.schedulers.port import Scheduler
+    from gpufleet.schedulers.slurm.validation import SlurmValidator
 
 controller_app = typer.Typer(help="Run and administer the gpufleet controller.", no_args_is_help=True)
 
@@ -46,7 +47,7 @@ def serve(
     scheduler, fleet, driving = _scheduler(settings, sim_nodes, sim_state)
     typer.echo(f"gpufleet controller: driving {driving}", err=True)
     _port_free(settings.host, settings.port)  # before migrating: a second serve must change nothing
-    rt = build(settings, scheduler)
+    rt = build(settings, scheduler, validator=_validator(settings, scheduler))
     if fleet is not None:
         rt.controller.register_fleet(fleet)
     if not settings.tokens:
@@ -96,14 +97,35 @@ def _scheduler(settings: ControllerSettings, sim_nodes: int,
                                'nothing with scheduler = "slurm" (the simulated scheduler\'s options)')
         conf = str(settings.slurm_conf) if settings.slurm_conf else None
         where = conf or os.environ.get("SLURM_CONF") or "the commands' default"
-        return SlurmScheduler(slurm_conf=conf), None, f"Slurm via scontrol/sinfo/squeue (SLURM_CONF={where})"
+        slurm = SlurmScheduler(slurm_conf=conf, checkpoint_signal=settings.checkpoint_signal,
+                               checkpoint_target=settings.checkpoint_signal_target)
+        return slurm, None, f"Slurm via scontrol/sinfo/squeue (SLURM_CONF={where})"
     from gpufleet.domain.fleet import simulated_fleet
     from gpufleet.schedulers.sim import SimScheduler
 
     fleet = simulated_fleet(sim_nodes, max(1, min(4, sim_nodes))) if sim_nodes else None
-    sched = SimScheduler([n.id for n in fleet] if fleet else [], state_file=sim_state)
+    sched = SimScheduler([n.id for n in fleet] if fleet else [], state_file=sim_state,
+                         checkpoint_signal=settings.checkpoint_signal.removeprefix("SIG"))
     state = f", state in {sim_state}" if sim_state is not None else ""
     return sched, fleet, f"the simulated scheduler ({len(sched.list_nodes())} nodes{state})"
+
+
+def _validator(settings: ControllerSettings, scheduler: Scheduler) -> SlurmValidator | None:
+    """Validation jobs through Slurm when ``[validation] command`` is set (docs/slurm.md)."""
+    import getpass
+
+    from gpufleet.domain.errors import InvalidInput
+    from gpufleet.schedulers.slurm import SlurmScheduler
+    from gpufleet.schedulers.slurm.validation import SlurmValidator, ValidationJobs
+
+    v = settings.validation
+    if not v.command:
+        return None
+    if not isinstance(scheduler, SlurmScheduler):
+        raise InvalidInput("validation.command", v.command, 'nothing unless scheduler = "slurm"')
+    jobs = ValidationJobs(v.command, v.user or getpass.getuser(), v.partition, v.time_limit, v.output)
+    conf = str(settings.slurm_conf) if settings.slurm_conf else None
+    return SlurmValidator(scheduler, jobs, slurm_conf=conf)
 
 
 @controller_app.command()

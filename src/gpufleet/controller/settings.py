@@ -12,6 +12,15 @@ Example ``controller.toml``::
     scheduler = "slurm"                        # required: "slurm" (scontrol/sinfo/squeue on this host) or "sim"
     slurm_conf = "/etc/slurm/slurm.conf"        # optional; otherwise the commands' default / $SLURM_CONF
 
+    checkpoint_signal = "USR1"                 # what asks a job to checkpoint before a drain (docs/slurm.md)
+    checkpoint_signal_target = "full"          # slurm: full (batch shell + steps) | batch | steps
+
+    [validation]                                # validation jobs through Slurm (docs/slurm.md); off without command
+    command = "gpufleet check --level {level} --node {node} --controller http://ctl:8470 --token-file /etc/gf/tok"
+    user = "gpufleet"                          # the reservation's user: the user the controller submits as
+    partition = ""                             # optional
+    time_limit = "2h"
+
     [fleet_judge]                               # fleet-relative outliers among check results (docs/checks.md)
     every = 300                                 # reconciler passes between runs; 0 = off
     window = "24h"                              # how far back check results count
@@ -36,7 +45,7 @@ import tomllib
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -115,6 +124,18 @@ class FleetJudgeSettings(BaseModel):
         default=("gemm_bf16", "gemm_fp16", "gemm_tf32", "gemm_fp8", "gemm_fp32", "hbm_copy"), min_length=1)
 
 
+class ValidationSettings(BaseModel):
+    """``[validation]``: ``gpufleet check`` as Slurm jobs in a maintenance reservation
+    (``schedulers.slurm.validation``). Off while ``command`` is empty."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    command: str = ""  # {node} and {level} are filled in
+    user: str = ""  # default: the user the controller runs as
+    partition: str = ""
+    time_limit: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=2)
+    output: str = "/tmp/gpufleet-validate-%j.out"
+
+
 class ControllerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUFLEET_", extra="forbid")
     database_url: str = "sqlite:///gpufleet.db"  # SQLAlchemy URL: sqlite:///FILE or postgresql://user@host/db
@@ -129,6 +150,11 @@ class ControllerSettings(BaseSettings):
     scheduler: SchedulerKind  # required: "slurm" (scontrol/sinfo/squeue on this host) or "sim" (simulated)
     slurm_conf: Path | None = None  # with scheduler = "slurm": the slurm.conf the commands use (SLURM_CONF)
     tokens: tuple[TokenConfig, ...] = ()  # the API's bearer tokens (none: every request is refused)
+    # How the controller asks a job to checkpoint before draining its degraded node.
+    # "" = never signal (jobs that do not handle the signal die of it: USR1's default action).
+    checkpoint_signal: str = Field(default="USR1", pattern=r"^((SIG)?[A-Z0-9]+)?$")
+    checkpoint_signal_target: Literal["full", "batch", "steps"] = "full"
+    validation: ValidationSettings = ValidationSettings()  # see [validation]
     fleet_judge: FleetJudgeSettings = FleetJudgeSettings()  # see [fleet_judge]
 
 
