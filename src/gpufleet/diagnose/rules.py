@@ -19,11 +19,14 @@ from gpufleet.domain.events import Severity
 # A line can only be (the start of) an event if it contains one of these. Each word is long or made
 # of rare characters, because ``bytes.find`` skips fastest over text that shares few characters with
 # the word: this is the test every line of a multi-GB log pays (measured in bench/bench_diagnose.py).
+# Every word costs one pass over each block of a benign log, so host lines are found by their longest
+# fixed text ("Kernel panic - not syncing", "soft lockup - CPU#"), not by a short word.
 CANDIDATE_WORDS = (
-    "NVRM", "SXid (PCI:", "AER:", "PCIe Bus Error", "mlx5_core", "EDAC", "Hardware Error",
+    "NVRM:", "SXid (PCI:", "AER:", "PCIe Bus Error", "mlx5_core", "EDAC", "Hardware Error",
     "hardware memory error", "Memory failure", "Killed process", "oom-kill", "nvidia: probe of",
-    "detected NVSwitch", "Port module event", "GPU is lost", "Kernel panic", "blocked for more than",
-    "soft lockup", "hard LOCKUP", "detected stall", "NETDEV WATCHDOG", "peermem",
+    "detected NVSwitch", "Port module event", "Unable to determine the device handle",
+    "Kernel panic - not syncing", "blocked for more than", "soft lockup - CPU#", "hard LOCKUP",
+    "NETDEV WATCHDOG", "nvidia-peermem",
 )
 CANDIDATE = re.compile("|".join(re.escape(w) for w in CANDIDATE_WORDS))
 CANDIDATE_BYTES = tuple(w.encode() for w in CANDIDATE_WORDS)

@@ -1,9 +1,9 @@
-"""Recognisers for the host kernel's own health lines: panics, hung tasks, lockups, RCU stalls, GHES
+"""Recognisers for the host kernel's own health lines: panics, hung tasks, lockups, GHES
 hardware-error reports, NETDEV watchdog timeouts, nvidia-peermem errors and OOM reports that end at
 the ``oom-kill:constraint=`` line.
 
 Each wording is the kernel's (``kernel/panic.c``, ``kernel/hung_task.c``, ``kernel/watchdog.c``,
-``kernel/rcu/tree_stall.h``, ``drivers/firmware/efi/cper.c``, ``net/sched/sch_generic.c``,
+``drivers/firmware/efi/cper.c``, ``net/sched/sch_generic.c``,
 ``mm/oom_kill.c``) across generations; real examples with their sources are in
 ``tests/fixtures/kernel-logs/host-kernel.log``.
 """
@@ -26,7 +26,6 @@ _PANIC_MCE = re.compile(r"(?i)machine check|hardware error|\bMCE\b|Fatal local m
 _HUNG = re.compile(r"INFO: task (.+?):(\d+) blocked for more than (\d+) seconds")
 _SOFT = re.compile(r"soft lockup - CPU#(\d+) stuck for (\d+)s!(?: \[(.*?):(\d+)\])?")
 _HARD = re.compile(r"(?i)Watchdog detected hard LOCKUP on cpu (\d+)")
-_RCU = re.compile(r"rcu: INFO: (rcu_\w+) (?:self-)?detected stalls? on CPU")
 _GHES = re.compile(r"\[Hardware Error\]: event severity: (fatal|recoverable|corrected|info)")
 _NETDEV = re.compile(r"NETDEV WATCHDOG: (?:(\S+) \(([^)]*)\): )?(?:CPU: \d+: )?transmit queue (\d+) timed out")
 _PEERMEM = re.compile(r"nvidia[-_]peermem[:\s]+(\S*).*?\b(ERROR|error|failed|invalid context)\b")
@@ -88,11 +87,6 @@ def kernel(msg: str) -> Pending | None:
             return Pending(Hit(FindingKind.KERNEL, None, None, "kernel_panic", stated=_FATAL_REBOOT, name="hard lockup",
                                meaning=f"CPU {m[1]} stuck with interrupts off", detail=[("event", "hard_lockup"),
                                                                                         ("cpu", m[1])]))
-    if "detected stall" in msg:
-        m = _RCU.search(msg)
-        if m:
-            return Pending(Hit(FindingKind.KERNEL, None, None, "kernel", stated=_DEGRADED, name="RCU stall",
-                               meaning=f"{m[1]} grace period stalled", detail=[("event", "rcu_stall")]))
     if "Processor context corrupt" in msg:
         return Pending(Hit(FindingKind.MCE_EDAC, None, None, "mce_edac", stated=_FATAL_REBOOT,
                            name="uncorrected machine check", meaning="processor context corrupt",
