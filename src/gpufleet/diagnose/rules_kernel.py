@@ -27,7 +27,11 @@ _HUNG = re.compile(r"INFO: task (.+?):(\d+) blocked for more than (\d+) seconds"
 _SOFT = re.compile(r"soft lockup - CPU#(\d+) stuck for (\d+)s!(?: \[(.*?):(\d+)\])?")
 _HARD = re.compile(r"(?i)Watchdog detected hard LOCKUP on cpu (\d+)")
 _GHES = re.compile(r"\[Hardware Error\]: event severity: (fatal|recoverable|corrected|info)")
-_NETDEV = re.compile(r"NETDEV WATCHDOG: (?:(\S+) \(([^)]*)\): )?(?:CPU: \d+: )?transmit queue (\d+) timed out")
+# "NETDEV WATCHDOG: eth2 (igb): transmit queue 4 timed out", 2.x-4.x "NETDEV WATCHDOG: eth0: transmit timed
+# out", 6.x "NETDEV WATCHDOG: CPU: 5: transmit queue 3 timed out 5120 ms"
+_NETDEV = re.compile(
+    r"NETDEV WATCHDOG: (?:CPU: \d+: )?(?:([^\s:()]+)(?: \(([^)]*)\))?: )?transmit (?:queue (\d+) )?timed out"
+)
 _PEERMEM = re.compile(r"nvidia[-_]peermem[:\s]+(\S*).*?\b(ERROR|error|failed|invalid context)\b")
 _CONSTRAINT = re.compile(r"oom-kill:constraint=(\w+),.*?,task=([^,]*),pid=(\d+),uid=(\d+)")
 _MEMCG = re.compile(r"task_memcg=([^,]*)")
@@ -103,7 +107,7 @@ def kernel(msg: str) -> Pending | None:
             return Pending(Hit(FindingKind.IB_LINK, None, None, "ib_link", stated=_DEGRADED,
                                name="NIC transmit timeout", meaning="NETDEV WATCHDOG: a transmit queue timed out",
                                detail=[("event", "tx_timeout"), ("device", m[1] or ""), ("driver", m[2] or ""),
-                                       ("queue", m[3])]))
+                                       ("queue", m[3] or "")]))
     if "peermem" in msg:
         m = _PEERMEM.search(msg)
         if m and "inheriting taint" not in msg:
