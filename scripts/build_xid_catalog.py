@@ -18,8 +18,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import catalog_tables  # noqa: E402  (sibling module holding the SXid/AER/event tables)
-import nvlink5_table  # noqa: E402  (NVIDIA's "Xid 144-150 Decode" sheet)
+import catalog_tables
+import nvlink5_table
 
 # NVIDIA immediate bucket -> (severity, action)
 BUCKET_RULE = {

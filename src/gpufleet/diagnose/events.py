@@ -36,7 +36,6 @@ from datetime import datetime
 from gpufleet.diagnose.finding import Finding, FindingKind
 from gpufleet.domain.events import EventKind, HealthEvent, Severity, utc
 
-
 # Detail keys the controller and the correlator read: NVLink5 subcode decode (``suspect`` = peer, cable,
 # software, host, local, ...; ``unit``, ``subcode``, ``error_status``, ``hw_sw``), the MIG instance, the
 # event of a code-less kind, and the ones kept before.

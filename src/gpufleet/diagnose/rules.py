@@ -185,7 +185,9 @@ _FALLEN_ONE = re.compile(
     r"(?:GPU )?has fallen off the bus"
 )
 # nvidia-smi's wording (bug reports, health-check output): "GPU is lost. Reboot the system ...".
-_SMI_LOST = re.compile(r"Unable to determine the device handle for (?:GPU)?\s*([0-9a-fA-F]{4,8}:[0-9a-fA-F:.]+): GPU is lost")
+_SMI_LOST = re.compile(
+    r"Unable to determine the device handle for (?:GPU)?\s*([0-9a-fA-F]{4,8}:[0-9a-fA-F:.]+): GPU is lost"
+)
 _RMINIT = re.compile(rf"NVRM: (?:GPU ({_BDF}\.\d): )?RmInitAdapter failed!\s*(\S*)")
 _PROBE = re.compile(r"nvidia: probe of ([0-9a-fA-F:.]+) failed with error (-?\d+)")
 _PROBE_ROUTINE = re.compile(

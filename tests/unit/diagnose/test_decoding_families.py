@@ -19,12 +19,16 @@ from gpufleet.domain.judgement import judge
 GB200_149 = ("[171167.620236] NVRM: Xid (PCI:0009:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 01 "
              "(0x021425c6 0x00000000 0x00000000 0x00000000 0x00000000 0x00000000)")
 SXID_A = [  # NVSwitch README (index id 33251897520)
-    "[   60.006338] kernel: nvidia-nvswitch3: SXid (PCI:0000:0a:00.0): 22013, Non-fatal, Link 55 Minion Link DLREQ interrupt",
-    "[   60.008040] kernel: nvidia-nvswitch3: SXid (PCI:0000:0a:00.0): 22013, Severity 0 Engine instance 55 Sub-engine instance 00",
+    "[   60.006338] kernel: nvidia-nvswitch3: SXid (PCI:0000:0a:00.0): 22013, Non-fatal, Link 55 Minion Link "
+    "DLREQ interrupt",
+    "[   60.008040] kernel: nvidia-nvswitch3: SXid (PCI:0000:0a:00.0): 22013, Severity 0 Engine instance 55 "
+    "Sub-engine instance 00",
 ]
-SXID_B = [  # NVSentinel sxid_handler_test.go
-    "[ 1108.858286] nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Fatal, Link 28 sourcetrack timeout error (First)",
-    "[ 1108.858290] nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Severity 5 Engine instance 28 Sub-engine instance 00",
+SXID_B = [  # NVSentinel sxid_handler_test.go (header); the Severity line is ours, in the driver's form
+    "[ 1108.858286] nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Fatal, Link 28 sourcetrack timeout error "
+    "(First)",
+    "[ 1108.858290] nvidia-nvswitch0: SXid (PCI:0000:c3:00.0): 24007, Severity 5 Engine instance 28 "
+    "Sub-engine instance 00",
 ]
 
 
