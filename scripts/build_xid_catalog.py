@@ -34,10 +34,10 @@ BUCKET_RULE = {
     "WORKFLOW_XID_48": ("fatal", "reset_gpu"),  # uncorrectable ECC
     "WORKFLOW_NVLINK_ERR": ("fatal", "drain_and_inspect"),  # XID 74: the NVLink job fails
     # NVLink5 (144-150): judged per subcode. The decoder states each line's severity from NVIDIA's
-    # "Xid 144-150 Decode" sheet (nvlink5_decode.csv; unknown subcodes: the line's Fatal/Nonfatal word,
-    # degraded when it has none), so the row is only the floor: info, and NVIDIA's resolution of every
-    # fatal row, RESET_GPU, as the action when the line states worse (decision record 0030).
-    "WORKFLOW_NVLINK5_ERR": ("info", "reset_gpu"),
+    # "Xid 144-150 Decode" sheet (nvlink5_decode.csv), which raises fatal rows; the row is the floor for
+    # sources that carry no subcode (NVML reports the code only): degraded, with NVIDIA's resolution of
+    # every fatal row, RESET_GPU, as the action (decision record 0030).
+    "WORKFLOW_NVLINK5_ERR": ("degraded", "reset_gpu"),
     "CONTACT_SUPPORT": ("degraded", "contact_support"),
     "CHECK_MECHANICALS": ("degraded", "check_cabling"),
     "UPDATE_SWFW": ("degraded", "update_software"),

@@ -66,11 +66,14 @@ def test_the_gb200_link_down_names_the_peer_as_the_source(catalog: Catalog) -> N
 
 
 def test_the_subcode_table_settles_a_fatal_word_it_calls_non_fatal(catalog: Catalog) -> None:
-    # The BER-event row of NVIDIA's sheet is Non-fatal/IGNORE whatever word the line carries.
+    # The BER-event row of NVIDIA's sheet is Non-fatal/IGNORE whatever word the line carries: the line
+    # states info, and the judgement is the catalog's floor for 149 (degraded), not fatal.
     line = ("NVRM: Xid (PCI:0000:04:00): 149, NETIR_BER_EVENT Fatal XC0 i0 Link 00 "
             "(0x00000013 0x00000001 0x00000000 0x00000000)")
     (f,) = _decode([line], catalog)
-    assert (f.stated, f.severity, f.get("suspect")) == (Severity.INFO, Severity.INFO, "cable")
+    assert (f.stated, f.severity, f.get("suspect")) == (Severity.INFO, Severity.DEGRADED, "cable")
+    (raw,) = _decode([line], None)  # the agent decodes without a catalog: only what the line states
+    assert raw.severity is Severity.INFO
 
 
 def test_an_unknown_subcode_falls_back_to_the_lines_word(catalog: Catalog) -> None:
