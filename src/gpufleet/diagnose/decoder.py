@@ -311,6 +311,8 @@ class Decoder:
         if self.catalog is not None:
             j = judge(self.catalog, hit.catalog_kind, hit.code, stated=stated)
             sev, action, collateral, entry_name = j.severity, j.action, j.collateral, j.name
+            if j.basis == "stated by the source" and hit.stated is not None:
+                action = hit.stated[1]  # the line decided: its recommended action goes with it
             entry = self.catalog.lookup(hit.catalog_kind, hit.code)
             coded = hit.code is not None and entry.code == hit.code
             meaning, component = (entry.meaning if coded or not hit.meaning else hit.meaning), entry.component
