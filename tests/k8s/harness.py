@@ -17,6 +17,7 @@ from typing import Any
 from kubernetes import client as k8s
 
 from gpufleet.schedulers.kubernetes import KubernetesScheduler
+from gpufleet.schedulers.kubernetes.model import ANN_SIGNAL
 from tests.k8s.fakeapi import FakeKubeAPI
 
 NAMESPACE = "training"
@@ -81,6 +82,14 @@ class KubernetesHarness:
         self._jobs[job_id] = job
         self.eventually(lambda: job_id in [j.id for j in self.scheduler.jobs_on(node)], f"{job_id} running")
         return job_id
+
+    def start_checkpointing_job(self, node: str) -> str:
+        return self.start_job(node)  # the job reads the annotation through a downward-API volume
+
+    def checkpoint_requested(self, job_id: str) -> bool:
+        name = job_id.rsplit("/", maxsplit=1)[-1]
+        return any(ANN_SIGNAL in (p["metadata"].get("annotations") or {}) for p in self.api.objects("pods")
+                   if p["metadata"]["labels"].get("batch.kubernetes.io/job-name") == name)
 
     def end_job(self, job_id: str) -> None:
         self._jobs.pop(job_id, None)

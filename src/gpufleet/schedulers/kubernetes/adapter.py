@@ -15,8 +15,9 @@ How the port's contract maps onto Kubernetes (marks and names: :mod:`.model`):
   which honours PodDisruptionBudgets. A 429 (the budget allows no disruption now) is an
   :class:`ExternalError` the reconciler retries later; a pod is never deleted behind a budget. The
   workload's controller (Job, JobSet, PyTorchJob, LeaderWorkerSet) recreates the pods elsewhere.
-* **signal(job, sig)** cannot reach a process through the API: it annotates the job's pods with
-  ``gpufleet.io/signal: <SIG> <time>``; a training loop sees it through a downward-API volume.
+* **signal(job, sig)** and **request_checkpoint(job)** cannot reach a process through the API: they
+  annotate the job's pods with ``gpufleet.io/signal: <SIG> <time>`` and send nothing; a training loop
+  sees it through a downward-API volume (decision 0072).
 * **Failures**: no answer, 5xx, 429 from API priority and fairness, 401/403 are
   :class:`ExternalError` (the last two not retryable: fix RBAC); 404 on a node is :class:`NotFound`.
 * Every request passes a client-side rate limit (:class:`RateLimit`); reads come from a watch-fed
@@ -118,7 +119,8 @@ class KubernetesScheduler:
 
     def __init__(self, api: k8s.ApiClient, *, gpu_resources: Sequence[str] = GPU_RESOURCES,
                  node_selector: str = "", conflict_retries: int = 5, rate_limit: RateLimit | None = None,
-                 cache: Snapshot | None = None, clock: Clock | None = None) -> None:
+                 cache: Snapshot | None = None, clock: Clock | None = None,
+                 checkpoint_signal: str = "USR1") -> None:
         self.api = api
         self._core = k8s.CoreV1Api(api)
         self._gpu = tuple(gpu_resources)
@@ -127,6 +129,7 @@ class KubernetesScheduler:
         self._limit = rate_limit or RateLimit()
         self.cache = cache
         self._clock: Clock = clock or _UtcClock()
+        self.checkpoint_signal = checkpoint_signal.upper().removeprefix("SIG")
         self._requeued: dict[str, int] = {}  # job id -> evictions this process made (restarts)
 
     @classmethod
@@ -271,6 +274,17 @@ class KubernetesScheduler:
                                body, _content_type=SMP))
         log.info("job %s: asked for %s through the %s pod annotation", job_id, name, ANN_SIGNAL)
 
+    def request_checkpoint(self, job_id: str) -> str:
+        """Ask a running job to checkpoint: the ``gpufleet.io/signal`` annotation (see :meth:`signal`);
+        nothing is sent to the process. Returns the signal named ("" when checkpoint requests are off)."""
+        running = [p for p in self._job_pods(job_id) if is_active(p) and p.status and p.status.phase == "Running"]
+        if not running:
+            raise NotFound("running job", job_id)
+        if not self.checkpoint_signal:
+            return ""
+        self.signal(job_id, self.checkpoint_signal)
+        return self.checkpoint_signal
+
     # ---- internals ----------------------------------------------------------------------------
     def _cached(self) -> bool:
         return self.cache is not None and self.cache.ready()
@@ -293,8 +307,8 @@ class KubernetesScheduler:
 
     def _job_pods(self, job_id: str) -> list[k8s.V1Pod]:
         key = parse_job_id(job_id)
-        if key is None:
-            raise InvalidInput("job_id", job_id, "namespace/Kind/name, as list_jobs reports it")
+        if key is None:  # not namespace/Kind/name, as list_jobs reports ids: no such job here
+            raise NotFound("job", job_id)
         pods = self._call(lambda: self._core.list_namespaced_pod(key[0]).items)
         mine = [p for p in pods if is_gpu_pod(p, self._gpu) and job_key(p) == key]
         if not mine and job_id not in self._requeued:
