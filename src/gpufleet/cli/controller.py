@@ -27,8 +27,9 @@ def register(app: typer.Typer) -> None:
 def serve(
     config: Annotated[Path | None, typer.Option(help="controller TOML (database_url, tokens, policy_file...)")] = None,
     database_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL; overrides the config")] = None,
-    host: Annotated[str | None, typer.Option()] = None,
-    port: Annotated[int | None, typer.Option()] = None,
+    host: Annotated[str | None, typer.Option(help="address to listen on; overrides the config (default 127.0.0.1)")]
+    = None,
+    port: Annotated[int | None, typer.Option(help="port to listen on; overrides the config (default 8470)")] = None,
     policy: Annotated[Path | None, typer.Option(help="policy TOML (thresholds, budgets, overrides)")] = None,
     sim_nodes: Annotated[int, typer.Option(help="with the sim scheduler: register this many simulated nodes")] = 0,
     sim_state: Annotated[Path | None, typer.Option(help="persist the sim scheduler's state to this file")] = None,
@@ -45,6 +46,7 @@ def serve(
     settings = load_settings(config, database_url=database_url, host=host, port=port, policy_file=policy)
     scheduler, fleet, driving = _scheduler(settings, sim_nodes, sim_state)
     typer.echo(f"gpufleet controller: driving {driving}", err=True)
+    _port_free(settings.host, settings.port)  # before migrating: a second serve must change nothing
     rt = build(settings, scheduler, validator=_validator(settings, scheduler))
     if fleet is not None:
         rt.controller.register_fleet(fleet)
@@ -56,6 +58,28 @@ def serve(
         rt.start_api(in_thread=False)
     finally:
         rt.shutdown()
+
+
+def _port_free(host: str, port: int) -> None:
+    """InvalidInput naming the port when something already listens on ``host:port``."""
+    import socket
+
+    from gpufleet.domain.errors import InvalidInput
+
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as err:
+        raise InvalidInput("host", host, f"an address this machine can listen on ({err})") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            s.bind(addr)
+        except OSError as err:
+            raise InvalidInput("port", port, f"a port free on {host} ({err.strerror}: is another controller "
+                               "running there?)") from None
 
 
 def _scheduler(settings: ControllerSettings, sim_nodes: int,
@@ -76,6 +100,8 @@ def _scheduler(settings: ControllerSettings, sim_nodes: int,
         slurm = SlurmScheduler(slurm_conf=conf, checkpoint_signal=settings.checkpoint_signal,
                                checkpoint_target=settings.checkpoint_signal_target)
         return slurm, None, f"Slurm via scontrol/sinfo/squeue (SLURM_CONF={where})"
+    if settings.scheduler == SchedulerKind.KUBERNETES:
+        return _kubernetes(settings, sim_nodes, sim_state)
     from gpufleet.domain.fleet import simulated_fleet
     from gpufleet.schedulers.sim import SimScheduler
 
@@ -84,6 +110,29 @@ def _scheduler(settings: ControllerSettings, sim_nodes: int,
                          checkpoint_signal=settings.checkpoint_signal.removeprefix("SIG"))
     state = f", state in {sim_state}" if sim_state is not None else ""
     return sched, fleet, f"the simulated scheduler ({len(sched.list_nodes())} nodes{state})"
+
+
+def _kubernetes(settings: ControllerSettings, sim_nodes: int,
+                sim_state: Path | None) -> tuple[Scheduler, Fleet | None, str]:
+    from gpufleet.domain.errors import InvalidInput
+
+    if sim_nodes or sim_state is not None:
+        raise InvalidInput("--sim-nodes" if sim_nodes else "--sim-state", sim_nodes or str(sim_state),
+                           'nothing with scheduler = "kubernetes" (the simulated scheduler\'s options)')
+    try:
+        from gpufleet.schedulers.kubernetes import KubernetesScheduler
+        from gpufleet.schedulers.kubernetes.watch import ClusterCache
+    except ImportError as err:
+        raise InvalidInput("scheduler", "kubernetes",
+                           "the kubernetes client installed: pip install 'gpufleet[kubernetes]'") from err
+    sched = KubernetesScheduler.connect(
+        kubeconfig=str(settings.kubeconfig.expanduser()) if settings.kubeconfig else None,
+        context=settings.kube_context, node_selector=settings.kube_node_selector,
+        checkpoint_signal=settings.checkpoint_signal)
+    if settings.kube_watch:
+        sched.cache = ClusterCache(sched.api, node_selector=settings.kube_node_selector).start()
+    where = settings.kubeconfig or ("the service account" if not settings.kube_context else settings.kube_context)
+    return sched, None, f"Kubernetes at {sched.api.configuration.host} ({where})"
 
 
 def _validator(settings: ControllerSettings, scheduler: Scheduler) -> SlurmValidator | None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Protocol
@@ -79,10 +80,15 @@ class Reconciler:
         self._passes = 0
         self.sync_interval = timedelta(seconds=sync_interval)
         self._last_sync: datetime | None = None
+        # Observers (controller.metrics): each pass's duration and attempted actions; each action's outcome
+        # (done, waiting, retry, failed) with the controller's clock when it was recorded.
+        self.on_pass: list[Callable[[float, int], None]] = []
+        self.on_action: list[Callable[[OutboxAction, str, datetime], None]] = []
 
     # ---- the loop ---------------------------------------------------------------------------
     def run_once(self) -> int:
         """One pass; returns how many actions were attempted."""
+        started = time.perf_counter()
         now = self.controller.clock.now()
         last = self._last_sync
         sync_due = last is None or not timedelta(0) <= now - last < self.sync_interval  # a clock step back: read
@@ -94,6 +100,8 @@ class Reconciler:
             self.execute(row)
         if self.fleet_judge is not None:
             self.fleet_judge.on_pass()
+        for observe in self.on_pass:
+            observe(time.perf_counter() - started, len(due))
         return len(due)
 
     def run_forever(self, stop: threading.Event, interval: float = 1.0) -> None:
@@ -166,9 +174,17 @@ class Reconciler:
             self._give_up(row, now, f"{type(err).__name__}: {err}")
             return
         if outcome is None:  # waiting (for a checkpoint)
+            self._observed(row, "waiting")
             return
         log.info("%s: %s done (%s)", action.node, action.kind, outcome)
         self.controller.action_finished(row.id, action, row.decision_id, result=outcome)
+        self._observed(row, "done")
+
+    def _observed(self, row: OutboxAction, outcome: str) -> None:
+        if self.on_action:
+            now = self.controller.clock.now()
+            for observe in self.on_action:
+                observe(row, outcome, now)
 
     def _carry_out(self, row: OutboxAction, now: datetime) -> str | None:
         kind, node = row.action.kind, row.action.node
@@ -309,12 +325,14 @@ class Reconciler:
                     row.action.node, row.action.kind, attempts, delay, error)
         self.controller.store.update_action(row.id, status=ActionStatus.PENDING, now=now, attempts=attempts,
                                             next_attempt=now + delay, error=error)
+        self._observed(row, "retry")
 
     def _give_up(self, row: OutboxAction, now: datetime, error: str) -> None:
         log.error("%s: giving up on %s (%s). Manual action: check the node in the scheduler, fix the cause, "
                   "then retry it with POST /v1/actions/%s/retry", row.action.node, row.action.kind, error, row.id)
         self.controller.store.update_action(row.id, status=ActionStatus.FAILED, now=now,
                                             attempts=row.attempts + 1, error=error)
+        self._observed(row, "failed")
 
     def _scheduler_down(self, err: ExternalError) -> None:
         if self.scheduler_ok:

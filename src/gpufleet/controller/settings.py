@@ -9,8 +9,10 @@ Example ``controller.toml``::
     port = 8470
     reconcile_interval = 1.0                   # seconds between reconciler passes
     scheduler_sync_interval = 0.0              # seconds between reads of the scheduler's node list; 0 = every pass
-    scheduler = "slurm"                        # required: "slurm" (scontrol/sinfo/squeue on this host) or "sim"
+    scheduler = "slurm"                        # required: "slurm", "kubernetes" or "sim"
     slurm_conf = "/etc/slurm/slurm.conf"        # optional; otherwise the commands' default / $SLURM_CONF
+    kubeconfig = "~/.kube/config"              # kubernetes only; in a pod the service account is used
+    kube_node_selector = "nvidia.com/gpu.present=true"   # kubernetes only; "" = every node
 
     checkpoint_signal = ""                     # site-wide checkpoint signal for jobs that declared none; "" = ask
                                                # only jobs that opted in (gpufleet:signal=USR1, docs/slurm.md)
@@ -73,19 +75,21 @@ class SchedulerKind(StrEnum):
 
     SLURM = "slurm"  # scontrol / sinfo / squeue on this host (docs/slurm.md)
     SIM = "sim"  # an in-process simulated scheduler: the demo, trying gpufleet without a cluster
+    KUBERNETES = "kubernetes"  # the API server: cordon, taints, conditions, evictions (docs/kubernetes.md)
 
 
-SCHEDULER_EXPECTED = ('scheduler = "slurm" (drive Slurm through scontrol/sinfo/squeue on this host) or '
+SCHEDULER_EXPECTED = ('scheduler = "slurm" (drive Slurm through scontrol/sinfo/squeue on this host), '
+                      'scheduler = "kubernetes" (drive the Kubernetes API server) or '
                       'scheduler = "sim" (a simulated scheduler) in the controller config, or GPUFLEET_SCHEDULER')
 
 
 class TokenConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    name: str = Field(min_length=1)
-    role: Role
-    token: str | None = Field(default=None, min_length=16)
-    token_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    nodes: tuple[str, ...] = ("*",)
+    name: str = Field(min_length=1)  # who holds the token (the audit log names it)
+    role: Role  # viewer, agent, operator or admin (docs/api.md lists what each may do)
+    token: str | None = Field(default=None, min_length=16)  # the secret itself: for development only
+    token_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # its sha256 (gpufleet controller token)
+    nodes: tuple[str, ...] = ("*",)  # agent tokens: the nodes (glob patterns) it may report for
 
     @model_validator(mode="after")
     def _one_secret(self) -> TokenConfig:
@@ -121,10 +125,11 @@ class FleetJudgeSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     every: int = Field(default=300, ge=0)  # reconciler passes between runs; 0 = off
-    window: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=24)
-    min_samples: int = Field(default=8, ge=3)
-    threshold: float = Field(default=3.5, gt=0)
+    window: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=24)  # how far back results count
+    min_samples: int = Field(default=8, ge=3)  # smaller (SKU, check) groups are not judged
+    threshold: float = Field(default=3.5, gt=0)  # robust z-score (median absolute deviations) of an outlier
     min_rel: float = Field(default=0.05, ge=0, lt=1)  # at least 5 % below the median
+    # the checks whose results are compared across the fleet
     checks: tuple[str, ...] = Field(
         default=("gemm_bf16", "gemm_fp16", "gemm_tf32", "gemm_fp8", "gemm_fp32", "hbm_copy"), min_length=1)
 
@@ -154,27 +159,32 @@ class RepairSettings(BaseModel):
 
 class ControllerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUFLEET_", extra="forbid")
-    database_url: str = "sqlite:///gpufleet.db"
-    policy_file: Path | None = None
+    database_url: str = "sqlite:///gpufleet.db"  # SQLAlchemy URL: sqlite:///FILE or postgresql://user@host/db
+    policy_file: Path | None = None  # policy.toml (below); none: every default
     topology_file: Path | None = None  # gpufleet.topology/v1: enables fault correlation
-    host: str = "127.0.0.1"
-    port: int = Field(default=8470, ge=0, le=65535)
-    reconcile_interval: float = Field(default=1.0, gt=0)
+    host: str = "127.0.0.1"  # address the API listens on
+    port: int = Field(default=8470, ge=0, le=65535)  # port the API listens on (0: any free port)
+    reconcile_interval: float = Field(default=1.0, gt=0)  # seconds between reconciler passes
     # Reading every node's state from the scheduler is the reconciler's biggest cost on a large fleet
     # (sinfo --json of 12,500 nodes); actions still run every pass. 0 = read on every pass.
     scheduler_sync_interval: float = Field(default=0.0, ge=0)
-    scheduler: SchedulerKind  # required (SCHEDULER_EXPECTED)
+    scheduler: SchedulerKind  # required: "slurm", "kubernetes" or "sim" (SCHEDULER_EXPECTED)
     slurm_conf: Path | None = None  # with scheduler = "slurm": the slurm.conf the commands use (SLURM_CONF)
-    tokens: tuple[TokenConfig, ...] = ()
+    # with scheduler = "kubernetes": in a pod the service account is used; otherwise this kubeconfig
+    kubeconfig: Path | None = None
+    kube_context: str | None = None
+    kube_node_selector: str = ""  # label selector of the GPU nodes gpufleet manages ("" = every node)
+    kube_watch: bool = True  # read nodes and pods from a watch-fed cache instead of listing every pass
+    tokens: tuple[TokenConfig, ...] = ()  # the API's bearer tokens (none: every request is refused)
     # How the controller asks a job to checkpoint before draining its degraded node: jobs opt in by
     # declaring the signal they handle (Slurm: gpufleet:signal=USR1 in the job's comment). This is the
     # site-wide default for the jobs that declared none; "" (default) = never signal those (a job
     # that does not handle the signal would die of it: USR1's default action).
     checkpoint_signal: str = Field(default="", pattern=r"^((SIG)?[A-Z0-9]+)?$")
     checkpoint_signal_target: Literal["full", "batch", "steps"] = "full"
-    validation: ValidationSettings = ValidationSettings()
-    repair: RepairSettings = RepairSettings()
-    fleet_judge: FleetJudgeSettings = FleetJudgeSettings()
+    validation: ValidationSettings = ValidationSettings()  # see [validation]
+    repair: RepairSettings = RepairSettings()  # see [repair]
+    fleet_judge: FleetJudgeSettings = FleetJudgeSettings()  # see [fleet_judge]
 
 
 def load_settings(path: Path | None = None, **overrides: Any) -> ControllerSettings:

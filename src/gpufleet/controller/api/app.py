@@ -23,7 +23,7 @@ from gpufleet.domain.inventory import parse_inventory
 from gpufleet.lifecycle.engine import OperatorOp
 from gpufleet.lifecycle.states import NodeState
 
-from . import errors
+from . import errors, metrics
 from .auth import ADMINISTER, OPERATE, READ, REPORT, Caller, TokenRegistry, require
 from .commands import commands_router
 from .fastpath import FastPathCounts, IngestFastPath
@@ -262,6 +262,7 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
 
     v1.include_router(commands_router(controller, _may_report))  # the agent command channel (repairs)
     app.include_router(v1)
+    metrics.install(app, controller, committer, reconciler)  # GET /metrics and the ingest timing
     _declare_bearer(app)
     return app
 
