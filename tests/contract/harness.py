@@ -110,9 +110,11 @@ class SlurmHarness:
 
     def start_checkpointing_job(self, node: str) -> str:
         flag = self.lab.root / "jobs" / "ckpt-$SLURM_JOB_ID"
-        job = self.lab.sbatch(node, f"trap 'touch {flag}' USR1; while true; do sleep 0.2; done",
+        ready = self.lab.root / "jobs" / "ckpt-ready-$SLURM_JOB_ID"
+        job = self.lab.sbatch(node, f"trap 'touch {flag}' USR1; touch {ready}; while true; do sleep 0.2; done",
                               "--comment", "gpufleet:signal=USR1")
-        self.eventually(lambda: self.lab.job_state(job) == "RUNNING", f"job {job} RUNNING on {node}")
+        # RUNNING comes before the batch shell has installed its trap: a signal in between kills it.
+        self.eventually(lambda: (self.lab.root / "jobs" / f"ckpt-ready-{job}").exists(), f"job {job} trapping USR1")
         return job
 
     def checkpoint_requested(self, job_id: str) -> bool:
