@@ -281,9 +281,12 @@ class Store:
         with self.session() as s:
             return list(s.scalars(q))
 
-    def last_transitions(self) -> dict[str, TransitionRow]:
-        """Each node's latest transition (why it is in its state), in one query: the web UI's fleet map."""
-        last = select(func.max(TransitionRow.seq)).group_by(TransitionRow.node).scalar_subquery()
+    def last_transitions(self, *, decided: bool = False) -> dict[str, TransitionRow]:
+        """Each node's latest transition (why it is in its state), in one query: the web UI's fleet map.
+        ``decided``: the latest one a decision made (its reason names the fault, where a later step of
+        the scheduler's, such as "drain complete", does not)."""
+        q = select(func.max(TransitionRow.seq)).group_by(TransitionRow.node)
+        last = (q.where(TransitionRow.decision_id.is_not(None)) if decided else q).scalar_subquery()
         with self.session() as s:
             return {t.node: t for t in s.scalars(select(TransitionRow).where(TransitionRow.seq.in_(last)))}
 

@@ -19,6 +19,7 @@ from gpufleet.controller.store.models import ActionRow, DecisionRow, EventRow, N
 from gpufleet.controller.store.repo import Page
 from gpufleet.correlate.model import Suspect
 from gpufleet.domain.errors import GpufleetError, NotFound
+from gpufleet.domain.fleet import SWITCH_DOMAIN
 from gpufleet.domain.inventory import NodeInventory
 from gpufleet.lifecycle.decisions import DecisionStatus
 from gpufleet.schedulers.port import Job
@@ -82,19 +83,34 @@ class FleetMap:
     held: int
 
 
+def switches(domains: Sequence[str]) -> tuple[str, ...]:
+    """The leaf switches among a node's failure domains (Node.domains)."""
+    return tuple(sorted(d.removeprefix(SWITCH_DOMAIN) for d in domains if d.startswith(SWITCH_DOMAIN)))
+
+
+def why(last: TransitionRow | None, decided: TransitionRow | None, held: DecisionRow | None) -> str:
+    """Why a node is where it is: a held decision first; else its latest transition, and when that was a
+    follow-up step (a drain completing) the decision that started it."""
+    if held is not None:
+        return f"held by the breaker: {held.reason}"
+    if last is None:
+        return ""
+    if decided is not None and decided.seq != last.seq and decided.reason != last.reason:
+        return f"{decided.reason} ({last.reason})"
+    return last.reason
+
+
 def fleet_map(c: Controller) -> FleetMap:
     rows = _every_node(c)
-    why = c.store.last_transitions()
+    last, decided = c.store.last_transitions(), c.store.last_transitions(decided=True)
     held = {d.node: d for d in held_decisions(c)}
     grouped: dict[tuple[str, ...], dict[str, list[Tile]]] = defaultdict(lambda: defaultdict(list))
     states: dict[str, int] = defaultdict(int)
     for r in rows:
         states[r.state] += 1
-        t = why.get(r.id)
-        reason = f"held by the breaker: {held[r.id].reason}" if r.id in held else (t.reason if t else "")
-        switches = tuple(sorted(set(r.domains) - {r.rack}))
-        grouped[switches][r.rack].append(Tile(r.id, r.state, r.since, reason, r.id in held, r.has_jobs,
-                                              r.last_heartbeat))
+        reason = why(last.get(r.id), decided.get(r.id), held.get(r.id))
+        grouped[switches(r.domains)][r.rack].append(Tile(r.id, r.state, r.since, reason, r.id in held, r.has_jobs,
+                                                         r.last_heartbeat))
     domains = tuple(SwitchDomain(sw, tuple(Rack(name, tuple(tiles)) for name, tiles in sorted(racks.items())))
                     for sw, racks in sorted(grouped.items(), key=lambda kv: (not kv[0], kv[0])))
     return FleetMap(domains, dict(sorted(states.items())), len(rows), len(held))
@@ -133,8 +149,8 @@ def node_page(c: Controller, node: str) -> NodePage:
                     + c.store.events(node=node, kind="check_passed", page=Page(25)),
                     key=lambda e: (e.time, e.seq), reverse=True)
     held = next((d for d in decisions if d.status == HELD), None)
-    why = f"held by the breaker: {held.reason}" if held else (history[0].reason if history else "")
-    return NodePage(row, why, held, history, merged_events(c.store.events(node=node, page=Page(100))), decisions,
+    reason = why(history[0] if history else None, next((t for t in history if t.decision_id), None), held)
+    return NodePage(row, reason, held, history, merged_events(c.store.events(node=node, page=Page(100))), decisions,
                     c.store.actions(node=node, page=Page(100)), checks, verdicts_naming(c, node),
                     c.store.inventory(node))
 

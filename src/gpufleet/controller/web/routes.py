@@ -50,6 +50,9 @@ def _env() -> Environment:
     env = Environment(loader=PackageLoader("gpufleet.controller.web", "templates"),
                       autoescape=select_autoescape(default=True), trim_blocks=True, lstrip_blocks=True)
     env.filters["ago"] = _ago
+    env.globals["switches"] = pages.switches
+    # An operator's actor_id already names the role ("operator:alice"); the policy's is a bare name.
+    env.globals["who"] = lambda r: r.actor_id if ":" in r.actor_id else f"{r.actor}:{r.actor_id}"
     env.filters["when"] = lambda t: t.strftime("%Y-%m-%d %H:%M:%S") if t else "—"
     return env
 
@@ -105,7 +108,7 @@ def install(app: FastAPI, controller: Controller, reconciler: Reconciler | None)
     page("/ui/nodes/{node}", "node.html", "{node}", node)
     page("/ui/held", "held.html", "held decisions", lambda: {"groups": pages.held_groups(c)})
     page("/ui/breaker", "breaker.html", "breaker and dry run", lambda: {
-        "held": len(pages.held_decisions(c)), "audit": c.store.audit(page=Page(30))})
+        "held": len(pages.held_decisions(c)), "audit": c.store.audit(page=Page(15))})
     page("/ui/verdicts", "verdicts.html", "correlation verdicts", lambda: {"verdicts": pages.verdicts(c)})
     page("/ui/jobs", "jobs.html", "jobs", lambda: {"jobs": pages.jobs(c, reconciler)})
 
