@@ -28,6 +28,10 @@ class ComponentKind(StrEnum):
     CORE_SWITCH = "core_switch"
 
 
+RACK_DOMAIN = "rack:"  # the prefix of a rack's failure-domain name (Node.domains)
+SWITCH_DOMAIN = "switch:"  # ... and of a leaf switch's
+
+
 @dataclass(frozen=True, slots=True)
 class Gpu:
     slot: str  # e.g. "r01-n03-gpu5"
@@ -60,7 +64,7 @@ class Node:
     @property
     def domains(self) -> frozenset[str]:
         """Failure domains the node belongs to: its rack and every leaf switch its NICs land on."""
-        return frozenset({f"rack:{self.rack}"} | {f"switch:{leaf}" for leaf in self.leaves})
+        return frozenset({f"{RACK_DOMAIN}{self.rack}"} | {f"{SWITCH_DOMAIN}{leaf}" for leaf in self.leaves})
 
     def gpu_by_pci(self, pci: str) -> Gpu | None:
         return next((g for g in self.gpus if g.pci == pci), None)

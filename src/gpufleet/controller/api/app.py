@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Query, status
 
 from gpufleet import __version__
+from gpufleet.controller import web
 from gpufleet.controller.ingest import GroupCommitter
 from gpufleet.controller.reconciler import Reconciler
 from gpufleet.controller.service import Controller, Heartbeat
@@ -261,6 +262,7 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
 
     app.include_router(v1)
     metrics.install(app, controller, committer, reconciler)  # GET /metrics and the ingest timing
+    web.install(app, controller, reconciler)  # GET / and /ui/...: the web UI (controller/web)
     _declare_bearer(app)
     return app
 

@@ -281,6 +281,15 @@ class Store:
         with self.session() as s:
             return list(s.scalars(q))
 
+    def last_transitions(self, *, decided: bool = False) -> dict[str, TransitionRow]:
+        """Each node's latest transition (why it is in its state), in one query: the web UI's fleet map.
+        ``decided``: the latest one a decision made (its reason names the fault, where a later step of
+        the scheduler's, such as "drain complete", does not)."""
+        q = select(func.max(TransitionRow.seq)).group_by(TransitionRow.node)
+        last = (q.where(TransitionRow.decision_id.is_not(None)) if decided else q).scalar_subquery()
+        with self.session() as s:
+            return {t.node: t for t in s.scalars(select(TransitionRow).where(TransitionRow.seq.in_(last)))}
+
     def events(self, *, node: str | None = None, kind: str | None = None, since: datetime | None = None,
                page: Page = Page()) -> list[EventRow]:
         q = select(EventRow).order_by(EventRow.time.desc(), EventRow.seq.desc())
@@ -372,6 +381,15 @@ class Store:
     def add_checkpoint(self, job_id: str, time: datetime, received: datetime) -> None:
         with self.session.begin() as s:
             s.add(CheckpointRow(job_id=job_id, time=time, received=received))
+
+    def last_checkpoints(self, job_ids: Sequence[str]) -> dict[str, datetime]:
+        """Each job's latest reported checkpoint (jobs that never reported one are left out)."""
+        if not job_ids:
+            return {}
+        q = (select(CheckpointRow.job_id, func.max(CheckpointRow.time))
+             .where(CheckpointRow.job_id.in_(list(job_ids))).group_by(CheckpointRow.job_id))
+        with self.session() as s:
+            return {j: t for j, t in s.execute(q) if t is not None}
 
     def last_checkpoint(self, job_ids: Sequence[str]) -> datetime | None:
         if not job_ids:
