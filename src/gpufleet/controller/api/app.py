@@ -6,7 +6,6 @@ Every /v1 route needs a bearer token; the role needed is in each route's descrip
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Query, status
@@ -28,6 +27,7 @@ from .auth import ADMINISTER, OPERATE, READ, REPORT, Caller, TokenRegistry, requ
 from .fastpath import FastPathCounts, IngestFastPath
 from .schemas import (
     ApproveIn,
+    AwareTime,
     BreakerResetIn,
     CheckpointIn,
     EventBatch,
@@ -36,7 +36,9 @@ from .schemas import (
     IngestOut,
     InventoryOut,
     ModeIn,
+    Name,
     ReasonIn,
+    Ref,
     RegisterIn,
 )
 from .views import ActionOut, AuditOut, BreakerOut, DecisionOut, EventOut, NodeDetail, NodeOut, StatusOut, TransitionOut
@@ -46,7 +48,8 @@ Reporter = Annotated[Caller, Depends(require(REPORT))]
 Operator = Annotated[Caller, Depends(require(OPERATE))]
 Admin = Annotated[Caller, Depends(require(ADMINISTER))]
 Limit = Annotated[int, Query(ge=1, le=1000)]
-Offset = Annotated[int, Query(ge=0)]
+MAX_OFFSET = 2**31 - 1  # both databases take a 64-bit OFFSET; no listing is anywhere near this long
+Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 
 
 def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenConfig, ...],
@@ -90,13 +93,13 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
 
     # ---- nodes -------------------------------------------------------------------------------
     @v1.get("/nodes", response_model=list[NodeOut], summary="List nodes, filtered (viewer)")
-    def list_nodes(_: Reader, state: NodeState | None = None, rack: str | None = None, limit: Limit = 100,
+    def list_nodes(_: Reader, state: NodeState | None = None, rack: Name | None = None, limit: Limit = 100,
                    offset: Offset = 0) -> list[NodeOut]:
         rows = store.nodes(state=state.value if state else None, rack=rack, page=Page(limit, offset))
         return [NodeOut.model_validate(r) for r in rows]
 
     @v1.get("/nodes/{node}", response_model=NodeDetail, summary="A node with its history (viewer)")
-    def node_detail(node: str, _: Reader) -> NodeDetail:
+    def node_detail(node: Name, _: Reader) -> NodeDetail:
         row = store.node(node)
         if row is None:
             raise NotFound("node", node)
@@ -120,7 +123,7 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         return {"registered": added, "already_known": len(nodes) - added}
 
     @v1.post("/nodes/{node}/heartbeat", summary="Agent heartbeat (agent for its nodes)")
-    async def heartbeat(node: str, body: HeartbeatIn, caller: Reporter) -> dict[str, str]:
+    async def heartbeat(node: Name, body: HeartbeatIn, caller: Reporter) -> dict[str, str]:
         _may_report(caller, node, "node")
         # Recorded with the other heartbeats of the writer's round (one UPDATE), answered once durable.
         await asyncio.wrap_future(committer.submit_heartbeat(Heartbeat(node, body.time, body.agent_version)))
@@ -128,7 +131,7 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
 
     @v1.put("/nodes/{node}/inventory", response_model=InventoryOut,
              summary="Register the node's inventory; answers the moves it showed (agent for its nodes)")
-    def put_inventory(node: str, body: Annotated[dict[str, Any], Body()], caller: Reporter) -> InventoryOut:
+    def put_inventory(node: Name, body: Annotated[dict[str, Any], Body()], caller: Reporter) -> InventoryOut:
         _may_report(caller, node, "node")
         if node not in c.engine.nodes:
             raise NotFound("node", node)
@@ -138,34 +141,34 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         return InventoryOut(moved=[EventIn.of(e) for e in c.register_inventory(inv)])
 
     @v1.get("/nodes/{node}/inventory", summary="The node's last registered inventory (viewer)")
-    def get_inventory(node: str, _: Reader) -> dict[str, Any]:
+    def get_inventory(node: Name, _: Reader) -> dict[str, Any]:
         inv = store.inventory(node)
         if inv is None:
             raise NotFound("inventory of node", node)
         return inv.to_json()
 
-    def _operate(node: str, op: OperatorOp, body: ReasonIn | None, caller: Caller) -> dict[str, object]:
+    def _operate(node: Name, op: OperatorOp, body: ReasonIn | None, caller: Caller) -> dict[str, object]:
         plan = c.operate(node, op, f"{caller.role}:{caller.name}", body.reason if body else "")
         return {"node": node, "state": c.state_of(node), "decision": plan.decisions[0].id if plan.decisions else None}
 
     @v1.post("/nodes/{node}/drain", summary="Drain now (operator; not subject to the breaker)")
-    def drain(node: str, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
+    def drain(node: Name, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
         return _operate(node, OperatorOp.DRAIN, body, caller)
 
     @v1.post("/nodes/{node}/resume", summary="Clear suspicion, or revalidate a drained/repaired node (operator)")
-    def resume(node: str, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
+    def resume(node: Name, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
         return _operate(node, OperatorOp.RESUME, body, caller)
 
     @v1.post("/nodes/{node}/repair-complete", summary="Repair finished: revalidate (operator)")
-    def repair_complete(node: str, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
+    def repair_complete(node: Name, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
         return _operate(node, OperatorOp.REPAIR_DONE, body, caller)
 
     @v1.post("/nodes/{node}/retire", summary="Retire the node (operator)")
-    def retire(node: str, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
+    def retire(node: Name, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
         return _operate(node, OperatorOp.RETIRE, body, caller)
 
     @v1.post("/nodes/{node}/burn-in", summary="Start burn-in of a new node (operator)")
-    def burn_in(node: str, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
+    def burn_in(node: Name, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
         return _operate(node, OperatorOp.BURN_IN, body, caller)
 
     # ---- events ------------------------------------------------------------------------------
@@ -179,20 +182,20 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         return IngestOut(accepted=r.accepted, duplicates=r.duplicates, decisions=r.decisions)
 
     @v1.get("/events", response_model=list[EventOut], summary="List events, newest first (viewer)")
-    def list_events(_: Reader, node: str | None = None, kind: str | None = None, since: datetime | None = None,
+    def list_events(_: Reader, node: Name | None = None, kind: Name | None = None, since: AwareTime | None = None,
                     limit: Limit = 100, offset: Offset = 0) -> list[EventOut]:
         return [EventOut.model_validate(e) for e in store.events(node=node, kind=kind, since=since,
                                                                   page=Page(limit, offset))]
 
     # ---- decisions, actions, audit -----------------------------------------------------------
     @v1.get("/decisions", response_model=list[DecisionOut], summary="Decisions, newest first (viewer)")
-    def list_decisions(_: Reader, node: str | None = None, status: str | None = None, limit: Limit = 100,
+    def list_decisions(_: Reader, node: Name | None = None, status: Name | None = None, limit: Limit = 100,
                        offset: Offset = 0) -> list[DecisionOut]:
         return [DecisionOut.model_validate(d) for d in store.decisions(node=node, status=status,
                                                                        page=Page(limit, offset))]
 
     @v1.post("/nodes/{node}/cancel-held", summary="Cancel the decision the breaker holds for a node (operator)")
-    def cancel_held(node: str, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
+    def cancel_held(node: Name, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
         plan = c.cancel_held(node, f"{caller.role}:{caller.name}", body.reason if body else "")
         return {"node": node, "state": c.state_of(node), "cancelled": [d for d, _ in plan.status_changes]}
 
@@ -211,13 +214,13 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
                              for s in ranked]}
 
     @v1.get("/actions", response_model=list[ActionOut], summary="Outbox actions; status=pending|waiting|failed|done")
-    def list_actions(_: Reader, node: str | None = None, status: str | None = None, limit: Limit = 100,
+    def list_actions(_: Reader, node: Name | None = None, status: Name | None = None, limit: Limit = 100,
                      offset: Offset = 0) -> list[ActionOut]:
         return [ActionOut.model_validate(a) for a in store.actions(node=node, status=status,
                                                                    page=Page(limit, offset))]
 
     @v1.post("/actions/{action_id}/retry", response_model=ActionOut, summary="Retry a failed action (operator)")
-    def retry_action(action_id: str, caller: Operator) -> ActionOut:
+    def retry_action(action_id: Ref, caller: Operator) -> ActionOut:
         row = store.action(action_id)
         if row is None:
             raise NotFound("action", action_id)
@@ -229,7 +232,7 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         return ActionOut.model_validate(again)
 
     @v1.get("/audit", response_model=list[AuditOut], summary="Audit log, newest first (viewer)")
-    def audit(_: Reader, target: str | None = None, limit: Limit = 100, offset: Offset = 0) -> list[AuditOut]:
+    def audit(_: Reader, target: Ref | None = None, limit: Limit = 100, offset: Offset = 0) -> list[AuditOut]:
         return [AuditOut.model_validate(a) for a in store.audit(target=target, page=Page(limit, offset))]
 
     # ---- breaker, mode, checkpoints ----------------------------------------------------------
@@ -255,7 +258,7 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
 
     @v1.post("/jobs/{job_id}/checkpoint", status_code=status.HTTP_202_ACCEPTED,
              summary="A job reports a completed checkpoint (agent/operator)")
-    def checkpoint(job_id: str, body: CheckpointIn, _: Reporter) -> dict[str, str]:
+    def checkpoint(job_id: Name, body: CheckpointIn, _: Reporter) -> dict[str, str]:
         c.checkpoint(job_id, body.time)
         return {"status": "recorded"}
 
