@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from gpufleet.correlate.engine import Engine
 from gpufleet.correlate.model import Suspect, SuspectAction, VerdictStatus
@@ -38,6 +38,7 @@ from .identity import Identity
 from .store.db import brief
 from .store.repo import EventKey, IngestRound, Round, Store
 
+MAX_CLOCK_SKEW = timedelta(minutes=5)
 _NO_DRAIN = frozenset({SuspectAction.OBSERVE, SuspectAction.ISOLATE_SWITCH})
 
 log = logging.getLogger(__name__)
@@ -74,6 +75,7 @@ class Controller:
         self.admission = self._admission()
         self.engine = self._load(self.admission)
         self.on_plan: list[Callable[[Plan], None]] = []  # observers (the demo's live view)
+        self.max_clock_skew = MAX_CLOCK_SKEW  # how far ahead of our clock a reported time may be
 
     # ---- inventory --------------------------------------------------------------------------
     def register(self, nodes: Iterable[Node], *, state: NodeState = NodeState.NEW, actor_id: str = "system") -> int:
@@ -265,9 +267,15 @@ class Controller:
             self._persist(Plan(audit=[entry]))
 
     def checkpoint(self, job_id: str, time: datetime) -> None:
+        """Record a job's checkpoint. One dated in the future beyond ``max_clock_skew`` is refused: it
+        would satisfy every later "drain after the next checkpoint" without a checkpoint written."""
         if not job_id:
             raise InvalidInput("job_id", job_id, "a non-empty job id")
-        self.store.add_checkpoint(job_id, time, self.clock.now())
+        now = self.clock.now()
+        if time > now + self.max_clock_skew:
+            raise InvalidInput("time", time.isoformat(), f"a time no later than the controller's clock "
+                               f"({now.isoformat()}) plus {self.max_clock_skew}")
+        self.store.add_checkpoint(job_id, time, now)
 
     # ---- operators --------------------------------------------------------------------------
     def operate(self, node: str, op: OperatorOp, actor_id: str, reason: str = "") -> Plan:

@@ -70,12 +70,17 @@ class TokenConfig(BaseModel):
     role: Role
     token: str | None = Field(default=None, min_length=16)
     token_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    nodes: tuple[str, ...] = ("*",)
+    # The nodes (globs) an agent token may report for. Required for agents: a token that silently spoke
+    # for every node would let one node's agent report (or hide) another's faults. ["*"] says it outright.
+    nodes: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _one_secret(self) -> TokenConfig:
         if (self.token is None) == (self.token_sha256 is None):
             raise ValueError("give exactly one of token or token_sha256")
+        if self.role == Role.AGENT and not self.nodes:
+            raise ValueError(f"agent token {self.name!r} needs nodes = [...]: the nodes it may report for "
+                             '(globs such as "r01-*"; ["*"] for every node)')
         return self
 
     @property

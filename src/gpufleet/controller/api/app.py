@@ -11,12 +11,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Query, status
 
 from gpufleet import __version__
-from gpufleet.controller.ingest import GroupCommitter
+from gpufleet.controller.ingest import MAX_QUEUED_EVENTS, GroupCommitter
 from gpufleet.controller.reconciler import Reconciler
 from gpufleet.controller.service import Controller, Heartbeat
-from gpufleet.controller.settings import TokenConfig
+from gpufleet.controller.settings import Role, TokenConfig
 from gpufleet.controller.store.repo import ActionStatus, Page
-from gpufleet.domain.errors import Conflict, InvalidInput, NotFound
+from gpufleet.domain.errors import Conflict, ExternalError, GpufleetError, InvalidInput, NotFound
 from gpufleet.domain.fleet import Gpu, Nic, Node
 from gpufleet.domain.inventory import parse_inventory
 from gpufleet.lifecycle.engine import OperatorOp
@@ -25,6 +25,7 @@ from gpufleet.lifecycle.states import NodeState
 from . import errors
 from .auth import ADMINISTER, OPERATE, READ, REPORT, Caller, TokenRegistry, require
 from .fastpath import FastPathCounts, IngestFastPath
+from .limits import DEFAULT_LIMITS, Limits, RefusedCounts, RequestLimits
 from .schemas import (
     ApproveIn,
     AwareTime,
@@ -53,7 +54,8 @@ Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 
 
 def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenConfig, ...],
-               reconciler: Reconciler | None = None, *, fast_ingest: bool = True) -> FastAPI:
+               reconciler: Reconciler | None = None, *, fast_ingest: bool = True,
+               limits: Limits = DEFAULT_LIMITS, max_queued_events: int = MAX_QUEUED_EVENTS) -> FastAPI:
     """The API app. ``fast_ingest=False`` leaves every event post to the framework's route (the fast
     path answers exactly alike; the switch exists to show that, and to rule it out when debugging)."""
     app = FastAPI(title="gpufleet controller", version=__version__,
@@ -63,13 +65,16 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
     v1 = APIRouter(prefix="/v1")
     c = controller
     store = controller.store
-    committer = GroupCommitter(controller)
+    committer = GroupCommitter(controller, max_queued_events=max_queued_events)
     app.state.ingest = committer
     # Well-formed reports skip the framework (see fastpath.py); everything else reaches the route below.
     app.state.fast_ingest = FastPathCounts()
     if fast_ingest:
         app.add_middleware(IngestFastPath, committer=committer, tokens=app.state.tokens,
                            counts=app.state.fast_ingest)
+    # Outermost: sizes and read time are bounded before anything (the fast path, auth) reads a byte.
+    app.state.refused = RefusedCounts()
+    app.add_middleware(RequestLimits, limits=limits, counts=app.state.refused)
 
     # ---- health ------------------------------------------------------------------------------
     @v1.get("/health", summary="Liveness (any valid token)")
@@ -258,7 +263,9 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
 
     @v1.post("/jobs/{job_id}/checkpoint", status_code=status.HTTP_202_ACCEPTED,
              summary="A job reports a completed checkpoint (agent/operator)")
-    def checkpoint(job_id: Name, body: CheckpointIn, _: Reporter) -> dict[str, str]:
+    def checkpoint(job_id: Name, body: CheckpointIn, caller: Reporter) -> dict[str, str]:
+        if caller.role == Role.AGENT:  # an agent speaks for the jobs on its own nodes only
+            _may_checkpoint(caller, job_id, reconciler)
         c.checkpoint(job_id, body.time)
         return {"status": "recorded"}
 
@@ -289,6 +296,25 @@ def _declare_bearer(app: FastAPI) -> None:
 def _may_report(caller: Caller, node: str, field: str) -> None:
     if not caller.may_report_for(node):
         raise HTTPException(status.HTTP_403_FORBIDDEN, f"{field}: token {caller.name!r} may not report for {node!r}")
+
+
+def _may_checkpoint(caller: Caller, job_id: str, reconciler: Reconciler | None) -> None:
+    """403 unless the scheduler runs ``job_id`` on a node the agent token may report for."""
+    if reconciler is None:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"job_id: cannot tell which nodes run {job_id!r} "
+                            "(no scheduler): only an operator may report its checkpoint")
+    try:
+        jobs = [j for j in reconciler.scheduler.list_jobs() if j.id == job_id]
+    except GpufleetError:
+        raise
+    except Exception as err:
+        raise ExternalError("scheduler", f"listing jobs: {type(err).__name__}") from err
+    if not jobs:
+        raise NotFound("job", job_id)
+    nodes = sorted({n for j in jobs for n in j.nodes})
+    if not any(caller.may_report_for(n) for n in nodes):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"job_id: token {caller.name!r} may not report for job "
+                            f"{job_id!r}: it runs on {', '.join(nodes[:5]) or 'no node'}, none of them its nodes")
 
 
 def _with_leaves(node: Node, leaves: frozenset[str]) -> Node:
