@@ -76,6 +76,7 @@ class Controller:
         self.engine = self._load(self.admission)
         self.on_plan: list[Callable[[Plan], None]] = []  # observers (the demo's live view)
         self.max_clock_skew = MAX_CLOCK_SKEW  # how far ahead of our clock a reported time may be
+        self.clock_skew: dict[str, float] = {}  # node -> its agent's clock minus ours at its last heartbeat (s)
 
     # ---- inventory --------------------------------------------------------------------------
     def register(self, nodes: Iterable[Node], *, state: NodeState = NodeState.NEW, actor_id: str = "system") -> int:
@@ -246,15 +247,26 @@ class Controller:
             raise err
 
     def heartbeats(self, beats: Sequence[Heartbeat]) -> list[GpufleetError | None]:
-        """Record many agents' heartbeats in one transaction; None in a slot means recorded."""
+        """Record many agents' heartbeats in one transaction; None in a slot means recorded.
+
+        A node is alive when the controller hears from it: ``last_heartbeat`` is the controller's own
+        receive time, never the agent's clock (an agent an hour behind would look silent at once; one in
+        2099 would never look silent). The agent's clock is measured against ours (:attr:`clock_skew`)."""
         with self.lock:
             out: list[GpufleetError | None] = [
                 None if b.node in self.engine.nodes else NotFound("node", b.node) for b in beats]
             known = [b for b, err in zip(beats, out, strict=True) if err is None]
             if not known:
                 return out
+            now = self.clock.now()
+            for b in known:
+                skew = (b.time - now).total_seconds()
+                if abs(skew) > self.max_clock_skew.total_seconds() >= abs(self.clock_skew.get(b.node, 0.0)):
+                    log.warning("%s: agent clock is %+.0f s off the controller's; liveness uses the controller's "
+                                "receive time (check NTP on the node)", b.node, skew)
+                self.clock_skew[b.node] = skew
             try:
-                self.store.record_heartbeats([(b.node, b.time, b.version) for b in known])
+                self.store.record_heartbeats([(b.node, now, b.version) for b in known])
             except Exception as err:
                 failed = ExternalError("database", f"recording heartbeats: {brief(err)}")
                 return [failed if e is None else e for e in out]

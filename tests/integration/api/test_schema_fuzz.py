@@ -62,26 +62,30 @@ def problems(status: int, body: bytes, what: str) -> list[str]:
     return [f"{what}: 422 entry without field/value/expected: {bad[:2]}"] if bad or not details else []
 
 
+def _check(api: Api, op: Any, mode: GenerationMode, found: list[str]) -> None:
+    """Send ``CASES_PER_OPERATION`` generated requests for ``op`` in ``mode``; note what is wrong."""
+    what = f"{op.label} [{mode.value}]"
+    headers = auth("admin")
+
+    @settings(max_examples=CASES_PER_OPERATION, derandomize=True, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))
+    @given(case=op.as_strategy(generation_mode=mode))
+    def run(case: Any) -> None:
+        kwargs = case.as_transport_kwargs(headers=headers)
+        sent = {k: v for k, v in kwargs.items() if v and k in ("headers", "params", "content", "json", "data")}
+        r = api.client.request(kwargs["method"], kwargs["url"].replace("http://localhost", ""), **sent)
+        found.extend(problems(r.status_code, r.content, what))
+
+    run()
+
+
 def test_no_generated_request_gets_a_server_error_and_every_422_names_its_field(fuzzed: Api) -> None:
     schema = schemathesis.openapi.from_asgi("/openapi.json", fuzzed.app)
-    headers = auth("admin")
     found: list[str] = []
     operations = 0
     for result in schema.get_all_operations():
-        op = result.ok()
         operations += 1
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-            what = f"{op.label} [{mode.value}]"
-
-            @settings(max_examples=CASES_PER_OPERATION, derandomize=True, database=None, deadline=None,
-                      suppress_health_check=list(HealthCheck))
-            @given(case=op.as_strategy(generation_mode=mode))
-            def run(case: Any, what: str = what) -> None:
-                kwargs = case.as_transport_kwargs(headers=headers)
-                sent = {k: v for k, v in kwargs.items() if v and k in ("headers", "params", "content", "json", "data")}
-                r = fuzzed.client.request(kwargs["method"], kwargs["url"].replace("http://localhost", ""), **sent)
-                found.extend(problems(r.status_code, r.content, what))
-
-            run()
+            _check(fuzzed, result.ok(), mode, found)
     assert operations >= 28
     assert found == []
