@@ -17,6 +17,18 @@ Example ``controller.toml``::
     window = "24h"                              # how far back check results count
     min_samples = 8                             # smaller (SKU, check) groups are not judged
 
+    [tls]                                       # optional: HTTPS (docs/api.md#tls)
+    certfile = "/etc/gpufleet/tls/server.crt"
+    keyfile = "/etc/gpufleet/tls/server.key"
+    client_ca = "/etc/gpufleet/tls/agents-ca.crt" # optional: require client certificates signed by it
+
+    [limits]                                    # before authentication (docs/api.md#limits)
+    max_body_bytes = 67108864
+    max_header_bytes = 16384
+    read_timeout_s = 30
+    ingest_queue_events = 10000                 # queued beyond this: 429 with Retry-After
+    max_clock_skew = "5m"                       # checkpoints dated further ahead are refused
+
     [[tokens]]
     name = "alice"
     role = "operator"
@@ -119,6 +131,40 @@ class FleetJudgeSettings(BaseModel):
         default=("gemm_bf16", "gemm_fp16", "gemm_tf32", "gemm_fp8", "gemm_fp32", "hbm_copy"), min_length=1)
 
 
+class TlsSettings(BaseModel):
+    """``[tls]``: serve HTTPS. With ``client_ca``, every client must present a certificate signed by it
+    (agents: ``gpufleet agent --client-cert``); bearer tokens are still required on top."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    certfile: Path | None = None  # the server's certificate chain (PEM)
+    keyfile: Path | None = None  # its private key (PEM)
+    client_ca: Path | None = None  # require client certificates signed by this CA (PEM)
+
+    @model_validator(mode="after")
+    def _pair(self) -> TlsSettings:
+        if (self.certfile is None) != (self.keyfile is None):
+            raise ValueError("give both certfile and keyfile, or neither")
+        if self.client_ca is not None and self.certfile is None:
+            raise ValueError("client_ca needs certfile and keyfile (client certificates need TLS)")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.certfile is not None
+
+
+class LimitSettings(BaseModel):
+    """``[limits]``: what a request may cost before anyone has checked its token (docs/api.md#limits)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)
+    max_header_bytes: int = Field(default=16 * 1024, ge=1024)
+    read_timeout_s: float = Field(default=30.0, gt=0)  # to receive a request's body, first byte to last
+    keep_alive_s: float = Field(default=75.0, gt=0)  # an idle connection is closed after this
+    ingest_queue_events: int = Field(default=10_000, ge=1)  # queued beyond this: 429 + Retry-After
+    max_clock_skew: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(minutes=5)
+
+
 class ControllerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUFLEET_", extra="forbid")
     database_url: str = "sqlite:///gpufleet.db"
@@ -134,6 +180,10 @@ class ControllerSettings(BaseSettings):
     slurm_conf: Path | None = None  # with scheduler = "slurm": the slurm.conf the commands use (SLURM_CONF)
     tokens: tuple[TokenConfig, ...] = ()
     fleet_judge: FleetJudgeSettings = FleetJudgeSettings()
+    tls: TlsSettings = TlsSettings()
+    limits: LimitSettings = LimitSettings()
+    api_docs: bool = True  # /docs and /redoc (they load their scripts from a public CDN)
+    openapi_requires_auth: bool = False  # /openapi.json only for a valid token
 
 
 def load_settings(path: Path | None = None, **overrides: Any) -> ControllerSettings:

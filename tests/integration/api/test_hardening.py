@@ -49,8 +49,8 @@ def test_an_offset_past_a_64_bit_integer_is_a_422(api: Api) -> None:
 
 @pytest.mark.parametrize("raw", ["NaN", "Infinity", "1e400", "9" * 5000])
 def test_a_code_that_is_not_an_integer_json_can_carry_is_a_4xx_never_a_5xx(api: Api, raw: str) -> None:
-    body = '{"events":[{"id":"n1","node":"r01-n01","kind":"xid","time":"%s","code":%s}]}' % (
-        api.clock.now().isoformat(), raw)
+    event = json.dumps({"id": "n1", "node": "r01-n01", "kind": "xid", "time": api.clock.now().isoformat()})
+    body = '{"events": [' + event[:-1] + ', "code": ' + raw + "}]}"
     r = api.client.post("/v1/events", content=body.encode(), headers=auth("agent") | JSON)
     assert 400 <= r.status_code < 500, r.text
     assert api.rows()["events"] == 0

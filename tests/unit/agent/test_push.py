@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from collections.abc import Iterator
@@ -280,7 +281,7 @@ def test_a_429_is_honoured_nothing_is_sent_before_its_retry_after(tmp_path: Path
         w2 = pusher.step()
         clock.advance(w2)
     assert all(7.0 <= w <= 14.0 for w in waits), waits  # never sooner than asked, spread up to twice that
-    assert all(b - a >= 7.0 for a, b in zip(posts, posts[1:], strict=False)), posts
+    assert all(b - a >= 7.0 for a, b in itertools.pairwise(posts)), posts
     assert len(spool) == 1
     busy["on"] = False
     clock.advance(15.0)

@@ -6,6 +6,7 @@ Every /v1 route needs a bearer token; the role needed is in each route's descrip
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Query, status
@@ -48,6 +49,7 @@ Reader = Annotated[Caller, Depends(require(READ))]
 Reporter = Annotated[Caller, Depends(require(REPORT))]
 Operator = Annotated[Caller, Depends(require(OPERATE))]
 Admin = Annotated[Caller, Depends(require(ADMINISTER))]
+log = logging.getLogger(__name__)
 Limit = Annotated[int, Query(ge=1, le=1000)]
 MAX_OFFSET = 2**31 - 1  # both databases take a 64-bit OFFSET; no listing is anywhere near this long
 Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
@@ -55,11 +57,18 @@ Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 
 def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenConfig, ...],
                reconciler: Reconciler | None = None, *, fast_ingest: bool = True,
-               limits: Limits = DEFAULT_LIMITS, max_queued_events: int = MAX_QUEUED_EVENTS) -> FastAPI:
+               limits: Limits = DEFAULT_LIMITS, max_queued_events: int = MAX_QUEUED_EVENTS,
+               api_docs: bool = True, openapi_requires_auth: bool = False) -> FastAPI:
     """The API app. ``fast_ingest=False`` leaves every event post to the framework's route (the fast
-    path answers exactly alike; the switch exists to show that, and to rule it out when debugging)."""
+    path answers exactly alike; the switch exists to show that, and to rule it out when debugging).
+    ``api_docs=False`` serves no ``/docs`` or ``/redoc`` (their pages load Swagger UI / ReDoc from a
+    public CDN: blank on an air-gapped cluster); ``openapi_requires_auth`` serves ``/openapi.json`` only
+    to a valid token (viewer or above)."""
     app = FastAPI(title="gpufleet controller", version=__version__,
-                  description="Reliability control plane for GPU training clusters.")
+                  description="Reliability control plane for GPU training clusters.",
+                  docs_url="/docs" if api_docs and not openapi_requires_auth else None,
+                  redoc_url="/redoc" if api_docs and not openapi_requires_auth else None,
+                  openapi_url=None if openapi_requires_auth else "/openapi.json")
     app.state.tokens = TokenRegistry(tokens)
     errors.install(app)
     v1 = APIRouter(prefix="/v1")
@@ -271,6 +280,11 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
 
     app.include_router(v1)
     _declare_bearer(app)
+    if openapi_requires_auth:
+        @app.get("/openapi.json", include_in_schema=False)
+        def openapi_doc(_: Reader) -> dict[str, Any]:
+            return app.openapi()
+
     return app
 
 
@@ -295,6 +309,8 @@ def _declare_bearer(app: FastAPI) -> None:
 
 def _may_report(caller: Caller, node: str, field: str) -> None:
     if not caller.may_report_for(node):
+        log.warning("refused a report of token %r for node %r (%s): not one of its nodes", caller.name, node[:200],
+                    field)
         raise HTTPException(status.HTTP_403_FORBIDDEN, f"{field}: token {caller.name!r} may not report for {node!r}")
 
 
