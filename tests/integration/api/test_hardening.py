@@ -180,3 +180,34 @@ def test_a_full_ingest_queue_answers_429_with_retry_after(tmp_path: Path, fast: 
     assert r.headers["retry-after"] == "1"
     assert "queue full" in r.json()["detail"]
     assert committer.refused == 2
+
+
+def test_refused_requests_are_counted_in_the_status(api: Api, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, "gpufleet.controller.api.auth"):
+        assert api.client.get("/v1/nodes").status_code == 401
+        assert api.client.get("/v1/nodes", headers={"authorization": "Bearer nope"}).status_code == 401
+        assert api.post("/v1/nodes/r01-n01/drain", {}, "viewer").status_code == 403
+    assert "refused GET /v1/nodes from testclient: unauthenticated" in caplog.text
+    refused = api.get("/v1/status")["refused"]
+    assert (refused["unauthenticated"], refused["forbidden"], refused["overloaded"]) == (2, 1, 0)
+
+
+def test_the_openapi_document_can_require_a_token_and_the_cdn_docs_can_be_off(tmp_path: Path) -> None:
+    api = _limited(tmp_path, Limits(), openapi_requires_auth=True)
+    assert api.client.get("/openapi.json").status_code == 401
+    doc = api.client.get("/openapi.json", headers=auth("viewer"))
+    assert doc.status_code == 200 and "/v1/events" in doc.json()["paths"]
+    assert api.client.get("/docs").status_code == 404
+    (tmp_path / "x").mkdir()
+    plain = _limited(tmp_path / "x", Limits(), api_docs=False)
+    assert plain.client.get("/docs").status_code == 404 and plain.client.get("/redoc").status_code == 404
+    assert plain.client.get("/openapi.json").status_code == 200
+
+
+def test_the_openapi_422_schema_is_the_body_the_api_sends(api: Api) -> None:
+    schemas = api.client.get("/openapi.json").json()["components"]["schemas"]
+    entry = schemas["ValidationError"]
+    r = api.post("/v1/events", {"events": []}, "agent")
+    (sent,) = r.json()["detail"]
+    assert set(sent) == set(entry["properties"]) == set(entry["required"])
+    assert schemas["HTTPValidationError"]["properties"]["detail"]["items"]["$ref"].endswith("/ValidationError")

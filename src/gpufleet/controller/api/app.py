@@ -103,7 +103,10 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         return StatusOut(nodes=counts["nodes"], actions=counts["actions"], events=counts["events"]["total"],
                          breaker=BreakerOut(tripped=b.tripped, reason=b.reason, since=b.since,
                                             held=len(c.engine.held)),
-                         dry_run=c.dry_run, scheduler_reachable=reconciler.scheduler_ok if reconciler else True)
+                         dry_run=c.dry_run, scheduler_reachable=reconciler.scheduler_ok if reconciler else True,
+                         ingest_queued=committer.queued,
+                         refused=dict(app.state.refused) | {"overloaded": committer.refused},
+                         max_clock_skew_s=max(map(abs, c.clock_skew.values()), default=0.0))
 
     # ---- nodes -------------------------------------------------------------------------------
     @v1.get("/nodes", response_model=list[NodeOut], summary="List nodes, filtered (viewer)")
@@ -297,6 +300,12 @@ def _declare_bearer(app: FastAPI) -> None:
             doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
             doc.setdefault("components", {})["securitySchemes"] = {
                 "bearer": {"type": "http", "scheme": "bearer", "description": "a token from controller.toml"}}
+            # Every 422 is {"detail": [{"field", "value", "expected"}]} (errors.py), not FastAPI's default.
+            doc["components"].setdefault("schemas", {})["ValidationError"] = {
+                "title": "ValidationError", "type": "object", "required": ["field", "value", "expected"],
+                "properties": {"field": {"type": "string", "description": "e.g. events[3].time"},
+                               "value": {"description": "the value sent (cut to 200 characters)"},
+                               "expected": {"type": "string"}}}
             for path, ops in doc.get("paths", {}).items():
                 if path.startswith("/v1/"):
                     for op in ops.values():
