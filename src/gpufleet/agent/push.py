@@ -6,6 +6,7 @@ Contract (controller API v1):
   ``{"accepted": n, "duplicates": m}``. A batch is accepted or rejected whole; 422 names the field.
 * ``POST /v1/nodes/{node}/heartbeat`` ``{"time": ISO, "agent_version": str}`` -> 200.
 * ``PUT /v1/nodes/{node}/inventory`` with the ``gpufleet.inventory/v1`` document -> 200 ``{"moved": [...]}``.
+* 409: an event id this node already used for another event; handled like a 422 (isolated and dropped).
 * 401/403: bad token (logged as an error with the fix; retried at the backoff cap, never dropped).
 * 429 (the controller's ingest queue is full) with ``Retry-After``: nothing is sent before that many
   seconds have passed (spread over up to twice that, so agents refused together do not come back together).
@@ -261,7 +262,8 @@ class Pusher:
             self.duplicates += res.duplicates
             self._succeeded()
             return True
-        if res.status == 422 and not _names_node(res.error):
+        # 422 (invalid) and 409 (an id already used for another event) can never succeed: isolate and drop.
+        if (res.status == 409 or (res.status == 422 and not _names_node(res.error))):
             if len(batch) == 1:
                 self.spool.drop([batch[0][0]], f"422 {res.error} for {batch[0][1][:300]}")
                 return True

@@ -287,3 +287,24 @@ def test_a_429_is_honoured_nothing_is_sent_before_its_retry_after(tmp_path: Path
     clock.advance(15.0)
     pusher.step()
     assert len(spool) == 0
+
+
+def test_a_409_for_a_reused_id_isolates_that_event_and_the_rest_go_through(tmp_path: Path) -> None:
+    accepted: list[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        if req.url.path != "/v1/events":
+            return httpx.Response(200, json={"status": "ok"})
+        ids = [e["id"] for e in json.loads(req.content)["events"]]
+        if "n1:e2" in ids:  # the controller stored another event under this id: never accepted
+            return httpx.Response(409, json={"detail": "events[0].id: 'n1:e2' of node 'n1' names another event"})
+        accepted.extend(ids)
+        return httpx.Response(202, json={"accepted": len(ids), "duplicates": 0, "decisions": 0})
+
+    spool = Spool(tmp_path / "s.db")
+    client = ControllerClient("http://ctl", "t", transport=httpx.MockTransport(handler))
+    pusher = Pusher(spool, client, "n1", FakeClock(), batch_size=8, backoff=Backoff(1.0, 60.0, random.Random(0)))
+    spool.put([ev(i) for i in range(5)])
+    pusher.step()
+    assert len(spool) == 0 and spool.dropped == 1
+    assert sorted(accepted) == ["n1:e0", "n1:e1", "n1:e3", "n1:e4"]

@@ -59,7 +59,8 @@ class RequestLimits:
             await self.app(scope, receive, send)
             return
         try:
-            body, more = await asyncio.wait_for(read_body(receive, lim.max_body_bytes), lim.read_timeout_s)
+            async with asyncio.timeout(lim.read_timeout_s):  # a deadline on this task: no task of its own
+                body, more = await read_body(receive, lim.max_body_bytes)
         except TimeoutError:
             await self._refuse(scope, send, 408, "read_timeout",
                                f"body: not complete within {lim.read_timeout_s:g} s")
