@@ -23,7 +23,7 @@ from gpufleet.domain.inventory import parse_inventory
 from gpufleet.lifecycle.engine import OperatorOp
 from gpufleet.lifecycle.states import NodeState
 
-from . import errors
+from . import errors, metrics
 from .auth import ADMINISTER, OPERATE, READ, REPORT, Caller, TokenRegistry, require
 from .fastpath import FastPathCounts, IngestFastPath
 from .limits import DEFAULT_LIMITS, Limits, RefusedCounts, RequestLimits
@@ -282,6 +282,7 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         return {"status": "recorded"}
 
     app.include_router(v1)
+    metrics.install(app, controller, committer, reconciler)  # GET /metrics and the ingest timing
     _declare_bearer(app)
     if openapi_requires_auth:
         @app.get("/openapi.json", include_in_schema=False)
