@@ -283,7 +283,7 @@ class Fleet:
             lines.append(extra_config)
         lines += [
             "", "[[tokens]]", 'name = "e2e-admin"', 'role = "admin"', f'token = "{ADMIN_TOKEN}"',
-            "", "[[tokens]]", 'name = "e2e-agents"', 'role = "agent"', f'token = "{AGENT_TOKEN}"',
+            "", "[[tokens]]", 'name = "e2e-agents"', 'role = "agent"', f'token = "{AGENT_TOKEN}"', 'nodes = ["*"]',
         ]
         config = root / "controller.toml"
         config.write_text("\n".join(lines) + "\n")

@@ -100,6 +100,19 @@ class IngestRound:
         repeated within ``events`` is stored once, for its first occurrence."""
         return _insert_new(self._s.connection(), events, received)
 
+    def stored_events(self, keys: Sequence[EventKey]) -> dict[EventKey, HealthEvent]:
+        """The stored events of these (node, id) keys, as they arrived (to tell a resend from a reuse)."""
+        out: dict[EventKey, HealthEvent] = {}
+        wanted = set(keys)
+        for i in range(0, len(keys), _CHUNK):
+            chunk = keys[i:i + _CHUNK]
+            q = select(EventRow).where(EventRow.id.in_([k[1] for k in chunk]),
+                                       EventRow.node.in_(sorted({k[0] for k in chunk})))
+            for row in self._s.scalars(q):
+                if (row.node, row.id) in wanted:
+                    out[(row.node, row.id)] = event_of(row)
+        return out
+
     def write(self, r: Round) -> None:
         """The plan the new events caused, the node rows it touched, and merged sightings' ``fault_of``."""
         self._store._write(self._s, r.plan, nodes=r.nodes)
