@@ -39,6 +39,7 @@ _COMMANDS: tuple[str, ...] = (
     "version",
     "topology",
     "correlate",
+    "goodput",
 )
 
 for _name in _COMMANDS:
