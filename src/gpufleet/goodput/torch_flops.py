@@ -8,9 +8,14 @@ from typing import Any
 
 def counted_flops(step: Callable[[], Any]) -> int:
     """Run ``step`` (forward + backward of one batch, no optimizer needed) under ``FlopCounterMode`` and
-    return the FLOPs it counted (matmuls, convolutions and attention kernels; 2 FLOPs per multiply-add)."""
+    return the FLOPs it counted (matmuls, convolutions and attention; 2 FLOPs per multiply-add).
+
+    Attention runs on the math kernel while counting: the counter knows the CUDA flash/efficient
+    kernels but not the CPU flash kernel, whose FLOPs would silently go missing. The math kernel does
+    the same T x T products, so the count is that of any dense attention."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
-    with FlopCounterMode(display=False) as counter:
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
         step()
     return int(counter.get_total_flops())
