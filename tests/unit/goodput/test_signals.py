@@ -38,7 +38,7 @@ class _Ctl(BaseHTTPRequestHandler):
     seen: list[tuple[str, str, dict[str, str]]] = []
     status = 202
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         _Ctl.seen.append((self.path, self.headers["Authorization"], body))
         self.send_response(_Ctl.status)

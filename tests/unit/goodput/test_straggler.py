@@ -75,3 +75,13 @@ def test_the_event_is_an_observation_with_evidence_and_no_severity() -> None:
     attrs = dict(e.attrs)
     assert attrs["rule"] == "straggler" and attrs["job"] == "4242" and attrs["rank"] == "5"
     assert attrs["from_step"] == str(s.from_step)
+
+
+def test_the_shipped_catalog_judges_a_straggler() -> None:
+    from gpufleet.domain.catalog import load_default_catalog
+    from gpufleet.domain.events import Severity
+    from gpufleet.domain.judgement import judge_event
+
+    s = find_stragglers(_fleet(slow={5: (120, 200, 1.3)}))[0]
+    j = judge_event(load_default_catalog(), straggler_event(s, job="1", time=datetime(2026, 1, 1, tzinfo=UTC)))
+    assert (j.severity, j.basis) == (Severity.DEGRADED, "catalog")
