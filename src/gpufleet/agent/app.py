@@ -192,7 +192,7 @@ def run_agent(
         cfg.device,
         status.message,
         cfg.metrics_addr,
-        cfg.metrics_port,
+        port,
         cfg.controller if cfg.push else "off",
     )
     if ready is not None:

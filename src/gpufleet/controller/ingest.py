@@ -57,6 +57,14 @@ class GroupCommitter:
         self._closed = False
         self.rounds = 0  # how many event transactions were written (for tests and metrics)
         self.batches = 0
+        self.events_accepted = 0  # outcomes since start (controller.metrics)
+        self.events_duplicate = 0
+        self.batches_refused = 0
+
+    @property
+    def depth(self) -> int:
+        """Reports queued for the writer (approximate: read without a lock)."""
+        return self._queue.qsize()
 
     def submit(self, events: Sequence[HealthEvent]) -> Future[IngestResult]:
         """Queue one batch; the future resolves after it is durable (or fails with its GpufleetError)."""
@@ -143,8 +151,11 @@ class GroupCommitter:
         self.batches += len(group)
         for b, result in zip(group, results, strict=True):
             if isinstance(result, GpufleetError):
+                self.batches_refused += 1
                 b.future.set_exception(result)
             else:
+                self.events_accepted += result.accepted
+                self.events_duplicate += result.duplicates
                 b.future.set_result(result)
 
     def _beat(self, beats: list[_Beat]) -> None:

@@ -12,6 +12,15 @@ Example ``controller.toml``::
     scheduler = "slurm"                        # required: "slurm" (scontrol/sinfo/squeue on this host) or "sim"
     slurm_conf = "/etc/slurm/slurm.conf"        # optional; otherwise the commands' default / $SLURM_CONF
 
+    checkpoint_signal = "USR1"                 # what asks a job to checkpoint before a drain (docs/slurm.md)
+    checkpoint_signal_target = "full"          # slurm: full (batch shell + steps) | batch | steps
+
+    [validation]                                # validation jobs through Slurm (docs/slurm.md); off without command
+    command = "gpufleet check --level {level} --node {node} --controller http://ctl:8470 --token-file /etc/gf/tok"
+    user = "gpufleet"                          # the reservation's user: the user the controller submits as
+    partition = ""                             # optional
+    time_limit = "2h"
+
     [fleet_judge]                               # fleet-relative outliers among check results (docs/checks.md)
     every = 300                                 # reconciler passes between runs; 0 = off
     window = "24h"                              # how far back check results count
@@ -36,7 +45,7 @@ import tomllib
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -66,11 +75,11 @@ SCHEDULER_EXPECTED = ('scheduler = "slurm" (drive Slurm through scontrol/sinfo/s
 
 class TokenConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    name: str = Field(min_length=1)
-    role: Role
-    token: str | None = Field(default=None, min_length=16)
-    token_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    nodes: tuple[str, ...] = ("*",)
+    name: str = Field(min_length=1)  # who holds the token (the audit log names it)
+    role: Role  # viewer, agent, operator or admin (docs/api.md lists what each may do)
+    token: str | None = Field(default=None, min_length=16)  # the secret itself: for development only
+    token_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # its sha256 (gpufleet controller token)
+    nodes: tuple[str, ...] = ("*",)  # agent tokens: the nodes (glob patterns) it may report for
 
     @model_validator(mode="after")
     def _one_secret(self) -> TokenConfig:
@@ -106,29 +115,47 @@ class FleetJudgeSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     every: int = Field(default=300, ge=0)  # reconciler passes between runs; 0 = off
-    window: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=24)
-    min_samples: int = Field(default=8, ge=3)
-    threshold: float = Field(default=3.5, gt=0)
+    window: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=24)  # how far back results count
+    min_samples: int = Field(default=8, ge=3)  # smaller (SKU, check) groups are not judged
+    threshold: float = Field(default=3.5, gt=0)  # robust z-score (median absolute deviations) of an outlier
     min_rel: float = Field(default=0.05, ge=0, lt=1)  # at least 5 % below the median
+    # the checks whose results are compared across the fleet
     checks: tuple[str, ...] = Field(
         default=("gemm_bf16", "gemm_fp16", "gemm_tf32", "gemm_fp8", "gemm_fp32", "hbm_copy"), min_length=1)
 
 
+class ValidationSettings(BaseModel):
+    """``[validation]``: ``gpufleet check`` as Slurm jobs in a maintenance reservation
+    (``schedulers.slurm.validation``). Off while ``command`` is empty."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    command: str = ""  # {node} and {level} are filled in
+    user: str = ""  # default: the user the controller runs as
+    partition: str = ""
+    time_limit: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=2)
+    output: str = "/tmp/gpufleet-validate-%j.out"
+
+
 class ControllerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUFLEET_", extra="forbid")
-    database_url: str = "sqlite:///gpufleet.db"
-    policy_file: Path | None = None
+    database_url: str = "sqlite:///gpufleet.db"  # SQLAlchemy URL: sqlite:///FILE or postgresql://user@host/db
+    policy_file: Path | None = None  # policy.toml (below); none: every default
     topology_file: Path | None = None  # gpufleet.topology/v1: enables fault correlation
-    host: str = "127.0.0.1"
-    port: int = Field(default=8470, ge=0, le=65535)
-    reconcile_interval: float = Field(default=1.0, gt=0)
+    host: str = "127.0.0.1"  # address the API listens on
+    port: int = Field(default=8470, ge=0, le=65535)  # port the API listens on (0: any free port)
+    reconcile_interval: float = Field(default=1.0, gt=0)  # seconds between reconciler passes
     # Reading every node's state from the scheduler is the reconciler's biggest cost on a large fleet
     # (sinfo --json of 12,500 nodes); actions still run every pass. 0 = read on every pass.
     scheduler_sync_interval: float = Field(default=0.0, ge=0)
-    scheduler: SchedulerKind  # required (SCHEDULER_EXPECTED)
+    scheduler: SchedulerKind  # required: "slurm" (scontrol/sinfo/squeue on this host) or "sim" (simulated)
     slurm_conf: Path | None = None  # with scheduler = "slurm": the slurm.conf the commands use (SLURM_CONF)
-    tokens: tuple[TokenConfig, ...] = ()
-    fleet_judge: FleetJudgeSettings = FleetJudgeSettings()
+    tokens: tuple[TokenConfig, ...] = ()  # the API's bearer tokens (none: every request is refused)
+    # How the controller asks a job to checkpoint before draining its degraded node.
+    # "" = never signal (jobs that do not handle the signal die of it: USR1's default action).
+    checkpoint_signal: str = Field(default="USR1", pattern=r"^((SIG)?[A-Z0-9]+)?$")
+    checkpoint_signal_target: Literal["full", "batch", "steps"] = "full"
+    validation: ValidationSettings = ValidationSettings()  # see [validation]
+    fleet_judge: FleetJudgeSettings = FleetJudgeSettings()  # see [fleet_judge]
 
 
 def load_settings(path: Path | None = None, **overrides: Any) -> ControllerSettings:

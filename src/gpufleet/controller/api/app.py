@@ -23,7 +23,7 @@ from gpufleet.domain.inventory import parse_inventory
 from gpufleet.lifecycle.engine import OperatorOp
 from gpufleet.lifecycle.states import NodeState
 
-from . import errors
+from . import errors, metrics
 from .auth import ADMINISTER, OPERATE, READ, REPORT, Caller, TokenRegistry, require
 from .fastpath import FastPathCounts, IngestFastPath
 from .schemas import (
@@ -260,6 +260,7 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         return {"status": "recorded"}
 
     app.include_router(v1)
+    metrics.install(app, controller, committer, reconciler)  # GET /metrics and the ingest timing
     _declare_bearer(app)
     return app
 

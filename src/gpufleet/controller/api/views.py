@@ -83,6 +83,9 @@ class ActionOut(_Out):
     result: str
     created: datetime
     updated: datetime
+    # What a long-running action has done so far: for a drain waiting for a checkpoint, when the job
+    # was asked, its GPUs, the GPU-hours at risk and the deadline (docs/lifecycle.md).
+    progress: dict[str, str] | None = None
 
 
 class AuditOut(_Out):

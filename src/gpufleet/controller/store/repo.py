@@ -341,9 +341,13 @@ class Store:
 
     def update_action(self, action_id: str, *, status: str, now: datetime, attempts: int | None = None,
                       next_attempt: datetime | None = None, error: str | None = None, result: str | None = None,
-                      plan: Plan | None = None, nodes: Iterable[NodeRecord] = ()) -> None:
-        """Record an action's outcome — and the plan it caused — in one transaction."""
+                      plan: Plan | None = None, nodes: Iterable[NodeRecord] = (),
+                      progress: Mapping[str, str] | None = None) -> None:
+        """Record an action's outcome — and the plan it caused — in one transaction. ``progress``
+        replaces the action's progress record (what it has done so far)."""
         values: dict[str, object] = {"status": status, "updated": now}
+        if progress is not None:
+            values["progress"] = dict(progress)
         if attempts is not None:
             values["attempts"] = attempts
         if next_attempt is not None:
