@@ -50,11 +50,8 @@ _COMMANDS: tuple[str, ...] = (
     "version",
     "topology",
     "correlate",
-<<<<<<< HEAD
-    "goodput",
-=======
     "fleet",
->>>>>>> main
+    "goodput",
 )
 
 for _name in _COMMANDS:
