@@ -159,3 +159,19 @@ def test_ranks_come_from_the_environment_and_are_checked(tmp_path: Path, monkeyp
     with pytest.raises(InvalidInput) as err:
         RunRecorder(tmp_path)
     assert err.value.field == "rank"
+
+
+def test_an_input_wait_is_data_wait_badput_not_training(tmp_path: Path) -> None:
+    c = Clock(0.0)
+    r = _rec(tmp_path, c, 0.0)
+    for s in range(3):
+        with r.data_wait():
+            c.t += 0.25
+        with r.step(s):
+            c.t += 1
+    r.end()
+    r.close()
+    g = run_report(read_run(tmp_path)).goodput
+    # the first wait precedes the first step: start-up; the next two are data waits
+    assert (g.badput.startup, g.badput.data_wait, g.productive) == pytest.approx((0.25, 0.5, 3.0))
+    assert g.productive + g.badput.total == pytest.approx(g.elapsed)
