@@ -9,20 +9,20 @@ iteration times:
 1. **Peer ratio.** For each step and rank, divide the rank's time by the median of the *other* ranks'
    times at that step. Anything that slows every rank alike (diurnal load, a shared filesystem, a
    longer sequence) cancels; what remains is how this rank compares with its peers.
-2. **Change point.** On each rank's log-ratio series find the single split that best separates a
-   before and an after level (the CUSUM / two-segment mean-shift statistic, scaled by a robust noise
-   estimate: the median absolute deviation of successive differences). A rank that is slow from its
-   first step has no change point; its whole-series median ratio names it.
+2. **Change point.** On each rank's log-ratio series find the single split after which the values
+   rank highest against those before (the Mann-Whitney rank-sum statistic of the tail, standardised:
+   a z-score). Ranks make it robust to the heavy-tailed noise of real step times (one 10x step does
+   not move it). A rank that is slow from its first step has no change point; its whole-series
+   median ratio names it.
 3. **Decision.** A rank is a straggler when its *current* segment (the one that reaches the last step)
    has a median peer ratio >= ``1 + min_slowdown`` over >= ``min_steps`` steps: from the change point
-   when there is one (a shift of >= ``min_score`` noise standard errors from a normal level), else
+   when there is one (a rank-sum z-score >= ``min_score``, from a normal level), else
    from its first step when its whole series is that slow. A rank that slowed and recovered is not
    named (it is no longer slow).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
 import statistics
 from dataclasses import dataclass
@@ -51,7 +51,7 @@ class Straggler:
     slowdown: float  # median time / peers' median, from ``from_step`` on
     before: float  # the same ratio before ``from_step`` (1.0 when slow from the start)
     steps: int  # steps in the slow segment
-    score: float  # shift in robust noise standard errors (inf when slow from the start)
+    score: float  # the change point's rank-sum z-score (inf when slow from the start)
 
     def as_dict(self) -> dict[str, object]:
         return {"rank": self.rank, "host": self.host, "local_rank": self.local_rank, "from_step": self.from_step,
@@ -60,7 +60,7 @@ class Straggler:
 
 
 def find_stragglers(series: list[RankSeries], *, min_slowdown: float = 0.15, min_steps: int = 10,
-                    min_score: float = 6.0) -> tuple[Straggler, ...]:
+                    min_score: float = 4.0) -> tuple[Straggler, ...]:
     """The slow ranks, slowest first (needs >= 2 ranks with common steps)."""
     if min_slowdown <= 0:
         raise InvalidInput("min_slowdown", min_slowdown, "a fraction > 0 (0.15 = 15 % slower than peers)")
@@ -93,11 +93,13 @@ def _judge(x: list[float], min_slowdown: float, min_steps: int,
     bar = math.log1p(min_slowdown)
     whole = statistics.median(x)
     k, score = _change_point(x, min_steps) if n >= 2 * min_steps else (-1, 0.0)
-    if k > 0 and score >= min_score:
+    after = before = 0.0
+    if k > 0:
+        k = _refine(x, k, min_steps)
         after, before = statistics.median(x[k:]), statistics.median(x[:k])
-        if after < bar:
+        if score >= min_score and after < bar:
             return None  # the current level is normal (it recovered, or it was faster)
-        if before < bar:
+        if before < bar <= after and (score >= min_score or whole >= bar):
             return k, math.exp(after), math.exp(before), score
     if whole >= bar:
         return 0, math.exp(whole), 1.0, math.inf
@@ -105,20 +107,42 @@ def _judge(x: list[float], min_slowdown: float, min_steps: int,
 
 
 def _change_point(x: list[float], min_steps: int) -> tuple[int, float]:
-    """The split that best separates two levels of ``x`` and its shift in robust standard errors."""
+    """The split where the later values rank highest against the earlier ones (the Mann-Whitney
+    rank-sum statistic of the tail, standardised), and that z-score. Ranks, not values: one step that
+    took 10x (a page fault, a noisy neighbour) moves a rank sum by at most one place per step."""
     n = len(x)
-    diffs = [abs(b - a) for a, b in itertools.pairwise(x)]
-    sigma = max(statistics.median(diffs) / (0.6745 * math.sqrt(2)), 1e-3)  # robust noise per step
-    prefix = [0.0]
-    for v in x:
-        prefix.append(prefix[-1] + v)
+    order = sorted(range(n), key=lambda i: x[i])
+    ranks = [0.0] * n
+    for r, i in enumerate(order, start=1):
+        ranks[i] = float(r)
+    suffix = [0.0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        suffix[i] = suffix[i + 1] + ranks[i]
     best_k, best = -1, 0.0
     for k in range(min_steps, n - min_steps + 1):
-        shift = (prefix[n] - prefix[k]) / (n - k) - prefix[k] / k
-        z = abs(shift) / sigma * math.sqrt(k * (n - k) / n)
+        m = n - k  # tail length
+        expected = m * (n + 1) / 2
+        z = (suffix[k] - expected) / math.sqrt(k * m * (n + 1) / 12)
         if z > best:
             best_k, best = k, z
     return best_k, best
+
+
+def _refine(x: list[float], k: int, min_steps: int) -> int:
+    """Place the change point where a step function at the midpoint between the two levels misreads
+    the fewest steps; among equals the latest, since step-time noise is one-sided (a step is delayed,
+    never early), so a slow-looking step just before the change is more likely noise."""
+    tau = (statistics.median(x[:k]) + statistics.median(x[k:])) / 2
+    n = len(x)
+    above = [0] * (n + 1)  # above[i]: steps before i above tau
+    for i, v in enumerate(x):
+        above[i + 1] = above[i] + (v > tau)
+    best, best_err = k, n + 1
+    for j in range(min_steps, n - min_steps + 1):
+        err = above[j] + (n - j) - (above[n] - above[j])
+        if err <= best_err:
+            best, best_err = j, err
+    return best
 
 
 def straggler_event(s: Straggler, *, job: str, time: datetime, run: str = "") -> HealthEvent:

@@ -44,7 +44,7 @@ def _launch(run_dir: Path, out: Path, *extra: str) -> tuple[subprocess.Popen[byt
     cmd = [str(_torchrun()), "--nproc-per-node", "2", "--master-port", str(_free_port()),
            str(ROOT / "examples/tiny_gpt/train.py"), "--run-dir", str(run_dir), "--steps", str(STEPS),
            "--ckpt-every", str(EVERY), "--truth", "--slow-rank", str(SLOW_RANK), "--slow-from", str(SLOW_FROM),
-           "--slow-factor", "2.0", *extra]
+           "--slow-factor", "3.0", *extra]
     with out.open("wb") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     return proc, launched

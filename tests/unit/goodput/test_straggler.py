@@ -85,3 +85,17 @@ def test_the_shipped_catalog_judges_a_straggler() -> None:
     s = find_stragglers(_fleet(slow={5: (120, 200, 1.3)}))[0]
     j = judge_event(load_default_catalog(), straggler_event(s, job="1", time=datetime(2026, 1, 1, tzinfo=UTC)))
     assert (j.severity, j.basis) == (Severity.DEGRADED, "catalog")
+
+
+def test_heavy_tailed_noise_does_not_hide_or_invent_a_straggler() -> None:
+    """Step times on a shared, oversubscribed host: 1 step in 10 takes 2-10x on any rank."""
+    rng = random.Random(7)
+
+    def noisy(series: list[RankSeries]) -> list[RankSeries]:
+        return [RankSeries(s.rank, s.host, s.local_rank,
+                           tuple((st, t * (rng.uniform(2, 10) if rng.random() < 0.1 else 1.0)) for st, t in s.points))
+                for s in series]
+
+    assert find_stragglers(noisy(_fleet(ranks=2, steps=70))) == ()
+    found = find_stragglers(noisy(_fleet(ranks=2, steps=70, slow={1: (25, 70, 2.0)})))
+    assert [s.rank for s in found] == [1] and 22 <= found[0].from_step <= 28
