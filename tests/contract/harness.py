@@ -1,7 +1,8 @@
 """What a scheduler contract test needs besides the port itself: a way to make work happen.
 
 Each implementation (sim, slurm, ...) provides a :class:`SchedulerHarness`; ``conftest.py`` turns
-them into the parametrized ``harness`` fixture. The Slurm harness starts real jobs with sbatch.
+them into the parametrized ``harness`` fixture. The Slurm harness starts real jobs with sbatch; the
+Kubernetes one (``tests/k8s/harness.py``) runs the adapter against the fake API server.
 """
 
 from __future__ import annotations

@@ -100,6 +100,8 @@ def _scheduler(settings: ControllerSettings, sim_nodes: int,
         slurm = SlurmScheduler(slurm_conf=conf, checkpoint_signal=settings.checkpoint_signal,
                                checkpoint_target=settings.checkpoint_signal_target)
         return slurm, None, f"Slurm via scontrol/sinfo/squeue (SLURM_CONF={where})"
+    if settings.scheduler == SchedulerKind.KUBERNETES:
+        return _kubernetes(settings, sim_nodes, sim_state)
     from gpufleet.domain.fleet import simulated_fleet
     from gpufleet.schedulers.sim import SimScheduler
 
@@ -108,6 +110,29 @@ def _scheduler(settings: ControllerSettings, sim_nodes: int,
                          checkpoint_signal=settings.checkpoint_signal.removeprefix("SIG"))
     state = f", state in {sim_state}" if sim_state is not None else ""
     return sched, fleet, f"the simulated scheduler ({len(sched.list_nodes())} nodes{state})"
+
+
+def _kubernetes(settings: ControllerSettings, sim_nodes: int,
+                sim_state: Path | None) -> tuple[Scheduler, Fleet | None, str]:
+    from gpufleet.domain.errors import InvalidInput
+
+    if sim_nodes or sim_state is not None:
+        raise InvalidInput("--sim-nodes" if sim_nodes else "--sim-state", sim_nodes or str(sim_state),
+                           'nothing with scheduler = "kubernetes" (the simulated scheduler\'s options)')
+    try:
+        from gpufleet.schedulers.kubernetes import KubernetesScheduler
+        from gpufleet.schedulers.kubernetes.watch import ClusterCache
+    except ImportError as err:
+        raise InvalidInput("scheduler", "kubernetes",
+                           "the kubernetes client installed: pip install 'gpufleet[kubernetes]'") from err
+    sched = KubernetesScheduler.connect(
+        kubeconfig=str(settings.kubeconfig.expanduser()) if settings.kubeconfig else None,
+        context=settings.kube_context, node_selector=settings.kube_node_selector,
+        checkpoint_signal=settings.checkpoint_signal)
+    if settings.kube_watch:
+        sched.cache = ClusterCache(sched.api, node_selector=settings.kube_node_selector).start()
+    where = settings.kubeconfig or ("the service account" if not settings.kube_context else settings.kube_context)
+    return sched, None, f"Kubernetes at {sched.api.configuration.host} ({where})"
 
 
 def _validator(settings: ControllerSettings, scheduler: Scheduler) -> SlurmValidator | None:

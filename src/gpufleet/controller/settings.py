@@ -9,8 +9,10 @@ Example ``controller.toml``::
     port = 8470
     reconcile_interval = 1.0                   # seconds between reconciler passes
     scheduler_sync_interval = 0.0              # seconds between reads of the scheduler's node list; 0 = every pass
-    scheduler = "slurm"                        # required: "slurm" (scontrol/sinfo/squeue on this host) or "sim"
+    scheduler = "slurm"                        # required: "slurm", "kubernetes" or "sim"
     slurm_conf = "/etc/slurm/slurm.conf"        # optional; otherwise the commands' default / $SLURM_CONF
+    kubeconfig = "~/.kube/config"              # kubernetes only; in a pod the service account is used
+    kube_node_selector = "nvidia.com/gpu.present=true"   # kubernetes only; "" = every node
 
     checkpoint_signal = "USR1"                 # what asks a job to checkpoint before a drain (docs/slurm.md)
     checkpoint_signal_target = "full"          # slurm: full (batch shell + steps) | batch | steps
@@ -67,9 +69,11 @@ class SchedulerKind(StrEnum):
 
     SLURM = "slurm"  # scontrol / sinfo / squeue on this host (docs/slurm.md)
     SIM = "sim"  # an in-process simulated scheduler: the demo, trying gpufleet without a cluster
+    KUBERNETES = "kubernetes"  # the API server: cordon, taints, conditions, evictions (docs/kubernetes.md)
 
 
-SCHEDULER_EXPECTED = ('scheduler = "slurm" (drive Slurm through scontrol/sinfo/squeue on this host) or '
+SCHEDULER_EXPECTED = ('scheduler = "slurm" (drive Slurm through scontrol/sinfo/squeue on this host), '
+                      'scheduler = "kubernetes" (drive the Kubernetes API server) or '
                       'scheduler = "sim" (a simulated scheduler) in the controller config, or GPUFLEET_SCHEDULER')
 
 
@@ -147,8 +151,13 @@ class ControllerSettings(BaseSettings):
     # Reading every node's state from the scheduler is the reconciler's biggest cost on a large fleet
     # (sinfo --json of 12,500 nodes); actions still run every pass. 0 = read on every pass.
     scheduler_sync_interval: float = Field(default=0.0, ge=0)
-    scheduler: SchedulerKind  # required: "slurm" (scontrol/sinfo/squeue on this host) or "sim" (simulated)
+    scheduler: SchedulerKind  # required: "slurm", "kubernetes" or "sim" (SCHEDULER_EXPECTED)
     slurm_conf: Path | None = None  # with scheduler = "slurm": the slurm.conf the commands use (SLURM_CONF)
+    # with scheduler = "kubernetes": in a pod the service account is used; otherwise this kubeconfig
+    kubeconfig: Path | None = None
+    kube_context: str | None = None
+    kube_node_selector: str = ""  # label selector of the GPU nodes gpufleet manages ("" = every node)
+    kube_watch: bool = True  # read nodes and pods from a watch-fed cache instead of listing every pass
     tokens: tuple[TokenConfig, ...] = ()  # the API's bearer tokens (none: every request is refused)
     # How the controller asks a job to checkpoint before draining its degraded node.
     # "" = never signal (jobs that do not handle the signal die of it: USR1's default action).
