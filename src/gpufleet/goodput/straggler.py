@@ -30,6 +30,7 @@ from datetime import datetime
 
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.events import EventKind, HealthEvent
+from gpufleet.domain.fleet import gpu_slot
 
 RULE = "straggler"
 
@@ -148,7 +149,7 @@ def _refine(x: list[float], k: int, min_steps: int) -> int:
 def straggler_event(s: Straggler, *, job: str, time: datetime, run: str = "") -> HealthEvent:
     """The observation for the controller (``POST /v1/events``): ``check_failed`` with ``rule=straggler``
     on the rank's node and GPU (``<host>-gpu<local rank>``). No severity: the catalog judges it."""
-    gpu = None if s.local_rank is None else f"{s.host}-gpu{s.local_rank}"
+    gpu = None if s.local_rank is None else gpu_slot(s.host, s.local_rank)
     attrs = {"rule": RULE, "job": job, "rank": str(s.rank), "from_step": str(s.from_step),
              "slowdown": f"{s.slowdown:.4g}", "before": f"{s.before:.4g}", "steps": str(s.steps),
              "score": "" if math.isinf(s.score) else f"{s.score:.3g}"}

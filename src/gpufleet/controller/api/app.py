@@ -19,7 +19,7 @@ from gpufleet.controller.service import Controller, Heartbeat
 from gpufleet.controller.settings import Role, TokenConfig
 from gpufleet.controller.store.repo import ActionStatus, Page
 from gpufleet.domain.errors import Conflict, ExternalError, GpufleetError, InvalidInput, NotFound
-from gpufleet.domain.fleet import Gpu, Nic, Node
+from gpufleet.domain.fleet import Gpu, Nic, Node, gpu_slot, nic_slot
 from gpufleet.domain.inventory import parse_inventory
 from gpufleet.lifecycle.engine import OperatorOp
 from gpufleet.lifecycle.states import NodeState
@@ -134,7 +134,7 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         if body.state not in (NodeState.NEW, NodeState.READY):
             raise HTTPException(422, [{"field": "state", "value": body.state, "expected": "new or ready"}])
         nodes = [Node(id=n.id, rack=n.rack, serial=n.serial,
-                      gpus=tuple(Gpu(f"{n.id}-gpu{g.index}", g.index, g.serial, g.pci, g.sku) for g in n.gpus),
+                      gpus=tuple(Gpu(gpu_slot(n.id, g.index), g.index, g.serial, g.pci, g.sku) for g in n.gpus),
                       nics=()) for n in body.nodes]
         leaves = {n.id: frozenset(n.leaves) for n in body.nodes}
         added = c.register([_with_leaves(n, leaves[n.id]) for n in nodes], state=body.state, actor_id=caller.name)
@@ -346,5 +346,5 @@ def _may_checkpoint(caller: Caller, job_id: str, reconciler: Reconciler | None) 
 
 
 def _with_leaves(node: Node, leaves: frozenset[str]) -> Node:
-    nics = tuple(Nic(f"{node.id}-nic{i}", i, "", leaf) for i, leaf in enumerate(sorted(leaves)))
+    nics = tuple(Nic(nic_slot(node.id, i), i, "", leaf) for i, leaf in enumerate(sorted(leaves)))
     return Node(node.id, node.rack, node.serial, node.gpus, nics)
