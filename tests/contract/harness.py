@@ -114,7 +114,7 @@ class SlurmHarness:
         job = self.lab.sbatch(node, f"trap 'touch {flag}' USR1; touch {ready}; while true; do sleep 0.2; done",
                               "--comment", "gpufleet:signal=USR1")
         # RUNNING comes before the batch shell has installed its trap: a signal in between kills it.
-        self.eventually(lambda: (self.lab.root / "jobs" / f"ckpt-ready-{job}").exists(), f"job {job} trapping USR1")
+        self.eventually((self.lab.root / "jobs" / f"ckpt-ready-{job}").exists, f"job {job} trapping USR1")
         return job
 
     def checkpoint_requested(self, job_id: str) -> bool:

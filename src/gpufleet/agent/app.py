@@ -37,6 +37,7 @@ from gpufleet.agent.spool import Spool
 from gpufleet.agent.telemetry import Telemetry
 from gpufleet.domain.catalog import load_default_catalog
 from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.fleet import gpu_slot
 from gpufleet.domain.inventory import NodeInventory
 from gpufleet.domain.nodestatus import STATUS_FILE_NAME
 
@@ -242,7 +243,7 @@ def _kernel_log(
     cfg: AgentConfig, clock: AgentClock, telemetry: Telemetry, decode: Decode | LogDecoder | None
 ) -> KernelLog:
     """The recorded log of ``kmsg_file`` (replayed from its start), else the live kernel log."""
-    slots = {g.pci_bus_id: f"{cfg.node}-gpu{g.index}" for g in telemetry.gpus}
+    slots = {g.pci_bus_id: gpu_slot(cfg.node, g.index) for g in telemetry.gpus}
     dec: Decode | LogDecoder = decode or default_decoder(cfg.node, slots)
     if cfg.kmsg_file is not None:
         return KmsgFileReplay(cfg.node, dec, cfg.kmsg_file, clock=clock, proc_root=cfg.proc_root)

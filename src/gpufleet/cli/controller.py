@@ -178,3 +178,5 @@ def token(name: Annotated[str, typer.Argument(help="who the token is for")],
     typer.echo(f"token (give this to {name}; it is not stored): {secret}")
     digest = hashlib.sha256(secret.encode()).hexdigest()
     typer.echo(f'\n[[tokens]]\nname = "{name}"\nrole = "{role}"\ntoken_sha256 = "{digest}"')
+    if role == Role.AGENT:  # required for agents (settings.TokenConfig): name its nodes before use
+        typer.echo('nodes = ["*"]                 # narrow to the nodes this agent reports for, e.g. ["r01-*"]')

@@ -34,6 +34,18 @@ Example ``controller.toml``::
     window = "24h"                              # how far back check results count
     min_samples = 8                             # smaller (SKU, check) groups are not judged
 
+    [tls]                                       # optional: HTTPS (docs/api.md#tls)
+    certfile = "/etc/gpufleet/tls/server.crt"
+    keyfile = "/etc/gpufleet/tls/server.key"
+    client_ca = "/etc/gpufleet/tls/agents-ca.crt" # optional: require client certificates signed by it
+
+    [limits]                                    # before authentication (docs/api.md#limits)
+    max_body_bytes = 67108864
+    max_header_bytes = 16384
+    read_timeout_s = 30
+    ingest_queue_events = 10000                 # queued beyond this: 429 with Retry-After
+    max_clock_skew = "5m"                       # checkpoints dated further ahead are refused
+
     [[tokens]]
     name = "alice"
     role = "operator"
@@ -89,12 +101,17 @@ class TokenConfig(BaseModel):
     role: Role  # viewer, agent, operator or admin (docs/api.md lists what each may do)
     token: str | None = Field(default=None, min_length=16)  # the secret itself: for development only
     token_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # its sha256 (gpufleet controller token)
-    nodes: tuple[str, ...] = ("*",)  # agent tokens: the nodes (glob patterns) it may report for
+    # Agent tokens: the nodes (glob patterns) it may report for. Required for agents: a token that silently
+    # spoke for every node would let one node's agent report (or hide) another's faults. ["*"] says it outright.
+    nodes: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _one_secret(self) -> TokenConfig:
         if (self.token is None) == (self.token_sha256 is None):
             raise ValueError("give exactly one of token or token_sha256")
+        if self.role == Role.AGENT and not self.nodes:
+            raise ValueError(f"agent token {self.name!r} needs nodes = [...]: the nodes it may report for "
+                             '(globs such as "r01-*"; ["*"] for every node)')
         return self
 
     @property
@@ -157,6 +174,41 @@ class RepairSettings(BaseModel):
     ticket_timeout: float = Field(default=10.0, gt=0)
 
 
+class TlsSettings(BaseModel):
+    """``[tls]``: serve HTTPS. With ``client_ca``, every client must present a certificate signed by it
+    (docs/api.md#tls); bearer tokens are still required on top."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    certfile: Path | None = None  # the server's certificate chain (PEM)
+    keyfile: Path | None = None  # its private key (PEM)
+    client_ca: Path | None = None  # require client certificates signed by this CA (PEM)
+
+    @model_validator(mode="after")
+    def _pair(self) -> TlsSettings:
+        if (self.certfile is None) != (self.keyfile is None):
+            raise ValueError("give both certfile and keyfile, or neither")
+        if self.client_ca is not None and self.certfile is None:
+            raise ValueError("client_ca needs certfile and keyfile (client certificates need TLS)")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.certfile is not None
+
+
+class LimitSettings(BaseModel):
+    """``[limits]``: what a request may cost before anyone has checked its token (docs/api.md#limits)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)  # 413 past this (a batch of 10,000 events fits)
+    max_header_bytes: int = Field(default=16 * 1024, ge=1024)  # 431 past this
+    read_timeout_s: float = Field(default=30.0, gt=0)  # to receive a request's body, first byte to last
+    keep_alive_s: float = Field(default=75.0, gt=0)  # an idle connection is closed after this
+    ingest_queue_events: int = Field(default=10_000, ge=1)  # queued beyond this: 429 + Retry-After
+    # a checkpoint dated further ahead of the controller's clock is refused; agents further off are warned about
+    max_clock_skew: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(minutes=5)
+
+
 class ControllerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUFLEET_", extra="forbid")
     database_url: str = "sqlite:///gpufleet.db"  # SQLAlchemy URL: sqlite:///FILE or postgresql://user@host/db
@@ -185,6 +237,10 @@ class ControllerSettings(BaseSettings):
     validation: ValidationSettings = ValidationSettings()  # see [validation]
     repair: RepairSettings = RepairSettings()  # see [repair]
     fleet_judge: FleetJudgeSettings = FleetJudgeSettings()  # see [fleet_judge]
+    tls: TlsSettings = TlsSettings()  # see [tls]: HTTPS, optional client certificates
+    limits: LimitSettings = LimitSettings()  # see [limits]: what a request may cost before its token is checked
+    api_docs: bool = True  # /docs and /redoc (their pages load scripts from a public CDN)
+    openapi_requires_auth: bool = False  # /openapi.json only for a valid token
 
 
 def load_settings(path: Path | None = None, **overrides: Any) -> ControllerSettings:

@@ -57,7 +57,7 @@ class LabController:
             scheduler=SchedulerKind.SLURM if isinstance(scheduler, SlurmScheduler) else SchedulerKind.SIM,
             reconcile_interval=interval, repair=repair or RepairSettings(),
             tokens=(TokenConfig(name="admin", role="admin", token=ADMIN_TOKEN),
-                    TokenConfig(name="agent", role="agent", token=AGENT_TOKEN)),
+                    TokenConfig(name="agent", role="agent", token=AGENT_TOKEN, nodes=("*",))),
         )
         rt = build(settings, scheduler, validator=validator)
         ports: list[int] = []

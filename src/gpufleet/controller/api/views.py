@@ -120,3 +120,6 @@ class StatusOut(BaseModel):
     breaker: BreakerOut
     dry_run: bool
     scheduler_reachable: bool
+    ingest_queued: int = 0  # events (and heartbeats) waiting for the writer
+    refused: dict[str, int] = {}  # requests refused since start, by reason (body_too_large, unauthenticated, ...)
+    max_clock_skew_s: float = 0.0  # the largest |agent clock - controller clock| at the agents' last heartbeats
