@@ -51,7 +51,7 @@ class Serve:
             f'database_url = "sqlite:///{tmp / "c.db"}"\nport = {self.port}\nscheduler = "sim"\n'
             f'reconcile_interval = 0.1\npolicy_file = "{tmp / "policy.toml"}"\n[repair]\nagent = true\n'
             f'[[tokens]]\nname = "admin"\nrole = "admin"\ntoken = "{ADMIN}"\n'
-            f'[[tokens]]\nname = "agent"\nrole = "agent"\ntoken = "{AGENT}"\n')
+            f'[[tokens]]\nname = "agent"\nrole = "agent"\ntoken = "{AGENT}"\nnodes = ["*"]\n')
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = f"http://127.0.0.1:{self.port}/v1"
 
