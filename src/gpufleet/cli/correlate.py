@@ -87,6 +87,9 @@ def register(app: typer.Typer) -> None:
         split: Annotated[
             str, typer.Option("--split", help="weak suite: tune (used in development) or heldout (report only).")
         ] = "tune",
+        counts_only: Annotated[
+            bool, typer.Option("--counts-only", help="Score the engine without the coherence statistic (v1).")
+        ] = False,
         dump: Annotated[
             Path | None,
             typer.Option("--dump", help="Also write each scenario here (topology, events, truth)."),
@@ -129,7 +132,7 @@ def register(app: typer.Typer) -> None:
                     text = "".join(format_event(e) + "\n" for e in sc.events)
                     (dump / f"{stem}.jsonl").write_text(text, encoding="utf-8")
                     (dump / f"{stem}.truth").write_text(sc.truth + "\n", encoding="utf-8")
-            result = score(topo, scs)
+            result = score(topo, scs, coherence=not counts_only)
             by_fault = {
                 f: {"n": n, "top1": round(t1, 3), "top3": round(t3, 3)}
                 for f, (n, t1, t3) in result.by(1).items()

@@ -94,9 +94,9 @@ class Coherence:
     def add(self, t: float, kind: str, reporter: str, rclass: str, key: tuple[str, str],
             pairs: tuple[tuple[str, str], ...]) -> list[str]:
         """One event of ``kind`` from ``reporter`` (class ``rclass``) on symptom ``key`` whose
-        candidates and witnesses are ``pairs``; returns the candidates that just became significant."""
-        if t < self._start:
-            self._start = t
+        candidates and witnesses are ``pairs``; returns the candidates that are significant after
+        this event moved their statistic (a new witness or witness-minute)."""
+        self._start = min(self._start, t)
         minute = int(t // UNIT_S)
         seen = self._seen.get((kind, rclass))
         if seen is None:
@@ -123,8 +123,8 @@ class Coherence:
             else:
                 st.wit[w] = (t, old[1], minute)
                 continue  # same witness, same minute: the statistic did not move
-            if self._score(c, st, t) and not st.significant:
-                st.significant = True
+            if self._score(c, st, t):
+                st.significant = True  # (again): a new witness of a significant pattern joins it
                 for r in st.reporters.values():
                     self._explained[r] = t + self._rate_window
                 out.append(c)

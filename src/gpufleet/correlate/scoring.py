@@ -91,8 +91,9 @@ def run_scenario(
     *,
     catalog: Catalog | None = None,
     window: timedelta = timedelta(minutes=30),
+    coherence: bool = True,
 ) -> Outcome:
-    engine = Engine(topology, window=window, catalog=catalog)
+    engine = Engine(topology, window=window, catalog=catalog, coherence=coherence)
     healthy = _healthy_switches(topology, sc.truth)
     wrong: set[str] = set()
     streamed = 0
@@ -135,10 +136,13 @@ def run_scenario(
     )
 
 
-def score(topology: Topology, scenarios: Iterable[Scenario], *, catalog: Catalog | None = None) -> Score:
+def score(
+    topology: Topology, scenarios: Iterable[Scenario], *, catalog: Catalog | None = None, coherence: bool = True
+) -> Score:
+    """``coherence=False`` scores the engine as it was before the coherence statistic (counts only)."""
     out = Score()
     for sc in scenarios:
-        out.outcomes.append(run_scenario(topology, sc, catalog=catalog))
+        out.outcomes.append(run_scenario(topology, sc, catalog=catalog, coherence=coherence))
     return out
 
 

@@ -19,9 +19,10 @@ answer may name (a cable's fault may be named by its slot).
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from enum import StrEnum
+from typing import TypeVar
 
 from gpufleet.correlate.scenarios import SPAN, T0, Noise, Scenario, TopologyKind, _Stream
 from gpufleet.domain.errors import InvalidInput
@@ -29,6 +30,7 @@ from gpufleet.domain.events import EventKind as E
 from gpufleet.domain.fleet import ComponentKind as K
 from gpufleet.domain.topology import Topology
 
+_T = TypeVar("_T")
 NONFATAL_SXID = (11012, 20001, 20009, 22013)  # corrected/replayed: catalog severity info
 APP_XID = (13, 31, 43)
 
@@ -102,7 +104,7 @@ def _background(topo: Topology, st: _Stream, level: Noise) -> None:
     gpus, nics, chips = topo.of_kind(K.GPU), topo.of_kind(K.NIC), topo.of_kind(K.NVSWITCH)
     host = [ln for ln in topo.links.values() if ln.kind == "ib" and topo.components[ln.a].kind is K.NIC]
 
-    def pick(pool: list[str] | list[object], frac: float) -> list[object]:
+    def pick(pool: Sequence[_T], frac: float) -> list[_T]:
         return rng.sample(list(pool), min(len(pool), round(frac * scale * len(pool))))
 
     def burst() -> list[float]:
@@ -112,27 +114,27 @@ def _background(topo: Topology, st: _Stream, level: Noise) -> None:
 
     for g in pick(gpus, 0.03):  # jobs crashing: application XIDs, often with XID 45
         at = rng.uniform(0, span)
-        st.add(at, E.XID, str(g), code=rng.choice(APP_XID))
+        st.add(at, E.XID, g, code=rng.choice(APP_XID))
         if rng.random() < 0.5:
-            st.add(at + 0.3, E.XID, str(g), code=45)
+            st.add(at + 0.3, E.XID, g, code=45)
     for g in pick(gpus, 0.01):  # an NVLink CRC error corrected by replay, GPU side
-        links = [lid for lid in topo.links_of(str(g)) if topo.links[lid].kind == "nvlink"]
+        links = [lid for lid in topo.links_of(g) if topo.links[lid].kind == "nvlink"]
         for at in burst():
-            st.add(at, E.LINK_ERROR, str(g), link=rng.choice(links))
+            st.add(at, E.LINK_ERROR, g, link=rng.choice(links))
     for c in pick(chips, 0.03):  # non-fatal SXIDs on a random port
-        ports = topo.links_of(str(c))
+        ports = topo.links_of(c)
         for at in burst():
-            st.add(at, E.SXID, str(c), code=rng.choice(NONFATAL_SXID), link=rng.choice(ports))
+            st.add(at, E.SXID, c, code=rng.choice(NONFATAL_SXID), link=rng.choice(ports))
     for ln in pick(host, 0.02):  # IB symbol errors at one end
-        end = ln.a if rng.random() < 0.7 else ln.b  # type: ignore[attr-defined]
+        end = ln.a if rng.random() < 0.7 else ln.b
         for at in burst():
-            st.add(at, E.LINK_ERROR, end, link=ln.id)  # type: ignore[attr-defined]
+            st.add(at, E.LINK_ERROR, end, link=ln.id)
     for g in pick(gpus, 0.01):
         for at in burst():
-            st.add(at, E.ECC_SBE, str(g))
+            st.add(at, E.ECC_SBE, g)
     for n in pick(nics, 0.01):
         for at in burst():
-            st.add(at, E.AER_CORRECTED, str(n))
+            st.add(at, E.AER_CORRECTED, n)
     if level is Noise.HEAVY:
         crash = rng.uniform(0, span)
         for g in rng.sample(gpus, min(len(gpus), 64)):
