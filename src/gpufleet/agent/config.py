@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import socket
 import tomllib
+from dataclasses import fields
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -33,12 +34,21 @@ from gpufleet.agent.runner import Cadence
 from gpufleet.domain.errors import InvalidInput
 
 
+def _defaults(cls: type) -> dict[str, Any]:
+    """A dataclass's field defaults: the one place they are written (the models below refer to them)."""
+    return {f.name: f.default for f in fields(cls)}
+
+
+_C = _defaults(Cadence)
+_T = _defaults(Thresholds)
+
+
 class CadenceModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    fast_s: float = Field(1.0, gt=0)
-    slow_s: float = Field(30.0, gt=0)
-    ib_s: float = Field(1.0, gt=0)
-    host_s: float = Field(30.0, gt=0)
+    fast_s: float = Field(_C["fast_s"], gt=0)
+    slow_s: float = Field(_C["slow_s"], gt=0)
+    ib_s: float = Field(_C["ib_s"], gt=0)
+    host_s: float = Field(_C["host_s"], gt=0)
 
     def build(self) -> Cadence:
         return Cadence(self.fast_s, self.slow_s, self.ib_s, self.host_s)
@@ -46,21 +56,21 @@ class CadenceModel(BaseModel):
 
 class ThresholdsModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    thermal_c: float = 87.0
-    thermal_clear_c: float = 82.0
-    hbm_thermal_c: float = 95.0
-    sbe_increase: int = Field(100, ge=1)
-    dbe_increase: int = Field(1, ge=1)
-    retired_pages_max: int = Field(60, ge=1)
-    pcie_replay_increase: int = Field(100, ge=1)
-    pcie_gen_min_util: float = Field(50.0, ge=0, le=100)
-    nvlink_error_increase: int = Field(100, ge=1)
-    ib_window_s: float = Field(60.0, gt=0)
-    ib_symbol_error_per_min: float = Field(10.0, ge=0)
-    ib_rcv_error_per_min: float = Field(10.0, ge=0)
-    ib_expected_rate_gbps: float | None = None
-    edac_ue_increase: int = Field(1, ge=1)
-    mount_min_free_fraction: float = Field(0.05, ge=0, le=1)
+    thermal_c: float = Field(_T["thermal_c"])
+    thermal_clear_c: float = Field(_T["thermal_clear_c"])
+    hbm_thermal_c: float = Field(_T["hbm_thermal_c"])
+    sbe_increase: int = Field(_T["sbe_increase"], ge=1)
+    dbe_increase: int = Field(_T["dbe_increase"], ge=1)
+    retired_pages_max: int = Field(_T["retired_pages_max"], ge=1)
+    pcie_replay_increase: int = Field(_T["pcie_replay_increase"], ge=1)
+    pcie_gen_min_util: float = Field(_T["pcie_gen_min_util"], ge=0, le=100)
+    nvlink_error_increase: int = Field(_T["nvlink_error_increase"], ge=1)
+    ib_window_s: float = Field(_T["ib_window_s"], gt=0)
+    ib_symbol_error_per_min: float = Field(_T["ib_symbol_error_per_min"], ge=0)
+    ib_rcv_error_per_min: float = Field(_T["ib_rcv_error_per_min"], ge=0)
+    ib_expected_rate_gbps: float | None = Field(_T["ib_expected_rate_gbps"])
+    edac_ue_increase: int = Field(_T["edac_ue_increase"], ge=1)
+    mount_min_free_fraction: float = Field(_T["mount_min_free_fraction"], ge=0, le=1)
 
     def build(self) -> Thresholds:
         return Thresholds(**self.model_dump())

@@ -36,7 +36,8 @@ def collect_inventory(
 ) -> NodeInventory:
     """The inventory of ``node``; ``device`` must be open (a device that failed to open has no GPUs)."""
     gpus = tuple(
-        GpuUnit(index=g.index, uuid=g.uuid, serial=g.serial, pci=g.pci_bus_id, sku=g.name, nvlinks=g.nvlinks)
+        GpuUnit(index=g.index, uuid=g.uuid, serial=g.serial, pci=g.pci_bus_id, sku=g.name, nvlinks=g.nvlinks,
+                nvlink_peers=g.nvlink_peers)
         for g in device.gpus()
     )
     nics = InfinibandCollector(ib_root, include_ethernet=include_ethernet).identities()

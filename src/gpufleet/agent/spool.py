@@ -23,7 +23,7 @@ from pathlib import Path
 
 from gpufleet.domain import wire
 from gpufleet.domain.errors import InvalidInput
-from gpufleet.domain.events import HealthEvent, Severity
+from gpufleet.domain.events import EventKind, HealthEvent, Severity
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +36,17 @@ CREATE TABLE IF NOT EXISTS spool (
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 """
+
+
+# Kinds that come in floods (counters, corrected errors, passing checks): when the spool is full these
+# go first, so the rare fault reports survive an outage. A retention rule, not a judgement: the
+# controller judges every event (the ``fatal`` column keeps its old name in existing spool files).
+_BULK = frozenset({EventKind.ECC_SBE, EventKind.LINK_ERROR, EventKind.AER_CORRECTED, EventKind.CHECK_PASSED,
+                   EventKind.THERMAL})
+
+
+def _keep(ev: HealthEvent) -> bool:
+    return ev.severity is Severity.FATAL or ev.kind not in _BULK
 
 
 class Spool:
@@ -55,7 +66,7 @@ class Spool:
 
     def put(self, events: Iterable[HealthEvent]) -> int:
         """Store ``events``; returns how many were new. Evicts when over ``max_events``."""
-        rows = [(ev.id, int(ev.severity is Severity.FATAL), wire.dumps(ev)) for ev in events]
+        rows = [(ev.id, int(_keep(ev)), wire.dumps(ev)) for ev in events]
         if not rows:
             return 0
         with self._lock:
@@ -88,7 +99,7 @@ class Spool:
             (self.dropped,),
         )
         log.warning(
-            "spool full (%d events): dropped the %d oldest (non-fatal first); %d dropped in all",
+            "spool full (%d events): dropped the %d oldest (routine kinds first); %d dropped in all",
             self.max_events,
             gone,
             self.dropped,

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from gpufleet.checks.events import gpu_slot
 from gpufleet.checks.fleet import FleetSample, Outlier, outliers
 from gpufleet.domain.errors import InvalidInput, NotFound
-from gpufleet.domain.events import EventKind, HealthEvent, Severity
+from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.lifecycle.states import NodeState
 
 from .service import Controller, IngestResult
@@ -216,6 +216,7 @@ def _event(node: str, flagged: Sequence[Outlier], sources: Sequence[Measured],
         message += f"; also {', '.join(others)}"
     digest = hashlib.sha1("\n".join(sorted(m.event_id for m in sources)).encode()).hexdigest()[:16]
     attrs = {
+        "rule": "fleet_outlier",  # judged by the catalog's rule entry (site-overridable), like any observation
         "check": s.check,
         "gpu": "" if s.gpu is None else str(s.gpu),
         "value": f"{s.value:.6g}",
@@ -235,7 +236,6 @@ def _event(node: str, flagged: Sequence[Outlier], sources: Sequence[Measured],
         kind=EventKind.CHECK_FAILED,
         time=now,
         component=gpu_slot(node, s.gpu),
-        severity=Severity.DEGRADED,
         message=message,
         source=SOURCE,
         attrs=tuple(sorted(attrs.items())),

@@ -7,7 +7,7 @@ prints the same JSON::
 
     {"format": "gpufleet.inventory/v1", "node": "r01-n03", "serial": "NODE-00017",
      "gpus": [{"index": 0, "uuid": "GPU-5d1e...", "serial": "1654922006281", "pci": "0000:18:00.0",
-               "sku": "NVIDIA H100 80GB HBM3", "nvlinks": 18}],
+               "sku": "NVIDIA H100 80GB HBM3", "nvlinks": 18, "nvlink_peers": ["0000:05:00.0", "..."]}],
      "nics": [{"device": "mlx5_0", "netdev": "ibp24s0", "pci": "0000:18:00.1",
                "ports": [{"port": 1, "guid": "0x9c63c00300abcd01", "link_layer": "InfiniBand"}]}]}
 
@@ -33,6 +33,7 @@ class GpuUnit:
     pci: str = ""  # normalised dddd:bb:dd.f
     sku: str = ""
     nvlinks: int = 0
+    nvlink_peers: tuple[str, ...] = ()  # per NVLink: the PCI address at its other end, where NVML exposes it
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,7 @@ class NodeInventory:
             "serial": self.serial,
             "gpus": [
                 {"index": g.index, "uuid": g.uuid, "serial": g.serial, "pci": g.pci, "sku": g.sku,
-                 "nvlinks": g.nvlinks}
+                 "nvlinks": g.nvlinks, "nvlink_peers": list(g.nvlink_peers)}
                 for g in self.gpus
             ],
             "nics": [
@@ -88,9 +89,14 @@ def parse_inventory(obj: Any, where: str = "inventory") -> NodeInventory:
     for i, g in enumerate(_list(d, "gpus", where)):
         p = f"{where}.gpus[{i}]"
         gd = _obj(g, p)
-        _only(gd, p, {"index", "uuid", "serial", "pci", "sku", "nvlinks"})
+        _only(gd, p, {"index", "uuid", "serial", "pci", "sku", "nvlinks", "nvlink_peers"})
+        peers = _list(gd, "nvlink_peers", p)
+        for k, peer in enumerate(peers):
+            if not isinstance(peer, str):
+                raise InvalidInput(f"{p}.nvlink_peers[{k}]", peer, "a PCI address string (\"\" when unknown)")
         gpus.append(GpuUnit(_int(gd, "index", p, required=True), _str(gd, "uuid", p), _str(gd, "serial", p),
-                            _str(gd, "pci", p).lower(), _str(gd, "sku", p), _int(gd, "nvlinks", p)))
+                            _str(gd, "pci", p).lower(), _str(gd, "sku", p), _int(gd, "nvlinks", p),
+                            tuple(x.lower() for x in peers)))
     seen = [g.index for g in gpus]
     for i, idx in enumerate(seen):
         if idx in seen[:i]:

@@ -208,6 +208,12 @@ class FakeNvml:
             raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
         return pynvml.NVML_FEATURE_ENABLED if g.links[link].up else pynvml.NVML_FEATURE_DISABLED
 
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, h: int, link: int) -> SimpleNamespace:
+        g = self._g("nvmlDeviceGetNvLinkRemotePciInfo", h, "nvlink")
+        if link >= len(g.links) or not g.links[link].peer:
+            raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+        return SimpleNamespace(busId=g.links[link].peer.upper().encode())
+
     def nvmlDeviceGetNvLinkErrorCounter(self, h: int, link: int, counter: int) -> int:
         g = self._g("nvmlDeviceGetNvLinkErrorCounter", h, "nvlink")
         lk = g.links[link]

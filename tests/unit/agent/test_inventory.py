@@ -66,6 +66,13 @@ def test_nvml_serials_and_a_board_without_one(tmp_path: Path) -> None:
     assert [g.serial for g in inv.gpus] == [sim.state[0].serial, sim.state[1].serial, ""]
     assert [(g.index, g.uuid, g.pci) for g in inv.gpus] == [(g.index, g.uuid, g.pci_bus_id) for g in sim.state]
     assert inv.gpus[0].sku == "NVIDIA H100 80GB HBM3" and inv.gpus[0].nvlinks == 18
+    # NVLink peers: the NVSwitch at each link's far end, as NVML reports it (normalised addresses)
+    assert inv.gpus[1].nvlink_peers == tuple(lk.peer for lk in sim.state[1].links)
+    assert len(set(inv.gpus[1].nvlink_peers)) > 1 and all(p.startswith("0000:") for p in inv.gpus[1].nvlink_peers)
+    dev2, _, lib2 = nvml_over_sim(1)
+    lib2.fail("nvmlDeviceGetNvLinkRemotePciInfo", pynvml.NVML_ERROR_NOT_SUPPORTED)
+    assert dev2.open().ok  # a driver without remote PCI info: no peers, everything else as before
+    assert collect_inventory("n1", dev2, ib_root=tmp_path / "none", sys_root=tmp_path).gpus[0].nvlink_peers == ()
 
 
 def test_simulated_node_round_trips_through_the_interchange_format(tmp_path: Path) -> None:

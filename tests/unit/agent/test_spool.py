@@ -57,7 +57,8 @@ def test_survives_reopen(tmp_path: Path) -> None:
     assert len(again) == 3 and [json.loads(b)["id"] for _, b in again.peek(10)] == ["e2", "e3", "e4"]
 
 
-def test_bounded_evicts_non_fatal_first(tmp_path: Path) -> None:
+def test_bounded_evicts_routine_kinds_first(tmp_path: Path) -> None:
+    """Thermal excursions are routine (they come in floods); a stated-fatal one and rare fault kinds stay."""
     s = Spool(tmp_path / "s.db", max_events=4)
     s.put([ev(0, Severity.FATAL), ev(1), ev(2, Severity.FATAL), ev(3)])
     s.put([ev(4), ev(5)])
@@ -68,6 +69,10 @@ def test_bounded_evicts_non_fatal_first(tmp_path: Path) -> None:
     assert ids == ["e2", "e6", "e7", "e8"] and s.dropped == 5
     s.close()
     assert Spool(tmp_path / "s.db", max_events=4).dropped == 5
+    s2 = Spool(tmp_path / "s2.db", max_events=2)
+    xid = HealthEvent("x1", "n1", EventKind.XID, T0, "n1-gpu0", 79)  # no severity stated: kept by its kind
+    s2.put([xid, ev(1, None), ev(2, None)])
+    assert [json.loads(b)["id"] for _, b in s2.peek(10)] == ["x1", "e2"]
 
 
 def test_rejects_bad_bound(tmp_path: Path) -> None:

@@ -113,3 +113,26 @@ def test_a_lone_link_down_reaches_the_per_node_policy_when_its_hold_ends() -> No
     c.tick()
     [d] = c.store.decisions()
     assert d.node == node and d.severity == "fatal" and c.state_of(node) is NodeState.DRAINING
+
+
+def test_a_restart_remembers_recent_faults_for_merging_and_re_holds_link_events() -> None:
+    topo = generate_hgx(32)
+    engine = throwaway_engine()
+    migrate(engine)
+    clock = ManualClock(T0)
+    c = Controller(Store(engine), load_policy(), clock, topology=topo)
+    c.register_fleet(to_fleet(topo), state=NodeState.READY)
+    nodes = sorted(n.id for n in to_fleet(topo))
+    nodes = [nodes[0], nodes[-1]]  # two racks: both fit the budgets
+    at = clock.advance(timedelta(seconds=5))
+    c.ingest([_xid("n:nvml:1", nodes[0], 94, at, "nvml")])
+    c.ingest(_leaf_link_downs(topo, 2, [nodes[1]], at))
+    # the controller restarts (same database): the kernel log's copy of the XID still merges, and the
+    # held link event is judged by the per-node policy once its hold ends
+    c2 = Controller(Store(engine), load_policy(), clock, topology=topo)
+    c2.ingest([_xid("n:kmsg:1", nodes[0], 94, at + timedelta(seconds=1), "kmsg")])
+    assert {r.id: r.fault_of for r in c2.store.events(node=nodes[0])} == {"n:nvml:1": None, "n:kmsg:1": "n:nvml:1"}
+    assert c2.admission.held == 1 and c2.state_of(nodes[1]) is NodeState.READY
+    clock.advance(timedelta(seconds=30))
+    c2.tick()
+    assert c2.state_of(nodes[1]) is NodeState.DRAINING

@@ -133,19 +133,23 @@ class NvmlDevice:
             log.error("gpu%d: identity unreadable (%s); reporting it lost", i, err)
             self._lost.add(i)
             return GpuInfo(i, "", "", "")
-        links = 0
+        links, peers = 0, []
         for link in range(int(getattr(lib, "NVML_NVLINK_MAX_LINKS", 18))):
             try:
                 lib.nvmlDeviceGetNvLinkState(h, link)
             except lib.NVMLError:
                 break
             links += 1
+            try:  # the NVSwitch (or peer GPU) at the link's other end, where NVML exposes it
+                peers.append(normalise_bus_id(_text(lib.nvmlDeviceGetNvLinkRemotePciInfo(h, link).busId)))
+            except lib.NVMLError:
+                peers.append("")
         try:
             serial = _text(lib.nvmlDeviceGetSerial(h)).strip()
         except lib.NVMLError as err:  # NOT_SUPPORTED on boards without one (GeForce): the slot still maps
             log.info("gpu%d: no board serial (%s)", i, err)
             serial = ""
-        return GpuInfo(i, uuid, name, bus, links, serial)
+        return GpuInfo(i, uuid, name, bus, links, serial, tuple(peers) if any(peers) else ())
 
     def _open_events(self) -> None:
         lib = self._lib

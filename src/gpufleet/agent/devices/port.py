@@ -58,6 +58,7 @@ class GpuInfo:
     pci_bus_id: str  # normalised dddd:bb:dd.f (lower case)
     nvlinks: int = 0  # number of NVLinks the device reports (0 on PCIe cards)
     serial: str = ""  # board serial (names the physical unit; "" when the GPU does not report one)
+    nvlink_peers: tuple[str, ...] = ()  # per NVLink: the PCI address of the device at its other end ("" unknown)
 
 
 @dataclass(frozen=True, slots=True)

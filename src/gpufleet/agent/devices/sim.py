@@ -35,11 +35,20 @@ from gpufleet.domain.errors import InvalidInput
 H100_MEM_TOTAL = 81559 * 1024 * 1024
 H100_NAME = "NVIDIA H100 80GB HBM3"
 H100_NVLINKS = 18
+# An HGX H100 board's four NVSwitch chips (as the simulator places them): NVLink n of every GPU lands on
+# chip n % 4, so the inventory's NVLink peers look like a real board's.
+_NVSWITCH_BUSES = ("05", "06", "07", "08")
+
+
+def nvswitch_pci(link: int) -> str:
+    """The simulated PCI address of the NVSwitch at the other end of NVLink ``link``."""
+    return f"0000:{_NVSWITCH_BUSES[link % len(_NVSWITCH_BUSES)]}:00.0"
 _BUSES = ("18", "2a", "3a", "5d", "9a", "ab", "ba", "db")
 
 
 @dataclass(slots=True)
 class SimLink:
+    peer: str = ""  # the PCI address of the NVSwitch at the other end
     up: bool = True
     crc_flit: int = 0
     crc_data: int = 0
@@ -78,7 +87,7 @@ class SimGpu:
     pcie_gen_cap: int = 5  # a degraded link trains at most this
     pcie_width: int = 16
     pcie_replay: int = 0
-    links: list[SimLink] = field(default_factory=lambda: [SimLink() for _ in range(H100_NVLINKS)])
+    links: list[SimLink] = field(default_factory=lambda: [SimLink(nvswitch_pci(n)) for n in range(H100_NVLINKS)])
     unsupported: set[str] = field(default_factory=set)
 
     def step(self, rng: random.Random) -> None:
@@ -181,7 +190,8 @@ class SimDevice:
     def gpus(self) -> tuple[GpuInfo, ...]:
         if not self._opened:
             return ()
-        return tuple(GpuInfo(g.index, g.uuid, g.name, g.pci_bus_id, len(g.links), g.serial) for g in self.state)
+        return tuple(GpuInfo(g.index, g.uuid, g.name, g.pci_bus_id, len(g.links), g.serial,
+                             tuple(lk.peer for lk in g.links)) for g in self.state)
 
     def read_fast(self, index: int) -> FastReading:
         g = self._gpu(index)
