@@ -16,7 +16,9 @@ witnesses, the units beyond one each are geometric with continuation ``g``. The 
 
     p(c) = P(Poisson(mu) >= k) * P(NegBin(k, g) >= u - k) * SCAN
 
-(``SCAN`` = 3 pays for looking at two statistics). ``c`` is *significant* when ``p(c) <= alpha(c)``,
+(``SCAN`` = 3 pays for looking at two statistics; a cable's two ends are computed exactly, and for a
+switch or unit only ``k`` counts: repetition is evidence about what a witness reports on).
+``c`` is *significant* when ``p(c) <= alpha(c)``,
 the share of the false-alarm budget (default 1 false verdict per 1,000 node-days) that falls on one
 candidate of its kind in one window: ``budget * nodes * window / 1 day / (kinds * candidates of the
 kind)``.
@@ -43,6 +45,11 @@ SCAN = 3.0
 UNIT_S = 60.0
 REFRESH_S = 60.0
 _DAY = 86400.0
+_SHARED_KINDS = frozenset({"nvswitch", "leaf_switch", "spine_switch", "core_switch", "node", "compute_tray",
+                           "switch_tray"})
+_EXPOSURE_CACHE = 200_000  # candidates whose exposure is kept (a pure function of the topology)
+# Exposures are a pure function of the topology: engines over the same topology share them.
+_SHARED: dict[int, tuple[Topology, dict[str, dict[str, float]]]] = {}
 
 
 @dataclass(slots=True)
@@ -50,6 +57,7 @@ class _Cand:
     wit: dict[str, tuple[float, int, int]]  # witness -> (last time, units, last minute)
     keys: dict[tuple[str, str], float]  # supporting symptoms -> last time
     reporters: dict[str, str]  # witness -> a reporter behind it (rates leave explained reporters out)
+    cls: str = ""
     significant: bool = False
     log_p: float = 0.0
 
@@ -79,8 +87,15 @@ class Coherence:
         nodes = counts.get("node", 0) + counts.get("compute_tray", 0)
         share = budget_per_node_day * max(1, nodes) * window_s / _DAY / max(1, len(counts) - 1)
         self._log_alpha = {k: math.log(share / n) for k, n in counts.items()}
+        self._alpha = {k: share / n for k, n in counts.items()}
         self._cands: dict[str, _Cand] = {}
-        self._exposure: dict[str, dict[str, float]] = {}
+        shared = _SHARED.get(id(topology))
+        if shared is None or shared[0] is not topology:
+            if len(_SHARED) >= 4:
+                _SHARED.pop(next(iter(_SHARED)))
+            shared = _SHARED[id(topology)] = (topology, {})
+        self._exposure = shared[1]
+        self._deg: dict[str, int] = {}
         self._seen: dict[tuple[str, str], dict[str, tuple[float, int, int]]] = {}  # (kind, class) -> reporter
         self._explained: dict[str, float] = {}  # reporter -> until when it is left out of the rates
         self._q: dict[str, float] = {}
@@ -92,7 +107,7 @@ class Coherence:
     # -- input --------------------------------------------------------------------------------------------
 
     def add(self, t: float, kind: str, reporter: str, rclass: str, key: tuple[str, str],
-            pairs: tuple[tuple[str, str], ...]) -> list[str]:
+            pairs: tuple[tuple[str, str, str, bool], ...]) -> list[str]:
         """One event of ``kind`` from ``reporter`` (class ``rclass``) on symptom ``key`` whose
         candidates and witnesses are ``pairs``; returns the candidates that are significant after
         this event moved their statistic (a new witness or witness-minute)."""
@@ -108,27 +123,50 @@ class Coherence:
             seen[reporter] = (t, prev[1] + 1, minute)
         if t - self._refreshed >= REFRESH_S:
             self._refresh(t)
+        q_r = self._q.get(rclass, PRIOR_Q)
+        deg = self._deg.get(reporter)
+        if deg is None:
+            deg = self._deg[reporter] = max(1, len(self._topo.links_of(reporter)))
         out: list[str] = []
-        for c, w in pairs:
-            st = self._cands.get(c)
+        alpha = self._alpha
+        cands = self._cands
+        for c, w, cls, inside in pairs:
+            lb = q_r if inside else q_r / deg  # this reporter's own share of mu(c)
+            st = cands.get(c)
             if st is None:
-                st = self._cands[c] = _Cand({}, {}, {})
+                st = cands[c] = _Cand({w: (t, 1, minute)}, {key: t}, {w: reporter}, cls)
+                if SCAN * lb >= alpha[cls]:
+                    continue  # one witness, one unit: p >= SCAN * (1 - e^-lb), cannot be significant
+                if self._score(c, st, t, lb):
+                    out.append(self._significant(st, c, t))
+                continue
             st.keys[key] = t
             old = st.wit.get(w)
             if old is None or t - old[0] > self.window:
                 st.wit[w] = (t, 1, minute)
                 st.reporters[w] = reporter
             elif old[2] != minute:
-                st.wit[w] = (t, old[1] + 1, minute)
+                st.wit[w] = old = (t, old[1] + 1, minute)
+                rep = 1.0 if cls in _SHARED_KINDS else self._g ** (old[1] - 1)
+                if len(st.wit) == 1 and SCAN * lb * (1 - lb / 2) * rep >= alpha[cls]:
+                    continue  # one witness: p >= SCAN * P(it speaks) * g^(units-1), not significant
             else:
                 st.wit[w] = (t, old[1], minute)
                 continue  # same witness, same minute: the statistic did not move
-            if self._score(c, st, t):
-                st.significant = True  # (again): a new witness of a significant pattern joins it
-                for r in st.reporters.values():
-                    self._explained[r] = t + self._rate_window
-                out.append(c)
+            if self._score(c, st, t, lb):
+                out.append(self._significant(st, c, t))
         return out
+
+    def _significant(self, st: _Cand, c: str, t: float) -> str:
+        st.significant = True  # (again): a new witness of a significant pattern joins it
+        for r in st.reporters.values():
+            self._explained[r] = t + self._rate_window
+        return c
+
+    def pair(self, c: str, w: str, reporter: str) -> tuple[str, str, str, bool]:
+        """(candidate, witness, candidate class, reporter inside the candidate) for :meth:`add`."""
+        inside = w == "self" or (w == reporter and c not in self._topo.links)
+        return (c, w, self._cls(c), inside)
 
     def support(self, c: str, now: float) -> list[tuple[str, str]]:
         """Symptom keys behind ``c``'s witnesses within the window."""
@@ -162,7 +200,7 @@ class Coherence:
 
     # -- the statistic ------------------------------------------------------------------------------------
 
-    def _score(self, c: str, st: _Cand, t: float) -> bool:
+    def _score(self, c: str, st: _Cand, t: float, mu_lb: float) -> bool:
         cutoff = t - self.window
         wit = st.wit
         if any(v[0] < cutoff for v in wit.values()):
@@ -171,15 +209,29 @@ class Coherence:
                 st.reporters.pop(w, None)
         k = len(wit)
         units = sum(v[1] for v in wit.values())
+        log_alpha = self._log_alpha[st.cls]
+        # Repetition (units beyond one per witness) is evidence about the thing a witness reports
+        # on — its cable, itself — not about a switch or unit it shares with others: a flapping
+        # cable's 12 minutes must not make its leaf surprising. Shared parts use k alone.
+        tail_u = math.log(SCAN)
+        if st.cls not in _SHARED_KINDS:
+            tail_u += _log_negbin_tail(units - k, k, self._g)
         ln = self._topo.links.get(c)
+        if ln is None and _log_poisson_tail(k, mu_lb) + tail_u > log_alpha:
+            # Screen: mu >= mu_lb (this reporter's own share of the exposure) and the tail grows
+            # with mu, so even the smallest possible background leaves the pattern unsurprising.
+            # Spares most noise events the exposure (a walk over the candidate's links).
+            st.log_p = _log_poisson_tail(k, mu_lb) + tail_u
+            st.significant = False
+            return False
         if ln is not None:  # two possible witnesses with unequal odds: the exact tail, not Poisson
             pa, pb = self._p_end(ln.a), self._p_end(ln.b)
             tail = pa * pb if k >= 2 else 1.0 - (1.0 - pa) * (1.0 - pb) if k == 1 else 1.0
             log_k = math.log(max(tail, 1e-300))
         else:
             log_k = _log_poisson_tail(k, self.mu(c))
-        st.log_p = log_k + _log_negbin_tail(units - k, k, self._g) + math.log(SCAN)
-        sig = st.log_p <= self._log_alpha[self._cls(c)]
+        st.log_p = log_k + tail_u
+        sig = st.log_p <= log_alpha
         if not sig:
             st.significant = False
         return sig
@@ -193,6 +245,8 @@ class Coherence:
         exp = self._exposure.get(c)
         if exp is None:
             exp = self._exposure[c] = self._expose(c)
+            if len(self._exposure) > _EXPOSURE_CACHE:
+                self._exposure.pop(next(iter(self._exposure)))
         q = self._q
         return sum(e * q.get(r, PRIOR_Q) for r, e in exp.items())
 

@@ -221,10 +221,12 @@ class Engine:
                 cov = self._cover[c] = set()
             cov.add(sym)
 
-    def _pairs(self, sym: Symptom) -> tuple[tuple[str, str], ...]:
+    def _pairs(self, sym: Symptom) -> tuple[tuple[str, str, str, bool], ...]:
         """(candidate, witness) for the coherence statistic: a cable's witness is the end that
         reported; a component reporting about itself is ``self`` however many of its ports it names
         (one noisy chip is one witness); otherwise the distinct far unit / inner component."""
+        coh = self.coherence
+        assert coh is not None
         out = []
         for c in sym.cands:
             kind = self.kind_of(c)
@@ -236,7 +238,7 @@ class Engine:
                 w = sym.reporter  # a chip inside an HGX node naming three ports is one witness
             else:
                 w = self._witness(c, kind, sym)
-            out.append((c, w))
+            out.append(coh.pair(c, w, sym.reporter))
         return tuple(out)
 
     def _boost(self, c: str, t: float) -> list[Symptom]:
