@@ -70,7 +70,7 @@ def serve(database_url: str, nodes: int, reconciler: bool) -> None:
     settings = ControllerSettings(
         database_url=database_url, host="127.0.0.1", port=0, scheduler=SchedulerKind.SIM,
         tokens=(TokenConfig(name="bench-admin", role=Role.ADMIN, token=ADMIN),
-                TokenConfig(name="bench-agent", role=Role.AGENT, token=AGENT)))
+                TokenConfig(name="bench-agent", role=Role.AGENT, token=AGENT, nodes=("*",))))
     rt = build(settings, SimScheduler(node_names(nodes)))
     if reconciler:
         rt.start_reconciler()

@@ -18,7 +18,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import catalog_tables  # noqa: E402  (sibling module holding the SXid/AER/event tables)
+import catalog_tables
+import nvlink5_table
 
 # NVIDIA immediate bucket -> (severity, action)
 BUCKET_RULE = {
@@ -32,7 +33,11 @@ BUCKET_RULE = {
     "RESTART_VM": ("fatal", "reboot"),
     "WORKFLOW_XID_48": ("fatal", "reset_gpu"),  # uncorrectable ECC
     "WORKFLOW_NVLINK_ERR": ("fatal", "drain_and_inspect"),  # XID 74: the NVLink job fails
-    "WORKFLOW_NVLINK5_ERR": ("degraded", "drain_and_inspect"),  # per-subcode; conservative default
+    # NVLink5 (144-150): judged per subcode. The decoder states each line's severity from NVIDIA's
+    # "Xid 144-150 Decode" sheet (nvlink5_decode.csv), which raises fatal rows; the row is the floor for
+    # sources that carry no subcode (NVML reports the code only): degraded, with NVIDIA's resolution of
+    # every fatal row, RESET_GPU, as the action (decision record 0030).
+    "WORKFLOW_NVLINK5_ERR": ("degraded", "reset_gpu"),
     "CONTACT_SUPPORT": ("degraded", "contact_support"),
     "CHECK_MECHANICALS": ("degraded", "check_cabling"),
     "UPDATE_SWFW": ("degraded", "update_software"),
@@ -70,6 +75,19 @@ OVERRIDES = {
 }
 
 
+# Codes newer than the reference table (NVIDIA adds codes with each driver branch), each with its
+# source and our judgement. Refresh: docs/diagnose.md, "Refreshing the catalog".
+NEWER_CODES: list[dict[str, object]] = [
+    {"code": 173, "name": "C2C_FATAL_LINK_FAILURE",
+     "meaning": "fatal failure of the chip-to-chip (C2C) link between Grace CPU and Blackwell GPU (GB200)",
+     "nvidia_resolution": "immediate=n/a (no bucket in the transcription); investigatory=n/a",
+     # The superchip's CPU-GPU link is down: the GPU is unreachable until the node is restarted.
+     "severity": "fatal", "action": "reboot", "component": "Grace-Blackwell C2C link",
+     "source": "leptonai/gpud components/accelerator/nvidia/xid/xid.go (173 'C2C Fatal Link Failure', "
+               "NVIDIA Xid catalog R580); NVIDIA Xid catalog docs.nvidia.com/deploy/xid-errors/"
+               "analyzing-xid-catalog.html"},
+]
+
 FIELDS = ["kind", "code", "name", "meaning", "nvidia_resolution", "severity", "action", "component",
           "collateral", "source"]
 
@@ -105,11 +123,24 @@ def main(src: Path, dst: Path) -> None:
                 "source": r["source"],
             }
         )
+    known = {int(r["code"]) for r in rows}
+    for extra in NEWER_CODES:
+        if int(extra["code"]) not in known:  # type: ignore[call-overload]
+            out.append({"kind": "xid", "collateral": "", **extra})
     write_rows(dst, out)  # type: ignore[arg-type]
     data = dst.parent
     write_rows(data / "sxid_catalog.csv", catalog_tables.sxid_rows())
     write_rows(data / "aer_catalog.csv", catalog_tables.aer_rows())
     write_rows(data / "events_catalog.csv", catalog_tables.event_rows())
+    write_table(data / "nvlink5_decode.csv", nvlink5_table.FIELDS, nvlink5_table.rows())
+
+
+def write_table(dst: Path, fields: list[str], rows: list[dict[str, object]]) -> None:
+    with dst.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        w.writerows(rows)
+    print(f"wrote {len(rows)} rows to {dst}")
 
 
 if __name__ == "__main__":

@@ -218,6 +218,15 @@ _EVENTS: list[tuple[str, str, str, str, str, str, str]] = [
      "fatal", "reboot", "GPU, PCIe slot/riser, power", "NVIDIA/NVSentinel issue #155; " + OWN),
     ("crash_dump", "GPU crash dump", "the driver wrote a GPU crash dump (follows another error)",
      "info", "none", "follows another error", OWN),
+    ("kernel", "Kernel stall", "hung task or soft lockup: the kernel stopped scheduling work",
+     "degraded", "drain_and_inspect", "host kernel, a driver, or the hardware under it",
+     "Linux kernel/hung_task.c, kernel/watchdog.c messages; " + OWN),
+    ("kernel_panic", "Kernel panic", "the kernel panicked or a CPU hard-locked: the node is down",
+     "fatal", "reboot", "host kernel or hardware (see the panic reason)",
+     "Linux kernel/panic.c, kernel/watchdog_perf.c messages; " + OWN),
+    ("peermem", "nvidia-peermem error", "GPUDirect RDMA (nvidia-peermem) reported an error",
+     "info", "none", "GPUDirect RDMA: nvidia-peermem / NIC driver",
+     "NVIDIA nvidia-peermem messages (nv_get_p2p_free_callback); leptonai/gpud peermem component; " + OWN),
 ]
 
 

@@ -18,6 +18,9 @@ IMPLEMENTATIONS = [
     "sim",
     pytest.param("slurm", marks=pytest.mark.slurm),
     pytest.param("slurm-rest", marks=pytest.mark.slurm),
+    # The Kubernetes adapter and the official client over HTTP against the in-process fake API server
+    # (tests/k8s/fakeapi.py); no cluster needed, so it always runs.
+    pytest.param("kubernetes-fake", marks=pytest.mark.kubernetes),
 ]
 
 
@@ -29,5 +32,13 @@ def harness(request: pytest.FixtureRequest) -> Iterator[SchedulerHarness]:
         from tests.integration.slurm.lab import session_lab
 
         yield SlurmHarness.create(session_lab(request), rest=request.param == "slurm-rest")
+    elif request.param == "kubernetes-fake":
+        from tests.k8s.harness import KubernetesHarness
+
+        kube = KubernetesHarness.create()
+        try:
+            yield kube
+        finally:
+            kube.close()
     else:  # pragma: no cover - a name listed above without a branch is a bug in this file
         raise AssertionError(f"no harness for {request.param}")

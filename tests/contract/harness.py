@@ -1,7 +1,8 @@
 """What a scheduler contract test needs besides the port itself: a way to make work happen.
 
 Each implementation (sim, slurm, ...) provides a :class:`SchedulerHarness`; ``conftest.py`` turns
-them into the parametrized ``harness`` fixture. The Slurm harness starts real jobs with sbatch.
+them into the parametrized ``harness`` fixture. The Slurm harness starts real jobs with sbatch; the
+Kubernetes one (``tests/k8s/harness.py``) runs the adapter against the fake API server.
 """
 
 from __future__ import annotations
@@ -31,6 +32,14 @@ class SchedulerHarness(Protocol):
         """End the job; return once the scheduler no longer reports it running."""
         ...
 
+    def start_checkpointing_job(self, node: str) -> str:
+        """Start a job on ``node`` that handles the checkpoint signal (the training-script contract)."""
+        ...
+
+    def checkpoint_requested(self, job_id: str) -> bool:
+        """Whether the job has received a checkpoint request (as seen from inside the job)."""
+        ...
+
     def foreign_drain(self, node: str, reason: str) -> None:
         """Drain ``node`` the way a human operator would (not through gpufleet)."""
         ...
@@ -55,6 +64,12 @@ class SimHarness:
 
     def end_job(self, job_id: str) -> None:
         self.scheduler.finish(job_id)
+
+    def start_checkpointing_job(self, node: str) -> str:
+        return self.start_job(node)
+
+    def checkpoint_requested(self, job_id: str) -> bool:
+        return self.scheduler.checkpoint_requests(job_id) > 0
 
     def foreign_drain(self, node: str, reason: str) -> None:
         self.scheduler.drain(node, reason)
@@ -92,6 +107,15 @@ class SlurmHarness:
             lambda: all(j.state != JobState.RUNNING for j in self.scheduler.list_jobs() if j.id == job_id),
             f"job {job_id} no longer running",
         )
+
+    def start_checkpointing_job(self, node: str) -> str:
+        flag = self.lab.root / "jobs" / "ckpt-$SLURM_JOB_ID"
+        job = self.lab.sbatch(node, f"trap 'touch {flag}' USR1; while true; do sleep 0.2; done")
+        self.eventually(lambda: self.lab.job_state(job) == "RUNNING", f"job {job} RUNNING on {node}")
+        return job
+
+    def checkpoint_requested(self, job_id: str) -> bool:
+        return (self.lab.root / "jobs" / f"ckpt-{job_id}").exists()
 
     def foreign_drain(self, node: str, reason: str) -> None:
         self.lab.cmd("scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}")

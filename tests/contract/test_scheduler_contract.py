@@ -88,3 +88,24 @@ def test_requeue_moves_job_off_the_node(harness: SchedulerHarness) -> None:
     listed = {j.id: j for j in s.list_jobs()}
     assert job in listed and listed[job].restarts >= 1
     s.resume(node)
+
+
+def test_checkpoint_request_reaches_the_running_job_and_keeps_it_running(harness: SchedulerHarness) -> None:
+    s, node = harness.scheduler, harness.nodes[2]
+    job = harness.start_checkpointing_job(node)
+    assert not harness.checkpoint_requested(job)
+    sent = s.request_checkpoint(job)
+    assert sent == "USR1"  # the default signal of every implementation
+    harness.eventually(lambda: harness.checkpoint_requested(job), "the job saw the checkpoint request")
+    assert job in [j.id for j in s.jobs_on(node)], "a checkpoint request never ends the job"
+    harness.end_job(job)
+
+
+def test_checkpoint_request_for_a_job_not_running_is_not_found(harness: SchedulerHarness) -> None:
+    s, node = harness.scheduler, harness.nodes[0]
+    with pytest.raises(NotFound):
+        s.request_checkpoint("999999")
+    job = harness.start_job(node)
+    harness.end_job(job)
+    with pytest.raises(NotFound):
+        s.request_checkpoint(job)

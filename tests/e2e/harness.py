@@ -252,11 +252,14 @@ class Fleet:
     # ---- controller -------------------------------------------------------------------------
     def controller(self, *, nodes: Sequence[str] | Mapping[str, str], policy: str = BASE_POLICY,
                    topology: Path | None = None, scheduler: str = "sim", slurm_conf: str | None = None,
-                   extra_config: str = "", timeout: float = 30.0) -> Controller:
+                   extra_config: str = "", timeout: float = 30.0, leaves: Mapping[str, Sequence[str]] | None = None,
+                   sim_jobs: Sequence[tuple[str, str, Sequence[str]]] = ()) -> Controller:
         """Start ``gpufleet controller serve`` and register ``nodes`` (a list, or node -> rack) as ready.
 
         With ``scheduler = "sim"`` the simulated scheduler starts with the same nodes (through its state
-        file), so drains have somewhere to go; with ``"slurm"`` pass the lab's ``slurm_conf``."""
+        file), so drains have somewhere to go; with ``"slurm"`` pass the lab's ``slurm_conf``. ``leaves``:
+        the leaf switches each node's NICs land on (its switch domains); ``sim_jobs``: (id, name, nodes) of
+        jobs the simulated scheduler runs from the start."""
         assert self.ctl is None, "one controller per test"
         root = self.root / "controller"
         root.mkdir(parents=True, exist_ok=True)
@@ -280,15 +283,16 @@ class Fleet:
             lines.append(extra_config)
         lines += [
             "", "[[tokens]]", 'name = "e2e-admin"', 'role = "admin"', f'token = "{ADMIN_TOKEN}"',
-            "", "[[tokens]]", 'name = "e2e-agents"', 'role = "agent"', f'token = "{AGENT_TOKEN}"',
+            "", "[[tokens]]", 'name = "e2e-agents"', 'role = "agent"', f'token = "{AGENT_TOKEN}"', 'nodes = ["*"]',
         ]
         config = root / "controller.toml"
         config.write_text("\n".join(lines) + "\n")
         argv = gpufleet_argv("controller", "serve", "--config", str(config), "--log-level", "INFO")
         if scheduler == "sim":
             state = root / "sim-scheduler.json"
-            state.write_text(json.dumps({"nodes": [[n, False, False, ""] for n in racks], "jobs": [],
-                                         "next_job": 1, "effects": []}))
+            jobs = [[j, name, "running", list(on), 0] for j, name, on in sim_jobs]
+            state.write_text(json.dumps({"nodes": [[n, False, False, ""] for n in racks], "jobs": jobs,
+                                         "next_job": len(jobs) + 1, "effects": []}))
             argv += ["--sim-state", str(state)]
         port = int(lines[3].split("=")[1])
         proc = Proc.spawn("controller", argv, root / "controller.log", cwd=root)
@@ -300,7 +304,8 @@ class Fleet:
         if not proc.alive:
             raise AssertionError(f"controller exited {proc.popen.returncode}; log:\n{proc.text(6000)}")
         if racks:
-            api.post("/nodes", {"nodes": [{"id": n, "rack": r} for n, r in racks.items()], "state": "ready"})
+            api.post("/nodes", {"nodes": [{"id": n, "rack": r, "leaves": list((leaves or {}).get(n, ()))}
+                                          for n, r in racks.items()], "state": "ready"})
         self.ctl = Controller(proc, api, root, token_file, list(racks))
         return self.ctl
 

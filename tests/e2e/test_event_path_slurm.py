@@ -96,7 +96,10 @@ def test_one_xid_seen_by_nvml_and_the_kernel_log_is_one_fault_and_one_decision(
     reported by both NVML and the kernel log is ONE fault: the node goes the degraded way (suspect,
     drain after the job's checkpoint), it is not drained as fatal. Two XID 94 at different times (the
     contrast, on n2) do escalate."""
-    ctl = fleet.controller(nodes=slurm_lab.nodes, scheduler="slurm", slurm_conf=slurm_lab.slurm_conf)
+    # Jobs are not signalled to checkpoint here (that loop has its own tests): a degraded node waits,
+    # suspect, so the contrast on n2 can show the escalation.
+    ctl = fleet.controller(nodes=slurm_lab.nodes, scheduler="slurm", slurm_conf=slurm_lab.slurm_conf,
+                           extra_config='checkpoint_signal = ""')
     jobs = {n: _in_service(ctl, slurm_lab, n) for n in ("n1", "n2")}
 
     # The simulated kernel log is on: the sim device writes each XID it raises there too.

@@ -141,7 +141,7 @@ def test_one_kernel_log_xid_is_judged_once_by_the_controller_and_never_by_the_ag
             database_url=f"sqlite:///{tmp_path / 'controller.db'}", policy_file=tmp_path / "policy.toml",
             topology_file=topo.path, port=0, scheduler="sim", reconcile_interval=0.1,
             tokens=(TokenConfig(name="admin", role="admin", token=ADMIN_TOKEN),
-                    TokenConfig(name="agents", role="agent", token=AGENT_TOKEN)))
+                    TokenConfig(name="agents", role="agent", token=AGENT_TOKEN, nodes=("*",))))
         rt = build(settings, SimScheduler(sorted(topo.racks())))
         ports: list[int] = []
         rt.start_api(on_started=ports.append)

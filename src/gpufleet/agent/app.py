@@ -34,6 +34,7 @@ from gpufleet.agent.runner import Agent
 from gpufleet.agent.spool import Spool
 from gpufleet.agent.telemetry import Telemetry
 from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.fleet import gpu_slot
 from gpufleet.domain.inventory import NodeInventory
 
 log = logging.getLogger(__name__)
@@ -192,7 +193,7 @@ def run_agent(
         cfg.device,
         status.message,
         cfg.metrics_addr,
-        cfg.metrics_port,
+        port,
         cfg.controller if cfg.push else "off",
     )
     if ready is not None:
@@ -216,7 +217,7 @@ def _kernel_log(
     cfg: AgentConfig, clock: AgentClock, telemetry: Telemetry, decode: Decode | LogDecoder | None
 ) -> KernelLog:
     """The recorded log of ``kmsg_file`` (replayed from its start), else the live kernel log."""
-    slots = {g.pci_bus_id: f"{cfg.node}-gpu{g.index}" for g in telemetry.gpus}
+    slots = {g.pci_bus_id: gpu_slot(cfg.node, g.index) for g in telemetry.gpus}
     dec: Decode | LogDecoder = decode or default_decoder(cfg.node, slots)
     if cfg.kmsg_file is not None:
         return KmsgFileReplay(cfg.node, dec, cfg.kmsg_file, clock=clock, proc_root=cfg.proc_root)

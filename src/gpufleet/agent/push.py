@@ -6,7 +6,10 @@ Contract (controller API v1):
   ``{"accepted": n, "duplicates": m}``. A batch is accepted or rejected whole; 422 names the field.
 * ``POST /v1/nodes/{node}/heartbeat`` ``{"time": ISO, "agent_version": str}`` -> 200.
 * ``PUT /v1/nodes/{node}/inventory`` with the ``gpufleet.inventory/v1`` document -> 200 ``{"moved": [...]}``.
+* 409: an event id this node already used for another event; handled like a 422 (isolated and dropped).
 * 401/403: bad token (logged as an error with the fix; retried at the backoff cap, never dropped).
+* 429 (the controller's ingest queue is full) with ``Retry-After``: nothing is sent before that many
+  seconds have passed (spread over up to twice that, so agents refused together do not come back together).
 
 The :class:`Pusher` takes events from the :class:`~gpufleet.agent.spool.Spool` oldest first and deletes
 them only after a 202, so a crash or a timeout resends (the controller deduplicates by event id). A 422
@@ -46,6 +49,7 @@ class PushResult:
     accepted: int = 0
     duplicates: int = 0
     error: str = ""
+    retry_after_s: float | None = None  # a 429's (or 503's) Retry-After: the controller is busy
 
 
 class Backoff:
@@ -68,6 +72,10 @@ class Backoff:
 
     def reset(self) -> None:
         self.attempt = 0
+
+    def jitter(self) -> float:
+        """Uniform in [0, 1): spreads retries the controller scheduled (Retry-After)."""
+        return self._rng.random()
 
 
 class ControllerClient:
@@ -107,7 +115,7 @@ class ControllerClient:
                 return PushResult(True, 202, int(doc.get("accepted", 0)), int(doc.get("duplicates", 0)))
             except (ValueError, AttributeError, TypeError):
                 return PushResult(True, 202)
-        return PushResult(False, r.status_code, error=r.text[:2000])
+        return _refused(r)
 
     def heartbeat(self, node: str, now: datetime) -> PushResult:
         body = json.dumps({"time": now.isoformat(), "agent_version": __version__})
@@ -115,7 +123,7 @@ class ControllerClient:
             r = self._http.post(f"/v1/nodes/{node}/heartbeat", content=body)
         except httpx.HTTPError as err:
             return PushResult(False, None, error=f"{type(err).__name__}: {err}")
-        return PushResult(r.status_code == 200, r.status_code, error="" if r.status_code == 200 else r.text[:500])
+        return PushResult(True, 200) if r.status_code == 200 else _refused(r)
 
     def put_inventory(self, inv: NodeInventory) -> PushResult:
         """Register ``inv`` for its node; ``accepted`` is the number of moves the controller saw in it."""
@@ -124,7 +132,7 @@ class ControllerClient:
         except httpx.HTTPError as err:
             return PushResult(False, None, error=f"{type(err).__name__}: {err}")
         if r.status_code != 200:
-            return PushResult(False, r.status_code, error=r.text[:2000])
+            return _refused(r)
         try:
             moved = len(r.json().get("moved", []))
         except (ValueError, AttributeError, TypeError):
@@ -133,6 +141,16 @@ class ControllerClient:
 
     def close(self) -> None:
         self._http.close()
+
+
+def _refused(r: httpx.Response) -> PushResult:
+    """A refused request; with the Retry-After (seconds) the controller asked for, if any."""
+    after = r.headers.get("retry-after", "")
+    try:
+        retry = min(float(after), 3600.0) if after else None
+    except ValueError:
+        retry = None
+    return PushResult(False, r.status_code, error=r.text[:2000], retry_after_s=retry)
 
 
 def _names_node(error_body: str) -> bool:
@@ -203,7 +221,7 @@ class Pusher:
             self._next_heartbeat = mono + self.heartbeat_s
             if hb.ok:
                 self._succeeded()
-            elif hb.status is None:  # no answer at all: events would not get through either
+            elif hb.status is None or hb.status == 429:  # no answer, or busy: events would not get through either
                 return self._failed(hb, "heartbeat")
             else:  # e.g. 404 node not registered: say so, but still try the events
                 log.error("controller refused the heartbeat of %s (%s %s)", self.node, hb.status, hb.error[:200])
@@ -244,7 +262,8 @@ class Pusher:
             self.duplicates += res.duplicates
             self._succeeded()
             return True
-        if res.status == 422 and not _names_node(res.error):
+        # 422 (invalid) and 409 (an id already used for another event) can never succeed: isolate and drop.
+        if (res.status == 409 or (res.status == 422 and not _names_node(res.error))):
             if len(batch) == 1:
                 self.spool.drop([batch[0][0]], f"422 {res.error} for {batch[0][1][:300]}")
                 return True
@@ -265,7 +284,13 @@ class Pusher:
         self.failures += 1
         self.controller_up = False
         delay = self.backoff.next()
-        if res.status in (401, 403):
+        if res.retry_after_s is not None:  # the controller is busy: come back when it said, not sooner,
+            # spread over up to twice that so the agents it refused together do not return together
+            delay = max(delay, res.retry_after_s * (1.0 + self.backoff.jitter()))
+        if res.status == 429:
+            log.info("controller busy (429) for %s; %d events kept in the spool, retrying in %.1fs",
+                     what, len(self.spool), delay)
+        elif res.status in (401, 403):
             log.error(
                 "controller refused the node token (%s) for %s: check --token-file; retrying in %.0fs",
                 res.status,

@@ -23,6 +23,7 @@ from gpufleet.agent.collectors.host import HostReading
 from gpufleet.agent.collectors.infiniband import IbPortReading
 from gpufleet.agent.devices.port import THERMAL_THROTTLE, FastReading, SlowReading, XidEvent
 from gpufleet.domain.events import EventKind, HealthEvent
+from gpufleet.domain.fleet import gpu_slot, nic_slot
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,12 +63,12 @@ class PassiveChecks:
 
     # --- helpers ----------------------------------------------------------------------------
     def gpu(self, index: int) -> str:
-        return f"{self.node}-gpu{index}"
+        return gpu_slot(self.node, index)
 
     def nic(self, device: str) -> str:
         if device not in self.ib_nic_index:
             self.ib_nic_index[device] = len(self.ib_nic_index)
-        return f"{self.node}-nic{self.ib_nic_index[device]}"
+        return nic_slot(self.node, self.ib_nic_index[device])
 
     def _edge(self, key: str, cond: bool) -> bool:
         """True when ``cond`` turns on for ``key``; re-arms when it turns off."""

@@ -26,14 +26,15 @@ from datetime import datetime
 from gpufleet.checks.model import CheckResult, Status
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
+from gpufleet.domain.fleet import gpu_slot
 from gpufleet.domain.wire import to_wire
 
 ALLOCATION = "allocation"
 
 
-def gpu_slot(node: str, gpu: int | None) -> str | None:
+def result_slot(node: str, gpu: int | None) -> str | None:
     """The fleet's slot id for GPU ``gpu`` of ``node`` (``r01-n03-gpu5``); None for node-wide results."""
-    return None if gpu is None else f"{node}-gpu{gpu}"
+    return None if gpu is None else gpu_slot(node, gpu)
 
 
 def _num(value: float | None) -> str:
@@ -83,7 +84,7 @@ def result_to_event(
         node=node,
         kind=EventKind.CHECK_FAILED if failed else EventKind.CHECK_PASSED,
         time=time,
-        component=gpu_slot(node, result.gpu),
+        component=result_slot(node, result.gpu),
         severity=stated,
         message=summary,
         source="check",

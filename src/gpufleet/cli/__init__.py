@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import Annotated
 
 import typer
 
+from gpufleet import __version__
 from gpufleet.cli.errors import exit_code_for, render_error
 from gpufleet.domain.errors import GpufleetError
 
@@ -18,12 +20,21 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Help is plain text: Rich markup would eat every bracketed word ("the [[tokens]] entry",
+    # "[policy] tables"). Every sub-command inherits this from the root.
+    rich_markup_mode=None,
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"gpufleet {__version__}")
+        raise typer.Exit()
+
 
 @app.callback()
-def _root() -> None:
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                 help="print the version and exit")] = False) -> None:
     """gpufleet: watch, validate, root-cause and heal a GPU fleet."""
 
 
@@ -39,6 +50,8 @@ _COMMANDS: tuple[str, ...] = (
     "version",
     "topology",
     "correlate",
+    "fleet",
+    "goodput",
 )
 
 for _name in _COMMANDS:

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from gpufleet.controller.settings import ControllerSettings
     from gpufleet.domain.fleet import Fleet
     from gpufleet.schedulers.port import Scheduler
+    from gpufleet.schedulers.slurm.validation import SlurmValidator
 
 controller_app = typer.Typer(help="Run and administer the gpufleet controller.", no_args_is_help=True)
 
@@ -26,8 +27,9 @@ def register(app: typer.Typer) -> None:
 def serve(
     config: Annotated[Path | None, typer.Option(help="controller TOML (database_url, tokens, policy_file...)")] = None,
     database_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL; overrides the config")] = None,
-    host: Annotated[str | None, typer.Option()] = None,
-    port: Annotated[int | None, typer.Option()] = None,
+    host: Annotated[str | None, typer.Option(help="address to listen on; overrides the config (default 127.0.0.1)")]
+    = None,
+    port: Annotated[int | None, typer.Option(help="port to listen on; overrides the config (default 8470)")] = None,
     policy: Annotated[Path | None, typer.Option(help="policy TOML (thresholds, budgets, overrides)")] = None,
     sim_nodes: Annotated[int, typer.Option(help="with the sim scheduler: register this many simulated nodes")] = 0,
     sim_state: Annotated[Path | None, typer.Option(help="persist the sim scheduler's state to this file")] = None,
@@ -44,7 +46,8 @@ def serve(
     settings = load_settings(config, database_url=database_url, host=host, port=port, policy_file=policy)
     scheduler, fleet, driving = _scheduler(settings, sim_nodes, sim_state)
     typer.echo(f"gpufleet controller: driving {driving}", err=True)
-    rt = build(settings, scheduler)
+    _port_free(settings.host, settings.port)  # before migrating: a second serve must change nothing
+    rt = build(settings, scheduler, validator=_validator(settings, scheduler))
     if fleet is not None:
         rt.controller.register_fleet(fleet)
     if not settings.tokens:
@@ -55,6 +58,28 @@ def serve(
         rt.start_api(in_thread=False)
     finally:
         rt.shutdown()
+
+
+def _port_free(host: str, port: int) -> None:
+    """InvalidInput naming the port when something already listens on ``host:port``."""
+    import socket
+
+    from gpufleet.domain.errors import InvalidInput
+
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as err:
+        raise InvalidInput("host", host, f"an address this machine can listen on ({err})") from None
+    family, _, _, _, addr = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            s.bind(addr)
+        except OSError as err:
+            raise InvalidInput("port", port, f"a port free on {host} ({err.strerror}: is another controller "
+                               "running there?)") from None
 
 
 def _scheduler(settings: ControllerSettings, sim_nodes: int,
@@ -72,14 +97,60 @@ def _scheduler(settings: ControllerSettings, sim_nodes: int,
                                'nothing with scheduler = "slurm" (the simulated scheduler\'s options)')
         conf = str(settings.slurm_conf) if settings.slurm_conf else None
         where = conf or os.environ.get("SLURM_CONF") or "the commands' default"
-        return SlurmScheduler(slurm_conf=conf), None, f"Slurm via scontrol/sinfo/squeue (SLURM_CONF={where})"
+        slurm = SlurmScheduler(slurm_conf=conf, checkpoint_signal=settings.checkpoint_signal,
+                               checkpoint_target=settings.checkpoint_signal_target)
+        return slurm, None, f"Slurm via scontrol/sinfo/squeue (SLURM_CONF={where})"
+    if settings.scheduler == SchedulerKind.KUBERNETES:
+        return _kubernetes(settings, sim_nodes, sim_state)
     from gpufleet.domain.fleet import simulated_fleet
     from gpufleet.schedulers.sim import SimScheduler
 
     fleet = simulated_fleet(sim_nodes, max(1, min(4, sim_nodes))) if sim_nodes else None
-    sched = SimScheduler([n.id for n in fleet] if fleet else [], state_file=sim_state)
+    sched = SimScheduler([n.id for n in fleet] if fleet else [], state_file=sim_state,
+                         checkpoint_signal=settings.checkpoint_signal.removeprefix("SIG"))
     state = f", state in {sim_state}" if sim_state is not None else ""
     return sched, fleet, f"the simulated scheduler ({len(sched.list_nodes())} nodes{state})"
+
+
+def _kubernetes(settings: ControllerSettings, sim_nodes: int,
+                sim_state: Path | None) -> tuple[Scheduler, Fleet | None, str]:
+    from gpufleet.domain.errors import InvalidInput
+
+    if sim_nodes or sim_state is not None:
+        raise InvalidInput("--sim-nodes" if sim_nodes else "--sim-state", sim_nodes or str(sim_state),
+                           'nothing with scheduler = "kubernetes" (the simulated scheduler\'s options)')
+    try:
+        from gpufleet.schedulers.kubernetes import KubernetesScheduler
+        from gpufleet.schedulers.kubernetes.watch import ClusterCache
+    except ImportError as err:
+        raise InvalidInput("scheduler", "kubernetes",
+                           "the kubernetes client installed: pip install 'gpufleet[kubernetes]'") from err
+    sched = KubernetesScheduler.connect(
+        kubeconfig=str(settings.kubeconfig.expanduser()) if settings.kubeconfig else None,
+        context=settings.kube_context, node_selector=settings.kube_node_selector,
+        checkpoint_signal=settings.checkpoint_signal)
+    if settings.kube_watch:
+        sched.cache = ClusterCache(sched.api, node_selector=settings.kube_node_selector).start()
+    where = settings.kubeconfig or ("the service account" if not settings.kube_context else settings.kube_context)
+    return sched, None, f"Kubernetes at {sched.api.configuration.host} ({where})"
+
+
+def _validator(settings: ControllerSettings, scheduler: Scheduler) -> SlurmValidator | None:
+    """Validation jobs through Slurm when ``[validation] command`` is set (docs/slurm.md)."""
+    import getpass
+
+    from gpufleet.domain.errors import InvalidInput
+    from gpufleet.schedulers.slurm import SlurmScheduler
+    from gpufleet.schedulers.slurm.validation import SlurmValidator, ValidationJobs
+
+    v = settings.validation
+    if not v.command:
+        return None
+    if not isinstance(scheduler, SlurmScheduler):
+        raise InvalidInput("validation.command", v.command, 'nothing unless scheduler = "slurm"')
+    jobs = ValidationJobs(v.command, v.user or getpass.getuser(), v.partition, v.time_limit, v.output)
+    conf = str(settings.slurm_conf) if settings.slurm_conf else None
+    return SlurmValidator(scheduler, jobs, slurm_conf=conf)
 
 
 @controller_app.command()
@@ -107,3 +178,5 @@ def token(name: Annotated[str, typer.Argument(help="who the token is for")],
     typer.echo(f"token (give this to {name}; it is not stored): {secret}")
     digest = hashlib.sha256(secret.encode()).hexdigest()
     typer.echo(f'\n[[tokens]]\nname = "{name}"\nrole = "{role}"\ntoken_sha256 = "{digest}"')
+    if role == Role.AGENT:  # required for agents (settings.TokenConfig): name its nodes before use
+        typer.echo('nodes = ["*"]                 # narrow to the nodes this agent reports for, e.g. ["r01-*"]')

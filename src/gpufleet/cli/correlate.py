@@ -36,9 +36,12 @@ def register(app: typer.Typer) -> None:
         from gpufleet.cli.errors import EXIT_FOUND_PROBLEM
         from gpufleet.correlate.engine import Engine
         from gpufleet.correlate.model import SuspectAction, verdicts_json
+        from gpufleet.domain.catalog import load_default_catalog
         from gpufleet.domain.durations import parse_duration
         from gpufleet.domain.errors import NotFound
-        from gpufleet.domain.eventio import parse_time, read_event_fields
+        from gpufleet.domain.eventio import FileEvent, parse_time, read_event_fields
+        from gpufleet.domain.events import Severity
+        from gpufleet.domain.judgement import judge
         from gpufleet.domain.topology import load_topology
 
         topo = load_topology(topology)
@@ -51,9 +54,18 @@ def register(app: typer.Typer) -> None:
                 lines = events.open(encoding="utf-8")
             except FileNotFoundError:
                 raise NotFound("events file", str(events)) from None
+        catalog = load_default_catalog()
+        unplaced: list[str] = []  # fatal events naming a component the topology lacks: unexplained
         with lines:
             for ev in read_event_fields(lines):  # plain tuples: no FileEvent per line on this hot path
-                for v in engine.observe_fields(ev):
+                before = engine.unknown
+                verdicts = engine.observe_fields(ev)
+                if engine.unknown > before:
+                    e = FileEvent(*ev)
+                    if judge(catalog, e.kind, e.code, stated=e.severity).severity is Severity.FATAL:
+                        unplaced.append(f"line {e.line}: {e.kind}{'' if e.code is None else f' {e.code}'} on "
+                                        f"{e.component or e.link or e.node or '?'}")
+                for v in verdicts:
                     if stream:
                         s = v.suspect
                         typer.echo(
@@ -71,8 +83,12 @@ def register(app: typer.Typer) -> None:
         if as_json:
             typer.echo(verdicts_json(suspects))
         else:
-            _table(suspects[: top or None])
-        if any(s.action is not SuspectAction.OBSERVE for s in suspects):
+            _table(suspects[: top or None], unexplained=bool(engine.unknown))
+        if unplaced:
+            shown = "; ".join(unplaced[:5]) + ("; ..." if len(unplaced) > 5 else "")
+            typer.echo(f"error: {len(unplaced)} fatal event(s) name components not in the topology, so nothing "
+                       f"explains them (fix the topology or the event): {shown}", err=True)
+        if unplaced or any(s.action is not SuspectAction.OBSERVE for s in suspects):
             raise typer.Exit(EXIT_FOUND_PROBLEM)
 
     @app.command("correlate-eval")
@@ -157,9 +173,10 @@ def _choice(enum: type[_E], value: str, field: str) -> _E:
         raise InvalidInput(field, value, f"one of {[m.value for m in enum]}") from None
 
 
-def _table(suspects: Sequence[Suspect]) -> None:
+def _table(suspects: Sequence[Suspect], *, unexplained: bool = False) -> None:
     if not suspects:
-        typer.echo("no suspects: nothing in the window needs explaining")
+        typer.echo("no suspects among the events the topology places (see the warning about the others)"
+                   if unexplained else "no suspects: nothing in the window needs explaining")
         return
     for rank, s in enumerate(suspects, 1):
         ev = ", ".join(str(e) for e in s.evidence[:8]) + (", ..." if len(s.evidence) > 8 else "")

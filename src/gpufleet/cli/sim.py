@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import sys
@@ -58,7 +59,17 @@ def register(app: typer.Typer) -> None:
         from gpufleet.sim.trace import Effect, load_trace, summarize
 
         def secs(value: str | None, field: str) -> float | None:
-            return None if value is None else parse_duration(value, field).total_seconds()
+            if value is None:
+                return None
+            if value.strip().replace(".", "", 1).isdigit() and float(value) != 0:
+                # "--checkpoint-interval 15" meant minutes as often as seconds: make the unit explicit
+                raise InvalidInput(f"--{field.replace('_', '-')}", value, "a duration with its unit, e.g. 15m, 90s "
+                                   "or 2h")
+            return parse_duration(value, field).total_seconds()
+
+        if report is not None and importlib.util.find_spec("matplotlib") is None:  # before minutes of simulating
+            raise InvalidInput("--report", str(report), "matplotlib installed for the charts "
+                               "(pip install 'gpufleet[report]')")
 
         sc = get_scenario(scenario) if scenario else None
         cfg = sc.config if sc is not None else SimConfig()
@@ -96,6 +107,9 @@ def register(app: typer.Typer) -> None:
             changes["warning_fraction"] = warning_fraction
         if proactive_drain is not None:
             changes["proactive_drain"] = proactive_drain
+        if proactive_drain and not changes.get("warning_fraction", cfg.warning_fraction):
+            raise InvalidInput("--proactive-drain", True, "together with --warning-fraction above 0 (by default no "
+                               "failure announces itself, so there is nothing to drain ahead of)")
         if control not in ("lifecycle", "fixed"):
             raise InvalidInput("control", control, "lifecycle or fixed")
         policy_file = load_policy(policy) if policy is not None else None
@@ -208,7 +222,7 @@ def _print(doc: dict[str, Any]) -> None:
     from rich.table import Table
 
     console = Console()
-    sections = [("", doc)] + ([("synthetic (same node-day rate)", doc["synthetic"])] if "synthetic" in doc else [])
+    sections = [("", doc)] + ([("(same node-day rate as the trace)", doc["synthetic"])] if "synthetic" in doc else [])
     for title, d in sections:
         t = Table(title=f"{d['scenario']} {title}".strip() + f" — {d['gpus']} GPUs, {d['days']:g} days, "
                   f"{d['replicas']} replicas")

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import partial
 
 from gpufleet.domain.catalog import Catalog
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
@@ -74,6 +75,25 @@ class Admission:
         self._held: deque[tuple[datetime, HealthEvent]] = deque()
         self._judged: dict[tuple[EventKind, int | None, Severity | None, str], Judgement] = {}
         self.merges = 0  # observations merged onto an earlier one since start (a metric)
+        self._undo: list[Callable[[], object]] | None = None
+        self._merges_before = 0
+
+    # ---- all or nothing (the controller's write of what was admitted may fail) --------------
+    def begin(self) -> None:
+        """Log how to undo what :meth:`admit` and :meth:`release` change, until commit or rollback."""
+        self._undo, self._merges_before = [], self.merges
+
+    def commit(self) -> None:
+        self._undo = None
+
+    def rollback(self) -> None:
+        """Undo every change since :meth:`begin`, newest first, without reading the database."""
+        undo, self._undo = self._undo, None
+        if undo is None:
+            return
+        for step in reversed(undo):
+            step()
+        self.merges = self._merges_before
 
     # ---- 1. name and judge ------------------------------------------------------------------
     def prepare(self, events: Sequence[HealthEvent]) -> list[HealthEvent]:
@@ -105,6 +125,8 @@ class Admission:
             counted.append(e)
             if self._holds(e):
                 self._held.append((now + self.hold, e))
+                if self._undo is not None:
+                    self._undo.append(self._held.pop)
             else:
                 to_policy.append(e)
         self.merges += len(merged)
@@ -123,7 +145,10 @@ class Admission:
         are dropped (that verdict's decision handles their node)."""
         out: list[HealthEvent] = []
         while self._held and self._held[0][0] <= now:
-            e = self._held.popleft()[1]
+            item = self._held.popleft()
+            if self._undo is not None:
+                self._undo.append(partial(self._held.appendleft, item))
+            e = item[1]
             if covered(e):
                 log.info("%s: %s on %s is covered by a correlated verdict; no per-node decision",
                          e.node, e.kind, e.link)
@@ -166,18 +191,34 @@ class Admission:
         f = self._faults.get(key)
         if f is not None and e.source not in f.sources and abs(e.time - f.time) <= self.merge_window:
             f.sources.add(e.source)
+            if self._undo is not None:
+                self._undo.append(partial(f.sources.discard, e.source))
             log.info("%s: %s %s from %s merged onto %s (first seen by %s)", e.node, e.kind,
                      e.code if e.code is not None else "", e.source, f.id, ", ".join(sorted(f.sources - {e.source})))
             return f.id
+        if self._undo is not None:
+            self._undo.append(partial(self._restore, key, f))
+            self._undo.append(self._order.pop)
         self._faults[key] = _Fault(e.time, e.id, {e.source})
         self._order.append((e.time, key))
         return None
 
+    def _restore(self, key: FaultKey, fault: _Fault | None) -> None:
+        if fault is None:
+            self._faults.pop(key, None)
+        else:
+            self._faults[key] = fault
+
     def _expire(self, t: datetime) -> None:
         cutoff = t - 2 * self.merge_window  # events may arrive a little out of order
         q = self._order
+        undo = self._undo
         while q and q[0][0] < cutoff:
             when, key = q.popleft()
             f = self._faults.get(key)
             if f is not None and f.time == when:
                 del self._faults[key]
+            if undo is not None:  # run in reverse: the fault comes back, then its place in the order
+                undo.append(partial(q.appendleft, (when, key)))
+                if f is not None and f.time == when:
+                    undo.append(partial(self._restore, key, f))

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from gpufleet.checks.events import gpu_slot
+from gpufleet.checks.events import result_slot
 from gpufleet.checks.fleet import FleetSample, Outlier, outliers
 from gpufleet.domain.errors import InvalidInput, NotFound
 from gpufleet.domain.events import EventKind, HealthEvent
@@ -235,7 +235,7 @@ def _event(node: str, flagged: Sequence[Outlier], sources: Sequence[Measured],
         node=node,
         kind=EventKind.CHECK_FAILED,
         time=now,
-        component=gpu_slot(node, s.gpu),
+        component=result_slot(node, s.gpu),
         message=message,
         source=SOURCE,
         attrs=tuple(sorted(attrs.items())),

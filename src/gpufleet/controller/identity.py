@@ -43,7 +43,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from gpufleet.domain.events import EventKind, HealthEvent
-from gpufleet.domain.fleet import ComponentKind
+from gpufleet.domain.fleet import ComponentKind, gpu_slot, nic_slot
 from gpufleet.domain.inventory import NodeInventory
 from gpufleet.domain.topology import HOST_KINDS, Topology, natural_key
 
@@ -65,12 +65,12 @@ class _Slots:
 
     def gpu(self, i: int) -> str | None:
         if self.gpus is None:
-            return f"{self.host}-gpu{i}"
+            return gpu_slot(self.host, i)
         return self.gpus[i] if i < len(self.gpus) else None
 
     def nic(self, k: int) -> str | None:
         if self.nics is None:
-            return f"{self.host}-nic{k}"
+            return nic_slot(self.host, k)
         return self.nics[k] if k < len(self.nics) else None
 
 

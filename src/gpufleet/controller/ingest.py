@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 
-from gpufleet.domain.errors import ExternalError, GpufleetError
+from gpufleet.domain.errors import ExternalError, GpufleetError, Overloaded
 from gpufleet.domain.events import HealthEvent
 
 from .service import Controller, Heartbeat, IngestResult
@@ -31,6 +31,11 @@ from .service import Controller, Heartbeat, IngestResult
 log = logging.getLogger(__name__)
 
 MAX_GROUP_EVENTS = 5_000  # bounds one transaction's size (and the time the controller lock is held)
+# Events (a heartbeat counts as one) waiting for the writer before new work is refused with a 429: about
+# two seconds of work at the measured rate (docs/benchmarks.md), so a request accepted waits at most that
+# long instead of the queue, its memory and every request's latency growing without bound.
+MAX_QUEUED_EVENTS = 10_000
+RETRY_AFTER_S = 1.0
 
 
 @dataclass(slots=True)
@@ -46,17 +51,31 @@ class _Beat:
 
 
 class GroupCommitter:
-    def __init__(self, controller: Controller, *, max_group_events: int = MAX_GROUP_EVENTS) -> None:
+    def __init__(self, controller: Controller, *, max_group_events: int = MAX_GROUP_EVENTS,
+                 max_queued_events: int = MAX_QUEUED_EVENTS) -> None:
         if max_group_events < 1:
             raise ValueError(f"max_group_events must be at least 1, got {max_group_events}")
+        if max_queued_events < 1:
+            raise ValueError(f"max_queued_events must be at least 1, got {max_queued_events}")
         self.controller = controller
         self.max_group_events = max_group_events
+        self.max_queued_events = max_queued_events
+        self.queued = 0  # events (and heartbeats) accepted into the queue, not yet taken by the writer
+        self.refused = 0  # requests answered 429 since start (a metric)
         self._queue: queue.SimpleQueue[_Batch | _Beat | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()  # guards starting the thread, closing, and queueing
         self._closed = False
         self.rounds = 0  # how many event transactions were written (for tests and metrics)
         self.batches = 0
+        self.events_accepted = 0  # outcomes since start (controller.metrics)
+        self.events_duplicate = 0
+        self.batches_refused = 0
+
+    @property
+    def depth(self) -> int:
+        """Reports queued for the writer (approximate: read without a lock)."""
+        return self._queue.qsize()
 
     def submit(self, events: Sequence[HealthEvent]) -> Future[IngestResult]:
         """Queue one batch; the future resolves after it is durable (or fails with its GpufleetError)."""
@@ -81,10 +100,17 @@ class GroupCommitter:
             self._thread.join(timeout)
 
     def _enqueue(self, item: _Batch | _Beat, what: str) -> None:
+        """Queue ``item``; raises Overloaded (a 429 with Retry-After) when the queue is full."""
+        size = len(item.events) if isinstance(item, _Batch) else 1
         with self._start_lock:  # one lock with close(): nothing can be queued behind the stop marker
             if self._closed:
                 item.future.set_exception(ExternalError("controller", f"shutting down: not accepting {what}"))
                 return
+            if self.queued and self.queued + size > self.max_queued_events:
+                self.refused += 1
+                raise Overloaded("controller", f"ingest queue full ({self.queued} events waiting); retry later",
+                                 retry_after_s=RETRY_AFTER_S)
+            self.queued += size
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="ingest-writer", daemon=True)
                 self._thread.start()
@@ -98,8 +124,9 @@ class GroupCommitter:
             batches: list[_Batch] = []
             beats: list[_Beat] = []
             item: _Batch | _Beat | None = first
-            size, stop = 0, False
+            size, taken, stop = 0, 0, False
             while item is not None:
+                taken += len(item.events) if isinstance(item, _Batch) else 1
                 # A request whose caller gave up (its future was cancelled) is skipped; one taken here
                 # can no longer be cancelled, so resolving it below cannot fail.
                 if item.future.set_running_or_notify_cancel():
@@ -117,6 +144,8 @@ class GroupCommitter:
                     break
                 if item is None:
                     stop = True
+            with self._start_lock:
+                self.queued -= taken
             try:
                 if batches:
                     self._write(batches)
@@ -143,8 +172,11 @@ class GroupCommitter:
         self.batches += len(group)
         for b, result in zip(group, results, strict=True):
             if isinstance(result, GpufleetError):
+                self.batches_refused += 1
                 b.future.set_exception(result)
             else:
+                self.events_accepted += result.accepted
+                self.events_duplicate += result.duplicates
                 b.future.set_result(result)
 
     def _beat(self, beats: list[_Beat]) -> None:

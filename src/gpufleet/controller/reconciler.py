@@ -13,11 +13,15 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Protocol
 
 from gpufleet.domain.errors import Conflict, ExternalError, InvalidInput, NotFound
+from gpufleet.domain.events import EventKind, HealthEvent, Severity
+from gpufleet.lifecycle.checkpoint import CheckpointWait, job_gpus
 from gpufleet.lifecycle.decisions import ActionKind
 from gpufleet.lifecycle.engine import SchedObservation
 from gpufleet.lifecycle.plan import OutboxAction
@@ -32,12 +36,29 @@ log = logging.getLogger(__name__)
 FULL_SYNC_EVERY = 30  # passes between full scheduler syncs (incremental in between)
 # States in which gpufleet has confirmed the node drained and keeps it out until it is revalidated.
 HELD_OUT = frozenset({NodeState.DRAINED, NodeState.REPAIR, NodeState.REVALIDATE})
+VALIDATING = frozenset({NodeState.REVALIDATE, NodeState.BURN_IN})
 
 
 class Validator(Protocol):
-    """Starts active validation of a node (burn-in, revalidation). Results come back as events."""
+    """Runs active validation of a node (burn-in, revalidation). Results come back as check events
+    (``gpufleet check --controller ...``); the reconciler follows the run it started.
 
-    def request(self, node: str, level: str) -> None: ...
+    * ``request`` starts a run for the outbox action ``key`` and returns a handle to follow (a Slurm
+      job id), or ``""`` when there is nothing to follow (the results simply arrive). Idempotent on
+      ``key``: asked again after a crash, it returns the run already started.
+    * ``ended`` says how a run ended (one line), or None while it is queued or running.
+    * ``release`` ends any hold the validator put on the node (a maintenance reservation); a no-op
+      when there is none. ``holds`` says whether there is one (such a node may look schedulable).
+    * Failures: ExternalError (retried), Conflict (a node drained by someone else: not touched).
+    """
+
+    def request(self, node: str, level: str, key: str) -> str: ...
+
+    def ended(self, handle: str) -> str | None: ...
+
+    def release(self, node: str) -> None: ...
+
+    def holds(self, node: str) -> bool: ...
 
 
 class Reconciler:
@@ -56,10 +77,15 @@ class Reconciler:
         self._passes = 0
         self.sync_interval = timedelta(seconds=sync_interval)
         self._last_sync: datetime | None = None
+        # Observers (controller.metrics): each pass's duration and attempted actions; each action's outcome
+        # (done, waiting, retry, failed) with the controller's clock when it was recorded.
+        self.on_pass: list[Callable[[float, int], None]] = []
+        self.on_action: list[Callable[[OutboxAction, str, datetime], None]] = []
 
     # ---- the loop ---------------------------------------------------------------------------
     def run_once(self) -> int:
         """One pass; returns how many actions were attempted."""
+        started = time.perf_counter()
         now = self.controller.clock.now()
         last = self._last_sync
         sync_due = last is None or not timedelta(0) <= now - last < self.sync_interval  # a clock step back: read
@@ -71,6 +97,8 @@ class Reconciler:
             self.execute(row)
         if self.fleet_judge is not None:
             self.fleet_judge.on_pass()
+        for observe in self.on_pass:
+            observe(time.perf_counter() - started, len(due))
         return len(due)
 
     def run_forever(self, stop: threading.Event, interval: float = 1.0) -> None:
@@ -118,8 +146,8 @@ class Reconciler:
                 state = self.controller.state_of(n.name)
             except NotFound:
                 continue
-            if state not in HELD_OUT:
-                continue
+            if state not in HELD_OUT or (self.validator is not None and self.validator.holds(n.name)):
+                continue  # (a node validating in a maintenance reservation is undrained on purpose)
             detail = f"scheduler shows {n.name} {n.state} while gpufleet has it {state}: drained again"
             try:
                 self.scheduler.drain(n.name, drain_reason("drift", f"{state}: not revalidated"))
@@ -143,45 +171,126 @@ class Reconciler:
             self._give_up(row, now, f"{type(err).__name__}: {err}")
             return
         if outcome is None:  # waiting (for a checkpoint)
+            self._observed(row, "waiting")
             return
         log.info("%s: %s done (%s)", action.node, action.kind, outcome)
         self.controller.action_finished(row.id, action, row.decision_id, result=outcome)
+        self._observed(row, "done")
+
+    def _observed(self, row: OutboxAction, outcome: str) -> None:
+        if self.on_action:
+            now = self.controller.clock.now()
+            for observe in self.on_action:
+                observe(row, outcome, now)
 
     def _carry_out(self, row: OutboxAction, now: datetime) -> str | None:
         kind, node = row.action.kind, row.action.node
         reason = drain_reason(row.decision_id, row.action.reason)
         if kind == ActionKind.DRAIN:
             self.scheduler.drain(node, reason)
+            if self.validator is not None:
+                self.validator.release(node)  # after the drain: nothing else lands on it meanwhile
             return "drained"
         if kind == ActionKind.DRAIN_AFTER_CHECKPOINT:
-            jobs = self.scheduler.jobs_on(node)
-            if not jobs:
-                self.scheduler.drain(node, reason)
-                return "drained: no job running"
-            ckpt = self._last_checkpoint(jobs)
-            if ckpt is not None and ckpt > row.created:
-                return self._drain_and_requeue(node, reason, jobs, f"after checkpoint at {ckpt.isoformat()}")
-            if now - row.created >= self.cfg.checkpoint_wait_timeout:
-                why = f"no checkpoint within {self.cfg.checkpoint_wait_timeout}"
-                return self._drain_and_requeue(node, reason, jobs, why)
-            self.controller.store.update_action(row.id, status=ActionStatus.WAITING, now=now,
-                                                next_attempt=now + self.cfg.checkpoint_poll,
-                                                result=f"waiting for a checkpoint of job(s) {_ids(jobs)}")
-            return None
+            return self._drain_after_checkpoint(row, reason, now)
         if kind == ActionKind.REQUEUE_JOBS:
             jobs = self.scheduler.jobs_on(node)
             for job in jobs:
                 self.scheduler.requeue(job.id)
             return f"requeued {_ids(jobs) or 'nothing (no job running)'}"
         if kind == ActionKind.RESUME:
+            if self.validator is not None:
+                self.validator.release(node)
             self.scheduler.resume(node)
             return "resumed"
         if kind == ActionKind.VALIDATE:
-            if self.validator is None:
-                return f"{row.action.level} validation requested: awaiting check results from the node"
-            self.validator.request(node, row.action.level)
-            return f"{row.action.level} validation started"
+            return self._validate(row, now)
         raise InvalidInput("action.kind", kind, f"one of {[k.value for k in ActionKind]}")
+
+    def _validate(self, row: OutboxAction, now: datetime) -> str | None:
+        """Start the validation run, follow it while the node is validating, and if the run ends
+        without a verdict, say so as a failed check (the node goes back to repair, never stays stuck)."""
+        node, level = row.action.node, row.action.level
+        if self.validator is None:
+            return f"{level} validation requested: awaiting check results from the node"
+        handle = row.progress.get("validation", "")
+        state = self.controller.state_of(node)
+        if state not in VALIDATING:
+            return f"node is {state}" + (f" (validation job {handle})" if handle else ": nothing to validate")
+        if not handle:
+            handle = self.validator.request(node, level, row.id)
+            if not handle:
+                return f"{level} validation started"
+            self.controller.audit(node, "validation_job", f"{level} validation: job {handle} submitted")
+        else:
+            ended = self.validator.ended(handle)
+            if ended is not None:
+                self.controller.ingest([HealthEvent(
+                    f"validation-ended:{row.id}", node, EventKind.CHECK_FAILED, now, source="validator",
+                    severity=Severity.DEGRADED, message=f"{level} validation {ended} without a passing result")])
+                return f"validation {ended}; no result: back to repair"
+        self.controller.store.update_action(row.id, status=ActionStatus.WAITING, now=now,
+                                            next_attempt=now + self.cfg.checkpoint_poll,
+                                            progress={"validation": handle, "level": level},
+                                            result=f"{level} validation job {handle} running")
+        return None
+
+    def _drain_after_checkpoint(self, row: OutboxAction, reason: str, now: datetime) -> str | None:
+        """Ask the node's job(s) to checkpoint, wait for the report within the GPU-hours budget
+        (lifecycle.checkpoint), then drain and requeue. None while waiting."""
+        node = row.action.node
+        jobs = self.scheduler.jobs_on(node)
+        if not jobs:
+            self.scheduler.drain(node, reason)
+            return "drained: no job running"
+        ckpt = self._last_checkpoint(jobs)
+        if ckpt is not None and ckpt > row.created:
+            return self._drain_and_requeue(node, reason, jobs, f"after checkpoint at {ckpt.isoformat()}")
+        wait = CheckpointWait.of_progress(row.progress, grace=self.cfg.checkpoint_grace,
+                                          timeout=self.cfg.checkpoint_wait_timeout)
+        if wait is None:
+            wait = self._ask_for_checkpoint(row, jobs, ckpt, now)
+        if now >= wait.deadline:
+            why = (f"no checkpoint within {wait.deadline - wait.decided} "
+                   f"({wait.at_risk(now):.1f} GPU-hours at risk, budget {wait.budget_gpu_hours:g})")
+            return self._drain_and_requeue(node, reason, jobs, why)
+        self.controller.store.update_action(
+            row.id, status=ActionStatus.WAITING, now=now, progress=wait.progress(now),
+            next_attempt=min(now + self.cfg.checkpoint_poll, wait.deadline),
+            result=f"waiting for a checkpoint of job(s) {_ids(jobs)} until {wait.deadline.isoformat()}")
+        return None
+
+    def _ask_for_checkpoint(self, row: OutboxAction, jobs: Sequence[Job], ckpt: datetime | None,
+                            now: datetime) -> CheckpointWait:
+        """Record the request, then signal: a crash in between loses the signal (the deadline still
+        holds) but never sends it twice."""
+        starts = [j.start_time for j in jobs if j.start_time is not None]
+        basis = ckpt or (min(starts) if starts else now)
+        gpus = sum(job_gpus(j.gpus, len(j.nodes), self.cfg.gpus_per_node) for j in jobs)
+        wait = CheckpointWait(row.created, now, tuple(j.id for j in jobs), gpus, basis, self.cfg.checkpoint_risk_budget,
+                              self.cfg.checkpoint_grace, self.cfg.checkpoint_wait_timeout)
+        self.controller.store.update_action(row.id, status=ActionStatus.WAITING, now=now, next_attempt=now,
+                                            progress=wait.progress(now),
+                                            result=f"asking job(s) {_ids(jobs)} to checkpoint")
+        sent = ""
+        try:
+            for job in jobs:
+                try:
+                    sent = self.scheduler.request_checkpoint(job.id)
+                except NotFound:  # the job ended meanwhile: the next poll drains the empty node
+                    continue
+        except ExternalError:
+            self.controller.store.update_action(row.id, status=ActionStatus.PENDING, now=now, progress={})
+            raise
+        wait = replace(wait, signal=sent)
+        self.controller.store.update_action(row.id, status=ActionStatus.WAITING, now=now, next_attempt=now,
+                                            progress=wait.progress(now))
+        asked = f"asked job(s) {_ids(jobs)} to checkpoint (SIG{sent})" if sent else \
+            f"waiting for job(s) {_ids(jobs)} to checkpoint (checkpoint_signal is off: not asked)"
+        self.controller.audit(row.action.node, "checkpoint_request", f"{asked}: {gpus} GPUs, "
+                              f"{wait.at_risk(now):.1f} GPU-hours at risk, budget {wait.budget_gpu_hours:g}; "
+                              f"drain at {wait.deadline.isoformat()} at the latest")
+        return wait
 
     def _drain_and_requeue(self, node: str, reason: str, jobs: Sequence[Job], why: str) -> str:
         """Drain, then restart the node's jobs elsewhere from the checkpoint they just wrote."""
@@ -207,12 +316,14 @@ class Reconciler:
                     row.action.node, row.action.kind, attempts, delay, error)
         self.controller.store.update_action(row.id, status=ActionStatus.PENDING, now=now, attempts=attempts,
                                             next_attempt=now + delay, error=error)
+        self._observed(row, "retry")
 
     def _give_up(self, row: OutboxAction, now: datetime, error: str) -> None:
         log.error("%s: giving up on %s (%s). Manual action: check the node in the scheduler, fix the cause, "
                   "then retry it with POST /v1/actions/%s/retry", row.action.node, row.action.kind, error, row.id)
         self.controller.store.update_action(row.id, status=ActionStatus.FAILED, now=now,
                                             attempts=row.attempts + 1, error=error)
+        self._observed(row, "failed")
 
     def _scheduler_down(self, err: ExternalError) -> None:
         if self.scheduler_ok:

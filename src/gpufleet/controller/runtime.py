@@ -7,14 +7,17 @@ process and kill it with SIGKILL).
 from __future__ import annotations
 
 import logging
+import ssl
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import uvicorn
 
 from gpufleet.controller import heap
 from gpufleet.controller.api.app import create_app
+from gpufleet.controller.api.limits import Limits
 from gpufleet.controller.clock import Clock, SystemClock
 from gpufleet.controller.fleetjudge import FleetJudge
 from gpufleet.controller.ingest import GroupCommitter
@@ -48,10 +51,21 @@ class Runtime:
         self.threads.append(t)
 
     def start_api(self, *, in_thread: bool = True, on_started: Callable[[int], None] | None = None) -> None:
-        app = create_app(self.controller, self.settings.tokens, self.reconciler)
+        s = self.settings
+        lim = s.limits
+        app = create_app(self.controller, s.tokens, self.reconciler,
+                         limits=Limits(lim.max_body_bytes, lim.max_header_bytes, lim.read_timeout_s),
+                         max_queued_events=lim.ingest_queue_events, api_docs=s.api_docs,
+                         openapi_requires_auth=s.openapi_requires_auth)
         self.committer = app.state.ingest
-        config = uvicorn.Config(app, host=self.settings.host, port=self.settings.port, log_level="warning",
-                                access_log=False, lifespan="off")
+        tls: dict[str, Any] = {}
+        if s.tls.enabled:
+            tls = {"ssl_certfile": str(s.tls.certfile), "ssl_keyfile": str(s.tls.keyfile)}
+            if s.tls.client_ca is not None:
+                tls |= {"ssl_ca_certs": str(s.tls.client_ca), "ssl_cert_reqs": ssl.CERT_REQUIRED}
+        config = uvicorn.Config(app, host=s.host, port=s.port, log_level="warning", access_log=False,
+                                lifespan="off", timeout_keep_alive=int(lim.keep_alive_s),
+                                h11_max_incomplete_event_size=lim.max_header_bytes, **tls)
         self.server = uvicorn.Server(config)
         if not in_thread:
             self.server.run()
@@ -87,6 +101,7 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
     policy = policy or load_policy(settings.policy_file)
     topology = load_topology(settings.topology_file) if settings.topology_file else None
     controller = Controller(Store(engine), policy, clock or SystemClock(), topology=topology)
+    controller.max_clock_skew = settings.limits.max_clock_skew
     fj = settings.fleet_judge
     judge = FleetJudge(controller, fj.window, fj.min_samples, threshold=fj.threshold, min_rel=fj.min_rel,
                        checks=fj.checks, every=fj.every) if fj.every else None

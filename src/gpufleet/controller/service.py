@@ -1,21 +1,24 @@
 """The controller: the lifecycle engine, its store and a clock, behind one lock.
 
 Every entry point validates first, then lets the engine decide, then persists the resulting plan in
-one transaction. If the write fails, the in-memory engine is rebuilt from the store so memory never
-runs ahead of what is durable.
+one transaction. In-memory state is transactional too (:meth:`Controller._atomic`): if anything in an
+entry point fails — the write, a refused operation, the reload after it — what the engine and the
+admission changed is rolled back without reading the database, so memory never runs ahead of what is
+durable, even while the database cannot be read either.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from gpufleet.correlate.engine import Engine
 from gpufleet.correlate.model import Suspect, SuspectAction, VerdictStatus
-from gpufleet.domain.errors import ExternalError, GpufleetError, InvalidInput, NotFound
+from gpufleet.domain.errors import Conflict, ExternalError, GpufleetError, InvalidInput, NotFound
 from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.fleet import Fleet, Node
 from gpufleet.domain.inventory import NodeInventory
@@ -32,8 +35,10 @@ from . import heap
 from .admission import Admission
 from .clock import Clock
 from .identity import Identity
-from .store.repo import EventKey, Round, Store
+from .store.db import brief
+from .store.repo import EventKey, IngestRound, Round, Store
 
+MAX_CLOCK_SKEW = timedelta(minutes=5)
 _NO_DRAIN = frozenset({SuspectAction.OBSERVE, SuspectAction.ISOLATE_SWITCH})
 
 log = logging.getLogger(__name__)
@@ -68,13 +73,15 @@ class Controller:
         self.identity = Identity(self.topology)
         self.identity.load(self.store.load_inventories())
         self.admission = self._admission()
-        self.engine = self._load()
+        self.engine = self._load(self.admission)
         self.on_plan: list[Callable[[Plan], None]] = []  # observers (the demo's live view)
+        self.max_clock_skew = MAX_CLOCK_SKEW  # how far ahead of our clock a reported time may be
+        self.clock_skew: dict[str, float] = {}  # node -> its agent's clock minus ours at its last heartbeat (s)
 
     # ---- inventory --------------------------------------------------------------------------
     def register(self, nodes: Iterable[Node], *, state: NodeState = NodeState.NEW, actor_id: str = "system") -> int:
         """Register nodes not yet known (known ones are left as they are). Returns how many were added."""
-        with self.lock:
+        with self.lock, self._atomic():
             now = self.clock.now()
             plan, added = Plan(), []
             for node in nodes:
@@ -149,7 +156,10 @@ class Controller:
             now = self.clock.now()
             prepared = [(slot, self.admission.prepare(events)) for slot, events in valid]
 
-            def decide(new: set[EventKey]) -> Round | None:
+            def decide(tx: IngestRound, new: set[EventKey]) -> Round | None:
+                reused = _reused(prepared, new, tx)
+                if reused:
+                    raise _Reused(reused)
                 plan, merged = Plan(), []
                 for slot, events in prepared:
                     fresh = [e for e in events if (e.node, e.id) in new]
@@ -164,21 +174,33 @@ class Controller:
                     out[slot] = IngestResult(len(fresh), len(events) - len(fresh), len(plan.decisions) - decided)
                 return Round(plan, self._touched(plan), merged) if plan or merged else None
 
+            self._begin()
             try:
                 with self.store.round() as tx:
-                    written = decide(tx.insert_events([e for _, events in prepared for e in events], now))
+                    written = decide(tx, tx.insert_events([e for _, events in prepared for e in events], now))
                     if written is not None:
                         tx.write(written)
+            except _Reused as refused:  # nothing of the round was kept: the others go again without them
+                self._rollback()
+                rest = [(slot, events) for slot, events in valid if slot not in refused.conflicts]
+                for slot, conflict in refused.conflicts.items():
+                    out[slot] = conflict
+                for (slot, _), again in zip(rest, self.ingest_many([events for _, events in rest]) if rest else [],
+                                            strict=True):
+                    out[slot] = again
+                return out
             except Exception as err:
+                self._rollback()
                 log.error("could not write an ingest round (%s); reloading state from the store", err)
                 self._reload()
                 if len(valid) == 1:
-                    out[valid[0][0]] = ExternalError("database", f"write failed: {err}")
+                    out[valid[0][0]] = ExternalError("database", f"write failed: {brief(err)}")
                     return out
                 log.warning("group commit of %d batches failed; retrying each on its own", len(valid))
                 for slot, events in valid:
                     out[slot] = self.ingest_many([events])[0]
                 return out
+            self._commit()
             if written is not None:
                 self._notify(written.plan)
             return out
@@ -195,7 +217,7 @@ class Controller:
             seen.add((e.node, e.id))
 
     def approve_held(self, nodes: Sequence[str], actor_id: str) -> Plan:
-        with self.lock:
+        with self.lock, self._atomic():
             plan = self.engine.approve_held(nodes, actor_id, self.clock.now())
             self._persist(plan)
             return plan
@@ -225,17 +247,28 @@ class Controller:
             raise err
 
     def heartbeats(self, beats: Sequence[Heartbeat]) -> list[GpufleetError | None]:
-        """Record many agents' heartbeats in one transaction; None in a slot means recorded."""
+        """Record many agents' heartbeats in one transaction; None in a slot means recorded.
+
+        A node is alive when the controller hears from it: ``last_heartbeat`` is the controller's own
+        receive time, never the agent's clock (an agent an hour behind would look silent at once; one in
+        2099 would never look silent). The agent's clock is measured against ours (:attr:`clock_skew`)."""
         with self.lock:
             out: list[GpufleetError | None] = [
                 None if b.node in self.engine.nodes else NotFound("node", b.node) for b in beats]
             known = [b for b, err in zip(beats, out, strict=True) if err is None]
             if not known:
                 return out
+            now = self.clock.now()
+            for b in known:
+                skew = (b.time - now).total_seconds()
+                if abs(skew) > self.max_clock_skew.total_seconds() >= abs(self.clock_skew.get(b.node, 0.0)):
+                    log.warning("%s: agent clock is %+.0f s off the controller's; liveness uses the controller's "
+                                "receive time (check NTP on the node)", b.node, skew)
+                self.clock_skew[b.node] = skew
             try:
-                self.store.record_heartbeats([(b.node, b.time, b.version) for b in known])
+                self.store.record_heartbeats([(b.node, now, b.version) for b in known])
             except Exception as err:
-                failed = ExternalError("database", f"recording heartbeats: {err}")
+                failed = ExternalError("database", f"recording heartbeats: {brief(err)}")
                 return [failed if e is None else e for e in out]
             return out
 
@@ -246,31 +279,37 @@ class Controller:
             self._persist(Plan(audit=[entry]))
 
     def checkpoint(self, job_id: str, time: datetime) -> None:
+        """Record a job's checkpoint. One dated in the future beyond ``max_clock_skew`` is refused: it
+        would satisfy every later "drain after the next checkpoint" without a checkpoint written."""
         if not job_id:
             raise InvalidInput("job_id", job_id, "a non-empty job id")
-        self.store.add_checkpoint(job_id, time, self.clock.now())
+        now = self.clock.now()
+        if time > now + self.max_clock_skew:
+            raise InvalidInput("time", time.isoformat(), f"a time no later than the controller's clock "
+                               f"({now.isoformat()}) plus {self.max_clock_skew}")
+        self.store.add_checkpoint(job_id, time, now)
 
     # ---- operators --------------------------------------------------------------------------
     def operate(self, node: str, op: OperatorOp, actor_id: str, reason: str = "") -> Plan:
-        with self.lock:
+        with self.lock, self._atomic():
             plan = self.engine.operator(node, op, actor_id, reason, self.clock.now())
             self._persist(plan)
             return plan
 
     def reset_breaker(self, actor_id: str, *, discard_held: bool = False) -> Plan:
-        with self.lock:
+        with self.lock, self._atomic():
             plan = self.engine.reset_breaker(actor_id, self.clock.now(), discard_held=discard_held)
             self._persist(plan)
             return plan
 
     def cancel_held(self, node: str, actor_id: str, reason: str = "") -> Plan:
-        with self.lock:
+        with self.lock, self._atomic():
             plan = self.engine.cancel_held(node, actor_id, reason or "cancelled by operator", self.clock.now())
             self._persist(plan)
             return plan
 
     def set_dry_run(self, on: bool, actor_id: str) -> Plan:
-        with self.lock:
+        with self.lock, self._atomic():
             plan = self.engine.set_dry_run(on, actor_id, self.clock.now())
             self._persist(plan)
             return plan
@@ -281,25 +320,26 @@ class Controller:
         heartbeat-loss detection."""
         with self.lock:
             now = self.clock.now()
-            plan = self.engine.tick(now)
-            released = self.admission.release(now, self._covered)
-            if released:
-                plan.extend(self.engine.observe(released, now))
-            if plan:
-                self._persist(plan)
+            with self._atomic():
+                plan = self.engine.tick(now)
+                released = self.admission.release(now, self._covered)
+                if released:
+                    plan.extend(self.engine.observe(released, now))
+                if plan:
+                    self._persist(plan)
             lost = self._silent_nodes(now)
             if lost:
                 self.ingest(lost)
             return plan
 
     def sync(self, observed: dict[str, SchedObservation]) -> Plan:
-        with self.lock:
+        with self.lock, self._atomic():
             plan = self.engine.sync(observed, self.clock.now())
             self._persist(plan)
             return plan
 
     def action_finished(self, action_id: str, action: PlannedAction, decision: str, *, result: str) -> None:
-        with self.lock:
+        with self.lock, self._atomic():
             now = self.clock.now()
             plan = self.engine.action_done(action, decision, now)
             touched = [self.engine.nodes[action.node]] if action.node in self.engine.nodes else []
@@ -309,7 +349,7 @@ class Controller:
                 raise
             except Exception as err:
                 self._reload()
-                raise ExternalError("database", f"recording action {action_id}: {err}") from err
+                raise ExternalError("database", f"recording action {action_id}: {brief(err)}") from err
             self._notify(plan)
 
     # ---- views ------------------------------------------------------------------------------
@@ -342,7 +382,7 @@ class Controller:
         except Exception as err:
             log.error("could not persist a plan (%s); reloading state from the store", err)
             self._reload()
-            raise ExternalError("database", f"write failed: {err}") from err
+            raise ExternalError("database", f"write failed: {brief(err)}") from err
         self._notify(plan)
 
     def _touched(self, plan: Plan) -> list[NodeRecord]:
@@ -355,13 +395,46 @@ class Controller:
             for cb in self.on_plan:
                 cb(plan)
 
-    def _reload(self) -> None:
-        """After a failed write: memory goes back to what the database holds."""
-        self.admission = self._admission()
-        self.engine = self._load()
-        heap.settle("reloading state after a failed write")
+    @contextmanager
+    def _atomic(self) -> Iterator[None]:
+        """All or nothing in memory: whatever the block changes in the engine and the admission is
+        undone if it raises (a failed write, a refused operation), without reading the database."""
+        self._begin()
+        try:
+            yield
+        except BaseException:
+            self._rollback()
+            raise
+        self._commit()
 
-    def _load(self) -> LifecycleEngine:
+    def _begin(self) -> None:
+        self.engine.begin()
+        self.admission.begin()
+
+    def _commit(self) -> None:
+        self.engine.commit()
+        self.admission.commit()
+
+    def _rollback(self) -> None:
+        self.engine.rollback()
+        self.admission.rollback()
+
+    def _reload(self) -> bool:
+        """After a failed write: memory becomes what the database holds — if it can be read (a commit
+        whose outcome is unknown may have landed). If not, memory is left as it is (rolled back by
+        :meth:`_atomic`), never half replaced."""
+        try:
+            admission = self._admission()
+            engine = self._load(admission)
+        except Exception as err:
+            log.error("could not reload state from the store either (%s); memory stays as it was before the "
+                      "failed write", brief(err))
+            return False
+        self.admission, self.engine = admission, engine
+        heap.settle("reloading state after a failed write")
+        return True
+
+    def _load(self, admission: Admission) -> LifecycleEngine:
         cfg, catalog = self.policy_file.config, self.policy_file.catalog
         policy = Policy(cfg, catalog)
         breaker, dry_run = self.store.load_settings()
@@ -370,7 +443,7 @@ class Controller:
         now = self.clock.now()
         engine.remember(self.store.events_since(now - policy.lookback(), kinds=policy.counted_kinds()))
         recent = max(2 * cfg.merge_window, cfg.correlation_hold)
-        self.admission.remember(self.admission.prepare(self.store.events_since(now - recent)), now)
+        admission.remember(admission.prepare(self.store.events_since(now - recent)), now)
         return engine
 
     def _admission(self) -> Admission:
@@ -399,3 +472,50 @@ class Controller:
         known = self.store.known_event_ids([(e.node, e.id) for e in out]) if out else set()
         return [e for e in out if (e.node, e.id) not in known]
 
+
+
+class _Reused(Exception):
+    """Events of these batches reuse a stored (node, id) for another payload: nothing of the round is kept."""
+
+    def __init__(self, conflicts: dict[int, Conflict]) -> None:
+        super().__init__(f"{len(conflicts)} batch(es) reuse an event id")
+        self.conflicts = conflicts
+
+
+_PAYLOAD = ("kind", "time", "code", "severity", "message", "source", "attrs")
+
+
+def _payload(e: HealthEvent) -> tuple[object, ...]:
+    """What makes a resend the same event. ``component`` and ``link`` are left out: the controller
+    renames them with topology ids, and an inventory registered since may rename them differently."""
+    return (e.kind, e.time, e.code, e.severity, e.message, e.source, tuple(sorted(e.attrs)))
+
+
+def _reused(prepared: Sequence[tuple[int, Sequence[HealthEvent]]], new: set[EventKey],
+            tx: IngestRound) -> dict[int, Conflict]:
+    """The batches (by slot) that reuse an event id of their node for another payload: one stored before,
+    or one an earlier batch of the same round sent."""
+    first: dict[EventKey, HealthEvent] = {}
+    stored: list[EventKey] = []
+    for _, events in prepared:
+        for e in events:
+            key = (e.node, e.id)
+            if key not in new and key not in first:
+                stored.append(key)
+            first.setdefault(key, e)
+    before = tx.stored_events(stored) if stored else {}
+    out: dict[int, Conflict] = {}
+    seen: set[EventKey] = set()
+    for slot, events in prepared:
+        for i, e in enumerate(events):
+            key = (e.node, e.id)
+            other = before.get(key) or (first[key] if key in seen else None)
+            seen.add(key)
+            if other is None or other is e or _payload(other) == _payload(e):
+                continue
+            field = next(f for f, a, b in zip(_PAYLOAD, _payload(other), _payload(e), strict=True) if a != b)
+            out[slot] = Conflict(f"events[{i}].id: {e.id!r} of node {e.node!r} names another event already "
+                                 f"(its {field} differs); an event id is an idempotency key: use a new id "
+                                 "for a new event")
+            break
+    return out

@@ -9,13 +9,36 @@ Example ``controller.toml``::
     port = 8470
     reconcile_interval = 1.0                   # seconds between reconciler passes
     scheduler_sync_interval = 0.0              # seconds between reads of the scheduler's node list; 0 = every pass
-    scheduler = "slurm"                        # required: "slurm" (scontrol/sinfo/squeue on this host) or "sim"
+    scheduler = "slurm"                        # required: "slurm", "kubernetes" or "sim"
     slurm_conf = "/etc/slurm/slurm.conf"        # optional; otherwise the commands' default / $SLURM_CONF
+    kubeconfig = "~/.kube/config"              # kubernetes only; in a pod the service account is used
+    kube_node_selector = "nvidia.com/gpu.present=true"   # kubernetes only; "" = every node
+
+    checkpoint_signal = "USR1"                 # what asks a job to checkpoint before a drain (docs/slurm.md)
+    checkpoint_signal_target = "full"          # slurm: full (batch shell + steps) | batch | steps
+
+    [validation]                                # validation jobs through Slurm (docs/slurm.md); off without command
+    command = "gpufleet check --level {level} --node {node} --controller http://ctl:8470 --token-file /etc/gf/tok"
+    user = "gpufleet"                          # the reservation's user: the user the controller submits as
+    partition = ""                             # optional
+    time_limit = "2h"
 
     [fleet_judge]                               # fleet-relative outliers among check results (docs/checks.md)
     every = 300                                 # reconciler passes between runs; 0 = off
     window = "24h"                              # how far back check results count
     min_samples = 8                             # smaller (SKU, check) groups are not judged
+
+    [tls]                                       # optional: HTTPS (docs/api.md#tls)
+    certfile = "/etc/gpufleet/tls/server.crt"
+    keyfile = "/etc/gpufleet/tls/server.key"
+    client_ca = "/etc/gpufleet/tls/agents-ca.crt" # optional: require client certificates signed by it
+
+    [limits]                                    # before authentication (docs/api.md#limits)
+    max_body_bytes = 67108864
+    max_header_bytes = 16384
+    read_timeout_s = 30
+    ingest_queue_events = 10000                 # queued beyond this: 429 with Retry-After
+    max_clock_skew = "5m"                       # checkpoints dated further ahead are refused
 
     [[tokens]]
     name = "alice"
@@ -36,7 +59,7 @@ import tomllib
 from datetime import timedelta
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -58,24 +81,31 @@ class SchedulerKind(StrEnum):
 
     SLURM = "slurm"  # scontrol / sinfo / squeue on this host (docs/slurm.md)
     SIM = "sim"  # an in-process simulated scheduler: the demo, trying gpufleet without a cluster
+    KUBERNETES = "kubernetes"  # the API server: cordon, taints, conditions, evictions (docs/kubernetes.md)
 
 
-SCHEDULER_EXPECTED = ('scheduler = "slurm" (drive Slurm through scontrol/sinfo/squeue on this host) or '
+SCHEDULER_EXPECTED = ('scheduler = "slurm" (drive Slurm through scontrol/sinfo/squeue on this host), '
+                      'scheduler = "kubernetes" (drive the Kubernetes API server) or '
                       'scheduler = "sim" (a simulated scheduler) in the controller config, or GPUFLEET_SCHEDULER')
 
 
 class TokenConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
-    name: str = Field(min_length=1)
-    role: Role
-    token: str | None = Field(default=None, min_length=16)
-    token_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
-    nodes: tuple[str, ...] = ("*",)
+    name: str = Field(min_length=1)  # who holds the token (the audit log names it)
+    role: Role  # viewer, agent, operator or admin (docs/api.md lists what each may do)
+    token: str | None = Field(default=None, min_length=16)  # the secret itself: for development only
+    token_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")  # its sha256 (gpufleet controller token)
+    # Agent tokens: the nodes (glob patterns) it may report for. Required for agents: a token that silently
+    # spoke for every node would let one node's agent report (or hide) another's faults. ["*"] says it outright.
+    nodes: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _one_secret(self) -> TokenConfig:
         if (self.token is None) == (self.token_sha256 is None):
             raise ValueError("give exactly one of token or token_sha256")
+        if self.role == Role.AGENT and not self.nodes:
+            raise ValueError(f"agent token {self.name!r} needs nodes = [...]: the nodes it may report for "
+                             '(globs such as "r01-*"; ["*"] for every node)')
         return self
 
     @property
@@ -106,29 +136,91 @@ class FleetJudgeSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     every: int = Field(default=300, ge=0)  # reconciler passes between runs; 0 = off
-    window: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=24)
-    min_samples: int = Field(default=8, ge=3)
-    threshold: float = Field(default=3.5, gt=0)
+    window: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=24)  # how far back results count
+    min_samples: int = Field(default=8, ge=3)  # smaller (SKU, check) groups are not judged
+    threshold: float = Field(default=3.5, gt=0)  # robust z-score (median absolute deviations) of an outlier
     min_rel: float = Field(default=0.05, ge=0, lt=1)  # at least 5 % below the median
+    # the checks whose results are compared across the fleet
     checks: tuple[str, ...] = Field(
         default=("gemm_bf16", "gemm_fp16", "gemm_tf32", "gemm_fp8", "gemm_fp32", "hbm_copy"), min_length=1)
 
 
+class ValidationSettings(BaseModel):
+    """``[validation]``: ``gpufleet check`` as Slurm jobs in a maintenance reservation
+    (``schedulers.slurm.validation``). Off while ``command`` is empty."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    command: str = ""  # {node} and {level} are filled in
+    user: str = ""  # default: the user the controller runs as
+    partition: str = ""
+    time_limit: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=2)
+    output: str = "/tmp/gpufleet-validate-%j.out"
+
+
+class TlsSettings(BaseModel):
+    """``[tls]``: serve HTTPS. With ``client_ca``, every client must present a certificate signed by it
+    (docs/api.md#tls); bearer tokens are still required on top."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    certfile: Path | None = None  # the server's certificate chain (PEM)
+    keyfile: Path | None = None  # its private key (PEM)
+    client_ca: Path | None = None  # require client certificates signed by this CA (PEM)
+
+    @model_validator(mode="after")
+    def _pair(self) -> TlsSettings:
+        if (self.certfile is None) != (self.keyfile is None):
+            raise ValueError("give both certfile and keyfile, or neither")
+        if self.client_ca is not None and self.certfile is None:
+            raise ValueError("client_ca needs certfile and keyfile (client certificates need TLS)")
+        return self
+
+    @property
+    def enabled(self) -> bool:
+        return self.certfile is not None
+
+
+class LimitSettings(BaseModel):
+    """``[limits]``: what a request may cost before anyone has checked its token (docs/api.md#limits)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)  # 413 past this (a batch of 10,000 events fits)
+    max_header_bytes: int = Field(default=16 * 1024, ge=1024)  # 431 past this
+    read_timeout_s: float = Field(default=30.0, gt=0)  # to receive a request's body, first byte to last
+    keep_alive_s: float = Field(default=75.0, gt=0)  # an idle connection is closed after this
+    ingest_queue_events: int = Field(default=10_000, ge=1)  # queued beyond this: 429 + Retry-After
+    # a checkpoint dated further ahead of the controller's clock is refused; agents further off are warned about
+    max_clock_skew: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(minutes=5)
+
+
 class ControllerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUFLEET_", extra="forbid")
-    database_url: str = "sqlite:///gpufleet.db"
-    policy_file: Path | None = None
+    database_url: str = "sqlite:///gpufleet.db"  # SQLAlchemy URL: sqlite:///FILE or postgresql://user@host/db
+    policy_file: Path | None = None  # policy.toml (below); none: every default
     topology_file: Path | None = None  # gpufleet.topology/v1: enables fault correlation
-    host: str = "127.0.0.1"
-    port: int = Field(default=8470, ge=0, le=65535)
-    reconcile_interval: float = Field(default=1.0, gt=0)
+    host: str = "127.0.0.1"  # address the API listens on
+    port: int = Field(default=8470, ge=0, le=65535)  # port the API listens on (0: any free port)
+    reconcile_interval: float = Field(default=1.0, gt=0)  # seconds between reconciler passes
     # Reading every node's state from the scheduler is the reconciler's biggest cost on a large fleet
     # (sinfo --json of 12,500 nodes); actions still run every pass. 0 = read on every pass.
     scheduler_sync_interval: float = Field(default=0.0, ge=0)
-    scheduler: SchedulerKind  # required (SCHEDULER_EXPECTED)
+    scheduler: SchedulerKind  # required: "slurm", "kubernetes" or "sim" (SCHEDULER_EXPECTED)
     slurm_conf: Path | None = None  # with scheduler = "slurm": the slurm.conf the commands use (SLURM_CONF)
-    tokens: tuple[TokenConfig, ...] = ()
-    fleet_judge: FleetJudgeSettings = FleetJudgeSettings()
+    # with scheduler = "kubernetes": in a pod the service account is used; otherwise this kubeconfig
+    kubeconfig: Path | None = None
+    kube_context: str | None = None
+    kube_node_selector: str = ""  # label selector of the GPU nodes gpufleet manages ("" = every node)
+    kube_watch: bool = True  # read nodes and pods from a watch-fed cache instead of listing every pass
+    tokens: tuple[TokenConfig, ...] = ()  # the API's bearer tokens (none: every request is refused)
+    # How the controller asks a job to checkpoint before draining its degraded node.
+    # "" = never signal (jobs that do not handle the signal die of it: USR1's default action).
+    checkpoint_signal: str = Field(default="USR1", pattern=r"^((SIG)?[A-Z0-9]+)?$")
+    checkpoint_signal_target: Literal["full", "batch", "steps"] = "full"
+    validation: ValidationSettings = ValidationSettings()  # see [validation]
+    fleet_judge: FleetJudgeSettings = FleetJudgeSettings()  # see [fleet_judge]
+    tls: TlsSettings = TlsSettings()  # see [tls]: HTTPS, optional client certificates
+    limits: LimitSettings = LimitSettings()  # see [limits]: what a request may cost before its token is checked
+    api_docs: bool = True  # /docs and /redoc (their pages load scripts from a public CDN)
+    openapi_requires_auth: bool = False  # /openapi.json only for a valid token
 
 
 def load_settings(path: Path | None = None, **overrides: Any) -> ControllerSettings:

@@ -82,8 +82,10 @@ def run_demo(opts: DemoOptions, console: Console | None = None) -> dict[str, obj
     if opts.serve_api:
         rt.start_api(on_started=lambda port: None)
         api = f"http://127.0.0.1:{rt.bound_port()}/v1"
-        console.print(f"[bold]controller API[/bold] {api}  (token: {token})\n"
-                      f"  try: curl -H 'Authorization: Bearer {token}' {api}/status", highlight=False)
+        base = f"http://127.0.0.1:{rt.bound_port()}"
+        console.print(f"[bold]controller API[/bold] {api}  (token: {token}), served until the demo ends;\n"
+                      f"  meanwhile, in another shell: GPUFLEET_TOKEN={token} gpufleet fleet --url {base} status",
+                      highlight=False)
     steps = int(opts.duration / opts.step)
     pace = opts.wall_seconds / steps if steps and not opts.headless else 0.0
     try:

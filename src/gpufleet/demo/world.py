@@ -54,9 +54,19 @@ class Validator:
 
     world: World
 
-    def request(self, node: str, level: str) -> None:
+    def request(self, node: str, level: str, key: str) -> str:
         delay = timedelta(minutes=30 if level == "burnin" else 15)
         self.world.later(self.world.clock.now() + delay, "validate", node)
+        return ""  # nothing to follow: the results arrive as check events
+
+    def ended(self, handle: str) -> str | None:
+        return None
+
+    def release(self, node: str) -> None:
+        return None
+
+    def holds(self, node: str) -> bool:
+        return False
 
 
 @dataclass

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 
-from gpufleet.diagnose import rules, rules_host
+from gpufleet.diagnose import rules, rules_host, rules_kernel
 from gpufleet.diagnose.finding import Finding, FindingKind, normalise_pci
 from gpufleet.diagnose.prefix import PrefixParser
 from gpufleet.domain.catalog import Action, Catalog
@@ -86,6 +86,7 @@ class Decoder:
         self._oom_start: tuple[int, datetime | None, float | None] | None = None
         self._uuid: dict[str, str] = {}
         self._links: dict[str, str] = {}
+        self._sxids: dict[tuple[str, int], _Open] = {}  # open SXid events, one per (switch, code)
 
     @property
     def wants_every_line(self) -> bool:
@@ -144,6 +145,13 @@ class Decoder:
             text = text[:MAX_LINE]
         candidate = rules.CANDIDATE.search(text) is not None
         out: list[Finding] = []
+        if candidate and "SXid" in text:
+            key = rules.sxid_key(text)
+            if key is not None:
+                out += self._close()
+                return out + self._feed_sxid(text, n, *key)
+        if candidate and self._sxids:
+            out += self._close_sxids()
         if self._open is not None:
             parsed = self._prefix.parse(text)
             op = self._open
@@ -188,7 +196,7 @@ class Decoder:
     @property
     def has_open_event(self) -> bool:
         """True while a multi-line event waits for its next line (see :meth:`flush`)."""
-        return self._open is not None
+        return self._open is not None or bool(self._sxids)
 
     def flush(self) -> list[Finding]:
         """Complete the open multi-line event, if any.
@@ -197,16 +205,42 @@ class Decoder:
         the source has been idle for a moment while :attr:`has_open_event` is true: an event is
         only complete when the next line shows it has no more continuation lines.
         """
-        return self._close()
+        return self._close() + self._close_sxids()
 
     # -- internals -------------------------------------------------------------------------------
 
+    def _feed_sxid(self, text: str, n: int, key: tuple[str, int], detail: bool) -> list[Finding]:
+        """An NVSwitch SXid line: a detail line joins its own switch's open header, whatever other
+        switches' lines came in between; any other line opens that switch's next event."""
+        self.stats.candidates += 1
+        op = self._sxids.get(key)
+        if detail and op is not None and op.pend.accept(self._prefix.parse(text).message):
+            op.pend.lines += 1
+            if sum(len(r) for r in op.raw) < MAX_RAW:
+                op.raw.append(text)
+            return []
+        out = self._close_sxids() if op is not None else []  # that switch's next event: emit in line order
+        parsed = self._prefix.parse(text)
+        pend = rules.sxid(parsed.message)
+        if pend is not None and (key in self._sxids or len(self._sxids) < 64):
+            self._sxids[key] = _Open(pend, n, parsed.time, parsed.uptime, [text])
+        elif pend is not None:
+            out += self._finish(_Open(pend, n, parsed.time, parsed.uptime, [text]))
+        return out
+
+    def _close_sxids(self) -> list[Finding]:
+        ops = sorted(self._sxids.values(), key=lambda o: o.line)
+        self._sxids.clear()
+        return [f for op in ops for f in self._finish(op)]
+
     def _recognise(self, msg: str, n: int) -> rules.Pending | None:
         if "Xid" in msg:
-            pend = rules.sxid(msg) if "SXid" in msg else rules.xid(msg)
+            pend = rules.xid(msg)
             if pend is not None:
                 return pend
-        if "NVRM" in msg or "probe" in msg:
+        if "detected NVSwitch" in msg:
+            return rules.sxid(msg)
+        if "NVRM" in msg or "probe" in msg or "GPU is lost" in msg:
             if "NVRM: GPU at " in msg and "GPU-" in msg:
                 self._remember_uuid(msg)
                 return None
@@ -225,7 +259,7 @@ class Decoder:
             return rules_host.OomStart(None)
         if "Killed process" in msg:
             return rules_host.oom(msg)
-        return rules_host.mce(msg)
+        return rules_host.mce(msg) or rules_kernel.kernel(msg)
 
     def _flap(self, pend: rules.Pending) -> rules.Pending:
         hit = pend.hit
@@ -247,8 +281,9 @@ class Decoder:
 
     def _close(self) -> list[Finding]:
         op, self._open = self._open, None
-        if op is None:
-            return []
+        return [] if op is None else self._finish(op)
+
+    def _finish(self, op: _Open) -> list[Finding]:
         hit = op.pend.finish()
         if hit is None:
             return []
@@ -276,6 +311,8 @@ class Decoder:
         if self.catalog is not None:
             j = judge(self.catalog, hit.catalog_kind, hit.code, stated=stated)
             sev, action, collateral, entry_name = j.severity, j.action, j.collateral, j.name
+            if j.basis == "stated by the source" and hit.stated is not None:
+                action = hit.stated[1]  # the line decided: its recommended action goes with it
             entry = self.catalog.lookup(hit.catalog_kind, hit.code)
             coded = hit.code is not None and entry.code == hit.code
             meaning, component = (entry.meaning if coded or not hit.meaning else hit.meaning), entry.component

@@ -14,6 +14,8 @@ ib_link     LINK_DOWN (port down), LINK_FLAP (down again after recovering), LINK
 nvlink      LINK_ERROR (an NVLink failure without an Xid)
 mce_edac    CHECK_FAILED with ``attrs`` check=host_memory, when degraded or fatal; None when info
             (a corrected DIMM error alone changes nothing)
+kernel      CHECK_FAILED with ``attrs`` check=host_kernel (panic, hung task, lockup); None for an
+            nvidia-peermem error (stated info)
 oom         None (an application event, not a hardware one)
 crash_dump  None (it always follows another finding, which is the event)
 ==========  =====================================================================================
@@ -33,6 +35,12 @@ from datetime import datetime
 
 from gpufleet.diagnose.finding import Finding, FindingKind
 from gpufleet.domain.events import EventKind, HealthEvent, Severity, utc
+
+# Detail keys the controller and the correlator read: NVLink5 subcode decode (``suspect`` = peer, cable,
+# software, host, local, ...; ``unit``, ``subcode``, ``error_status``, ``hw_sw``), the MIG instance, the
+# event of a code-less kind, and the ones kept before.
+_FORWARDED = frozenset({"port", "reporter", "recovery_to", "uuid", "suspect", "unit", "subcode", "error_status",
+                        "hw_sw", "gpu_instance", "compute_instance", "event", "address"})
 
 
 def event_kind_for(finding: Finding) -> EventKind | None:
@@ -54,7 +62,7 @@ def event_kind_for(finding: Finding) -> EventKind | None:
             return EventKind.LINK_FLAP if event == "link_flap" else EventKind.LINK_ERROR
         case FindingKind.NVLINK:
             return EventKind.LINK_ERROR
-        case FindingKind.MCE_EDAC:  # reported only when the line itself says it is not corrected
+        case FindingKind.MCE_EDAC | FindingKind.KERNEL:  # only when the line says it is not benign
             return None if finding.stated in (None, Severity.INFO) else EventKind.CHECK_FAILED
         case _:
             return None
@@ -90,11 +98,11 @@ def finding_to_event(
     if finding.pci:
         attrs.append(("pci", finding.pci))
     if kind is EventKind.CHECK_FAILED:
-        attrs.append(("check", "host_memory"))
+        attrs.append(("check", "host_kernel" if finding.kind is FindingKind.KERNEL else "host_memory"))
     if finding.escalated:
         attrs.append(("escalated", finding.escalated))
     for k, v in finding.detail:
-        if k in ("port", "reporter", "recovery_to", "uuid"):
+        if k in _FORWARDED:
             attrs.append((k, v))
         elif k == "link":  # a GPU's NVLink number or a switch port, not a topology link id
             attrs.append(("nvlink" if finding.kind in (FindingKind.NVLINK, FindingKind.XID) else "port", v))

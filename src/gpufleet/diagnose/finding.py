@@ -21,6 +21,7 @@ class FindingKind(StrEnum):
     OOM = "oom"  # kernel OOM kill
     GPU_LOST = "gpu_lost"  # GPU fell off the bus / failed to initialise
     CRASH_DUMP = "crash_dump"  # driver wrote a GPU crash dump
+    KERNEL = "kernel"  # host kernel health: panic, hung task, soft/hard lockup, nvidia-peermem
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ Forms understood, each with an example:
   ``фев 12``, ``11月 21``; an unknown month name keeps the message and drops the time)
 * journalctl -o short-iso / rsyslog: ``2026-11-21T12:00:03+0000 host kernel: ...``
 * ``/dev/kmsg`` records: ``4,1234,5678901,-;NVRM: ...``
+* fabricmanager.log: ``[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch ...``
 * logread (busybox/OpenWrt): ``Tue Apr  8 16:00:53 2025 kern.info kernel: [ 16.57] ...``
 * an optional ``<4>`` syslog priority, and a ``[ secs]`` dmesg stamp after a syslog tag.
 
@@ -53,6 +54,8 @@ _DMESG = re.compile(r"^\[\s*(\d{1,12}\.\d{1,9})\](?:\[\s*[TC]\d+\])?\s?")
 _DMESG_REL = re.compile(r"^\[\s*\+(\d{1,12}\.\d{1,9})\]\s?")
 _DMESG_HUMAN = re.compile(r"^\[(\w{3})\s?(\d{1,2}) (\d{2}):(\d{2})(?::(\d{2}))?\]\s?")
 _DMESG_CTIME = re.compile(r"^\[\w+ (\w+)\.? +(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\]\s?")
+# fabricmanager.log: "[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch ..."
+_FABRIC = re.compile(r"^\[(\w{3}) (\d{1,2}) (\d{4}) (\d{2}):(\d{2}):(\d{2})\] \[\w+\] (?:\[tid \d+\] )?")
 _ISO = re.compile(
     r"^(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:([.,])(\d{1,9}))?"
     r"(Z|[+-]\d{2}:?\d{2})?\s+"
@@ -147,6 +150,11 @@ class PrefixParser:
             t = None
             if month:
                 t = _mk(int(m[6]), month, int(m[2]), int(m[3]), int(m[4]), int(m[5]), self.tz)
+            return Parsed(text[m.end() :], t, None)
+        m = _FABRIC.match(text)
+        if m:
+            month = _MONTHS.get(m[1].lower())
+            t = _mk(int(m[3]), month, int(m[2]), int(m[4]), int(m[5]), int(m[6]), self.tz) if month else None
             return Parsed(text[m.end() :], t, None)
         m = _DMESG_HUMAN.match(text)
         if m:

@@ -94,7 +94,10 @@ def _scan(dec: Decoder, block: bytes, line: int) -> tuple[list[Finding], int]:
     pos, n = 0, len(block)
     find, count = block.find, block.count
     clean = block.isascii() and b"\x00" not in block
-    nxt = [find(w) for w in CANDIDATE_BYTES]
+    # Words absent from the block (most of them, in a benign log) are dropped after their one pass.
+    first = [(w, find(w)) for w in CANDIDATE_BYTES]
+    words = [w for w, at in first if at >= 0]
+    nxt = [at for _, at in first if at >= 0]
     while pos < n:
         if dec.wants_every_line:
             end = find(b"\n", pos)
@@ -105,7 +108,7 @@ def _scan(dec: Decoder, block: bytes, line: int) -> tuple[list[Finding], int]:
         hit = n
         for k in range(len(nxt)):
             if 0 <= nxt[k] < pos:
-                nxt[k] = find(CANDIDATE_BYTES[k], pos)
+                nxt[k] = find(words[k], pos)
             if 0 <= nxt[k] < hit:
                 hit = nxt[k]
         i = block.rfind(b"\n", pos, hit) if hit < n else n - 1

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from gpufleet.diagnose import nvlink5
 from gpufleet.diagnose.finding import FindingKind
 from gpufleet.domain.catalog import Action
 from gpufleet.domain.events import Severity
@@ -18,9 +19,14 @@ from gpufleet.domain.events import Severity
 # A line can only be (the start of) an event if it contains one of these. Each word is long or made
 # of rare characters, because ``bytes.find`` skips fastest over text that shares few characters with
 # the word: this is the test every line of a multi-GB log pays (measured in bench/bench_diagnose.py).
+# Every word costs one pass over each block of a benign log, so host lines are found by their longest
+# fixed text ("Kernel panic - not syncing", "soft lockup - CPU#"), not by a short word.
 CANDIDATE_WORDS = (
-    "NVRM", "SXid (PCI:", "AER:", "PCIe Bus Error", "mlx5_core", "EDAC", "Hardware Error",
-    "hardware memory error", "Memory failure", "Killed process", "invoked oom-killer", "nvidia: probe of",
+    "NVRM:", "SXid (PCI:", "AER:", "PCIe Bus Error", "mlx5_core", "EDAC", "Hardware Error",
+    "hardware memory error", "Memory failure", "Killed process", "oom-kill", "nvidia: probe of",
+    "detected NVSwitch", "Port module event", "Unable to determine the device handle",
+    "Kernel panic - not syncing", "blocked for more than", "soft lockup - CPU#", "hard LOCKUP",
+    "NETDEV WATCHDOG", "nvidia-peermem",
 )
 CANDIDATE = re.compile("|".join(re.escape(w) for w in CANDIDATE_WORDS))
 CANDIDATE_BYTES = tuple(w.encode() for w in CANDIDATE_WORDS)
@@ -64,10 +70,18 @@ class Pending:
 # -- NVRM Xid ---------------------------------------------------------------------------------------
 
 _BDF = r"[0-9a-fA-F]{1,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"  # domain:bus:device (function optional below)
-_XID = re.compile(rf"NVRM: Xid \((?:PCI:)?({_BDF}(?:\.\d)?)\): (\d{{1,5}})\b,?\s*(.*)")
-_NVL5 = re.compile(
-    r"^([A-Z0-9_/]+)\s+(Nonfatal|Non-fatal|Fatal|Link fatal)\s+(\S+)\s+(\S+)\s+Link\s+(-?\d+)\s*\(([^)]*)\)?"
+# Every address form the driver has printed inside ``Xid (...)``: ``PCI:0000:3b:00``, with a ``.0``
+# function, the old ``0000:3b:00``, MIG ``PCI:0000:01:00 GPU-I:05 GPU-CI:02``, and redacted or empty
+# text (then the Xid is reported against the node, its GPU unknown).
+_XID = re.compile(r"NVRM: Xid\s*(?:\(([^()]{0,96})\)\s*)?:\s*(\d{1,5})\b,?\s*(.*)")
+_XID_ADDR = re.compile(
+    rf"^\s*(?:PCI:)?({_BDF}(?:\.[0-7])?)?(?:\s+GPU-I:\s*(\d+))?(?:\s+GPU-CI:\s*(\d+))?\s*$"
 )
+_NVL5 = re.compile(
+    r"^([A-Za-z0-9_/]+)\s+(Nonfatal|Non-fatal|Fatal|Link [Ff]atal)\s+(?:(\S+)\s+(\S+)\s+)?Link\s+(-?\d+)"
+    r"(?:\s*\(([^)]*)\)?)?"
+)
+_HEX = re.compile(r"0x([0-9a-fA-F]{1,8})\b")
 _RECOVERY = re.compile(
     r"recovery action changed from (0x[0-9a-fA-F]+) \(([^)]*)\) to (0x[0-9a-fA-F]+) \(([^)]*)\)"
 )
@@ -98,7 +112,15 @@ def xid(msg: str) -> Pending | None:
         return None
     code = int(m[2])
     rest = m[3]
-    hit = Hit(FindingKind.XID, code, m[1], "xid")
+    inside = (m[1] or "").strip()
+    addr = _XID_ADDR.match(inside)
+    hit = Hit(FindingKind.XID, code, addr[1] if addr and addr[1] else None, "xid")
+    if addr is None or addr[1] is None:
+        hit.detail.append(("address", inside[:64] or "none"))  # redacted or missing: GPU unknown
+    elif addr[2] is not None:
+        hit.detail.append(("gpu_instance", addr[2]))
+        if addr[3] is not None:
+            hit.detail.append(("compute_instance", addr[3]))
     pn = _PIDNAME.match(rest)
     if pn:
         hit.detail += [("pid", pn[1].strip("'")), ("process", pn[2].strip())]
@@ -107,13 +129,8 @@ def xid(msg: str) -> Pending | None:
         pid, _, rest = rest.partition(",")
         hit.detail.append(("pid", pid[4:].strip("'")))
         rest = rest.strip()
-    nvl = _NVL5.match(rest)
-    if nvl and 144 <= code <= 150:
-        unit, sev_word, *_ = nvl.groups()
-        hit.detail += [("unit", unit), ("link", nvl[5]), ("registers", nvl[6].strip())]
-        if sev_word.lower() in ("fatal", "link fatal"):
-            hit.stated = (Severity.FATAL, Action.RESET_GPU)
-        hit.detail.append(("nvlink_severity", sev_word))
+    if 144 <= code <= 150:
+        _nvlink5(hit, code, rest)
     rec = _RECOVERY.search(rest)
     if rec:
         hit.detail += [("recovery_from", rec[2]), ("recovery_to", rec[4])]
@@ -129,12 +146,47 @@ def xid(msg: str) -> Pending | None:
     return _XidDump(hit)
 
 
+def _nvlink5(hit: Hit, code: int, rest: str) -> None:
+    """Xid 144-150: the line's unit, link and registers, decoded by NVIDIA's subcode table; the table's
+    severity is what the line states (it settles a ``Fatal`` word the table calls non-fatal). Without
+    a table row the line's own word counts, and a line with no word at all is degraded: look at it."""
+    nvl = _NVL5.match(rest)
+    if nvl is None:
+        hit.stated = (Severity.DEGRADED, Action.RESET_GPU)
+        return
+    unit, sev_word = nvl[1], nvl[2]
+    regs = [int(x, 16) for x in _HEX.findall(nvl[6] or "")]
+    hit.detail += [("unit", unit), ("link", str(int(nvl[5])) if nvl[5].lstrip("-").isdigit() else nvl[5]),
+                   ("registers", (nvl[6] or "").strip()), ("nvlink_severity", sev_word)]
+    if regs:
+        hit.detail += [("intrinfo", f"0x{regs[0]:08x}"), ("subcode", str(nvlink5.subcode(regs[0])))]
+    if len(regs) > 1:
+        hit.detail.append(("error_status", f"0x{regs[1]:08x}"))
+    rule = nvlink5.decode(code, unit, regs)
+    if rule is not None:
+        hit.stated = (rule.stated, Action.RESET_GPU if rule.stated is Severity.FATAL else Action.NONE)
+        hit.detail += [("nvl5_rule", f"{rule.unit} {rule.severity} {rule.resolution}"), ("hw_sw", rule.hw_sw),
+                       ("effect", rule.effect)]
+        if rule.suspect:
+            hit.detail.append(("suspect", rule.suspect))
+        hit.meaning = f"{rule.unit}: {rule.severity}, NVIDIA resolution {rule.resolution}, " \
+                      f"investigate {rule.investigatory}"
+    elif sev_word.lower() in ("fatal", "link fatal"):
+        hit.stated = (Severity.FATAL, Action.RESET_GPU)
+    else:
+        hit.stated = (Severity.DEGRADED, Action.RESET_GPU)  # a subcode NVIDIA's table does not list
+
+
 # -- GPU lost / init failures / crash dump ----------------------------------------------------------
 
 _THE_GPU = re.compile(rf"NVRM: The NVIDIA GPU ({_BDF}\.\d)")
 _FALLEN_ONE = re.compile(
-    r"NVRM: GPU (?:at PCI:)?((?:[0-9a-fA-F]{1,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?):? "
+    r"NVRM: GPU (?:at )?(?:PCI:)?((?:[0-9a-fA-F]{1,8}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.\d)?):? "
     r"(?:GPU )?has fallen off the bus"
+)
+# nvidia-smi's wording (bug reports, health-check output): "GPU is lost. Reboot the system ...".
+_SMI_LOST = re.compile(
+    r"Unable to determine the device handle for (?:GPU)?\s*([0-9a-fA-F]{4,8}:[0-9a-fA-F:.]+): GPU is lost"
 )
 _RMINIT = re.compile(rf"NVRM: (?:GPU ({_BDF}\.\d): )?RmInitAdapter failed!\s*(\S*)")
 _PROBE = re.compile(r"nvidia: probe of ([0-9a-fA-F:.]+) failed with error (-?\d+)")
@@ -187,6 +239,10 @@ def gpu_lost(msg: str) -> Pending | None:
     if m:
         return Pending(Hit(FindingKind.GPU_LOST, None, m[1], "gpu_lost", name="GPU fallen off the bus",
                          meaning="the GPU stopped answering on PCIe; the driver lost it"))
+    m = _SMI_LOST.search(msg)
+    if m:
+        return Pending(Hit(FindingKind.GPU_LOST, None, m[1], "gpu_lost", name="GPU is lost",
+                           meaning="nvidia-smi cannot reach the GPU: it is lost until the node reboots"))
     m = _RMINIT.search(msg)
     if m:
         return _RmInit(Hit(FindingKind.GPU_LOST, None, m[1], "gpu_lost", name="GPU initialisation failed",
@@ -209,29 +265,46 @@ def gpu_lost(msg: str) -> Pending | None:
 
 _SXID = re.compile(r"nvidia-nvswitch(\d+): SXid \(PCI:([0-9a-fA-F:.]+)\): (\d{1,6}),\s*(.*)")
 _SXID_HEAD = re.compile(r"^(Non-fatal|Nonfatal|Fatal),\s*(?:Link (\d+)\s*)?(.*)")
+# fabricmanager.log: "[Jul 23 2024 07:53:55] [ERROR] [tid 841] detected NVSwitch fatal error 20034 on fid
+# 0 on NVSwitch pci bus id 00000000:86:00.0 physical id 3 port 33"
+_FM_SXID = re.compile(
+    r"detected NVSwitch (fatal|non-fatal) error (\d{1,6}) on fid (\d+) on NVSwitch pci bus id "
+    r"([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7])(?: physical id (\d+))?(?: port (\d+))?"
+)
 
 
-class _SxidDetail(Pending):
-    def __init__(self, hit: Hit, pci: str) -> None:
+class SxidEvent(Pending):
+    """One switch's SXid: its header line and the ``Severity ...`` / ``Data {...}`` lines that follow.
+    The decoder keeps one open per (switch, code), so the detail lines of several switches interleaved
+    in the log each join their own header (``key``)."""
+
+    def __init__(self, hit: Hit, key: tuple[str, int]) -> None:
         super().__init__(hit)
-        self.pci = pci
+        self.key = key
 
     def accept(self, msg: str) -> bool:
         m = _SXID.search(msg)
-        if m is None or self.hit is None or m[2] != self.pci or int(m[3]) != self.hit.code:
+        if m is None or self.hit is None or (m[2], int(m[3])) != self.key or self.lines >= 8:
             return False
         rest = m[4]
-        if not rest.startswith(("Severity", "Data")):
-            return False
         if rest.startswith("Severity"):
             self.hit.detail.append(("severity_detail", rest[:120]))
-        return self.lines < 8
+            return True
+        return rest.startswith("Data")
+
+
+def sxid_key(msg: str) -> tuple[tuple[str, int], bool] | None:
+    """(switch address, code) of a kernel SXid line, and whether it is a detail line."""
+    m = _SXID.search(msg)
+    if m is None:
+        return None
+    return (m[2], int(m[3])), m[4].startswith(("Severity", "Data"))
 
 
 def sxid(msg: str) -> Pending | None:
     m = _SXID.search(msg)
     if m is None:
-        return None
+        return _fabric_manager(msg)
     hit = Hit(FindingKind.SXID, int(m[3]), m[2], "sxid", detail=[("nvswitch", m[1])])
     head = _SXID_HEAD.match(m[4])
     if head:
@@ -243,7 +316,23 @@ def sxid(msg: str) -> Pending | None:
         hit.detail.append(("message", head[3].strip()[:200]))
     else:
         hit.detail.append(("message", m[4].strip()[:200]))
-    return _SxidDetail(hit, m[2])
+    return SxidEvent(hit, (m[2], int(m[3])))
+
+
+def _fabric_manager(msg: str) -> Pending | None:
+    m = _FM_SXID.search(msg)
+    if m is None:
+        return None
+    hit = Hit(FindingKind.SXID, int(m[2]), m[4], "sxid",
+              detail=[("source", "fabricmanager"), ("sxid_severity", "Fatal" if m[1] == "fatal" else "Non-fatal"),
+                      ("fid", m[3])])
+    if m[5]:
+        hit.detail.append(("nvswitch_physical_id", m[5]))
+    if m[6]:
+        hit.detail.append(("link", str(int(m[6]))))
+    if m[1] == "fatal":
+        hit.stated = (Severity.FATAL, Action.REBOOT)
+    return Pending(hit)
 
 
 # -- NVLink without an Xid --------------------------------------------------------------------------

@@ -199,7 +199,7 @@ def nic(msg: str) -> Pending | None:
 
 _EDAC_COUNT = re.compile(r"EDAC (MC\d+): (\d+) (CE|UE) (.*)")
 _EDAC_DETAIL = re.compile(r"EDAC \w+ MC\d+: (?:HANDLING MCE|CPU \d|TSC|ADDR|MISC|PROCESSOR)")
-_MCE_BANK = re.compile(r"Machine Check(?: Event)?: \d+ Bank (\d+): ([0-9a-fA-F]{1,16})")
+_MCE_BANK = re.compile(r"Machine Check(?: Event| Exception)?: \d+ Bank (\d+): ([0-9a-fA-F]{1,16})")
 _UC_BIT, _PCC_BIT = 1 << 61, 1 << 57
 
 
@@ -271,13 +271,22 @@ class OomStart(Pending):
     """Not an event: ``... invoked oom-killer`` starts the report that ``Killed process`` ends."""
 
 
-_KILLED = re.compile(r"(?:(Memory cgroup out of memory|Out of memory): )?Killed process (\d+) \((.*?)\)")
+# Every generation's wording: "Out of memory: Killed process N (comm) total-vm:..." (4.x on),
+# "Memory cgroup out of memory: Killed process N (comm)", "Killed process N (comm) total-vm:..." after
+# "Out of memory: Kill process N (comm) score S or sacrifice child" (3.x-4.x), and 2.6's
+# "Killed process N, UID n, (comm)" / "Out of memory (oom_kill_allocating_task): Killed process ...".
+KILLED = re.compile(
+    r"(?:(Memory cgroup out of memory|Out of memory)(?: \(oom_kill_allocating_task\))?: )?"
+    r"Killed process (\d+),? (?:UID (\d+), )?\((.*?)\)"
+)
+
+
+def oom_hit(m: re.Match[str]) -> Hit:
+    scope = "cgroup" if m[1] and m[1].startswith("Memory cgroup") else "global"
+    detail = [("pid", m[2]), ("process", m[4]), ("scope", scope)] + ([("uid", m[3])] if m[3] else [])
+    return Hit(FindingKind.OOM, None, None, "oom", name=f"OOM kill of {m[4]}", detail=detail)
 
 
 def oom(msg: str) -> Pending | None:
-    m = _KILLED.search(msg)
-    if m is None:
-        return None
-    scope = "cgroup" if m[1] and m[1].startswith("Memory cgroup") else "global"
-    return Pending(Hit(FindingKind.OOM, None, None, "oom", name=f"OOM kill of {m[3]}",
-                       detail=[("pid", m[2]), ("process", m[3]), ("scope", scope)]))
+    m = KILLED.search(msg)
+    return Pending(oom_hit(m)) if m else None

@@ -162,10 +162,12 @@ class Catalog:
             raise InvalidInput(key, doc[key], "only [[override]] and [[escalation]] tables")
         merged = dict(self.entries)
         rules = dict(self.rules)
+        # Event kinds, and every catalog kind the data knows (the decoder's aer, nvlink, kernel_panic, ...).
+        known = {k.value for k in EventKind} | {k for k, _ in self.entries} | {k for k, _ in self.rules}
         for i, item in enumerate(_tables(doc, "override")):
             path = f"override[{i}]"
             _only(item, path, {"kind", "code", "rule", "severity", "action", "name", "meaning"})
-            kind = _kind(item, path)
+            kind = _kind(item, path, known)
             code = _code(item, path)
             rule = item.get("rule", "")
             if not isinstance(rule, str):
@@ -198,7 +200,7 @@ class Catalog:
             if "window" not in item:
                 raise InvalidInput(f"{path}.window", None, "a duration such as 24h")
             esc = Escalation(
-                kind=_kind(item, path),
+                kind=_kind(item, path, known),
                 code=_code(item, path),
                 count=count,
                 window=parse_duration(item["window"], f"{path}.window"),
@@ -222,11 +224,10 @@ def _only(item: Mapping[str, Any], path: str, allowed: set[str]) -> None:
             raise InvalidInput(f"{path}.{k}", item[k], f"one of the fields {sorted(allowed)}")
 
 
-def _kind(item: Mapping[str, Any], path: str) -> str:
+def _kind(item: Mapping[str, Any], path: str, known: set[str]) -> str:
     kind = item.get("kind")
     if not isinstance(kind, str) or not kind:
         raise InvalidInput(f"{path}.kind", kind, "an event kind such as xid, sxid, ecc_dbe")
-    known = {k.value for k in EventKind} | {"aer", "nvlink", "ib_link", "mce_edac", "oom", "crash_dump"}
     if kind not in known:
         raise InvalidInput(f"{path}.kind", kind, f"one of {sorted(known)}")
     return kind

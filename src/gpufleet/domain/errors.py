@@ -44,3 +44,11 @@ class ExternalError(GpufleetError):
         self.system = system
         self.retryable = retryable
         super().__init__(f"{system}: {message}")
+
+
+class Overloaded(ExternalError):
+    """The controller has more work queued than it takes on: try again after ``retry_after_s``."""
+
+    def __init__(self, system: str, message: str, *, retry_after_s: float) -> None:
+        super().__init__(system, message, retryable=True)
+        self.retry_after_s = retry_after_s

@@ -28,6 +28,21 @@ class ComponentKind(StrEnum):
     CORE_SWITCH = "core_switch"
 
 
+RACK_DOMAIN = "rack:"  # the prefix of a rack's failure-domain name (Node.domains)
+SWITCH_DOMAIN = "switch:"  # ... and of a leaf switch's
+
+
+def gpu_slot(unit: str, index: int) -> str:
+    """The slot id of GPU ``index`` in node or compute tray ``unit`` (``r01-n03-gpu5``): the one naming
+    rule every producer and the topology generators share."""
+    return f"{unit}-gpu{index}"
+
+
+def nic_slot(unit: str, index: int) -> str:
+    """The slot id of NIC ``index`` in node or compute tray ``unit`` (``r01-n03-nic5``)."""
+    return f"{unit}-nic{index}"
+
+
 @dataclass(frozen=True, slots=True)
 class Gpu:
     slot: str  # e.g. "r01-n03-gpu5"
@@ -60,7 +75,7 @@ class Node:
     @property
     def domains(self) -> frozenset[str]:
         """Failure domains the node belongs to: its rack and every leaf switch its NICs land on."""
-        return frozenset({f"rack:{self.rack}"} | {f"switch:{leaf}" for leaf in self.leaves})
+        return frozenset({f"{RACK_DOMAIN}{self.rack}"} | {f"{SWITCH_DOMAIN}{leaf}" for leaf in self.leaves})
 
     def gpu_by_pci(self, pci: str) -> Gpu | None:
         return next((g for g in self.gpus if g.pci == pci), None)
@@ -123,11 +138,11 @@ def simulated_fleet(
         rack = f"r{i * racks // nodes + 1:02d}"
         nid = f"{rack}-n{i + 1:03d}"
         gpus = tuple(
-            Gpu(slot=f"{nid}-gpu{g}", index=g, serial=f"GPU-{i:04d}{g:02d}", pci=_pci(g), sku=sku)
+            Gpu(slot=gpu_slot(nid, g), index=g, serial=f"GPU-{i:04d}{g:02d}", pci=_pci(g), sku=sku)
             for g in range(gpus_per_node)
         )
         nics = tuple(
-            Nic(slot=f"{nid}-nic{g}", index=g, serial=f"NIC-{i:04d}{g:02d}", leaf=f"leaf-{rack}-rail{g}")
+            Nic(slot=nic_slot(nid, g), index=g, serial=f"NIC-{i:04d}{g:02d}", leaf=f"leaf-{rack}-rail{g}")
             for g in range(gpus_per_node)
         )
         out.append(Node(id=nid, rack=rack, serial=f"NODE-{i:05d}", gpus=gpus, nics=nics))

@@ -21,8 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.text import REF_MAX, check_text
 
 FORMAT = "gpufleet.inventory/v1"
+_MAX_INT = 2**31 - 1  # GPU indexes, NVLink and port counts: small numbers; this keeps ids short
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,13 +145,13 @@ def _str(d: dict[str, Any], key: str, where: str, *, required: bool = False) -> 
         return ""
     if not isinstance(v, str) or (required and not v):
         raise InvalidInput(f"{where}.{key}", v, "a non-empty string" if required else "a string")
-    return v
+    return check_text(f"{where}.{key}", v, REF_MAX)
 
 
 def _int(d: dict[str, Any], key: str, where: str, *, required: bool = False) -> int:
     v = d.get(key)
     if v is None and not required:
         return 0
-    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise InvalidInput(f"{where}.{key}", v, "a non-negative integer")
+    if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= _MAX_INT:
+        raise InvalidInput(f"{where}.{key}", v, f"an integer from 0 to {_MAX_INT}")
     return v

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.fleet import ComponentKind as K
+from gpufleet.domain.fleet import gpu_slot, nic_slot
 from gpufleet.domain.topology import Component, Link, Topology
 
 HOSTS_PER_SU = 32
@@ -80,12 +81,12 @@ def generate_hgx(nodes: int, seed: int = 0) -> Topology:
         hosts.append(node)
         sws = [b.add(f"{node}-nvsw{s}", K.NVSWITCH, node, "NVSW") for s in range(HGX_NVSWITCHES)]
         for g in range(HGX_GPUS):
-            gpu = b.add(f"{node}-gpu{g}", K.GPU, node, "GPU")
+            gpu = b.add(gpu_slot(node, g), K.GPU, node, "GPU")
             for sw in sws:
                 b.link(gpu, sw, "nvlink")
         for n in range(HGX_NICS):
-            b.add(f"{node}-nic{n}", K.NIC, node, "NIC")
-    _rail_fabric(b, hosts, HGX_NICS, lambda host, r: f"{host}-nic{r}")
+            b.add(nic_slot(node, n), K.NIC, node, "NIC")
+    _rail_fabric(b, hosts, HGX_NICS, nic_slot)
     return Topology.of(b.comps, b.links)
 
 
@@ -109,12 +110,12 @@ def generate_nvl72(racks: int, seed: int = 0) -> Topology:
             tray = b.add(f"{rack}-ct{t + 1:02d}", K.COMPUTE_TRAY, rack, "TRAY")
             hosts.append(tray)
             for g in range(NVL72_GPUS_PER_TRAY):
-                gpu = b.add(f"{tray}-gpu{g}", K.GPU, tray, "GPU")
+                gpu = b.add(gpu_slot(tray, g), K.GPU, tray, "GPU")
                 for chip in chips:
                     b.link(gpu, chip, "nvlink")
             for n in range(NVL72_NICS_PER_TRAY):
-                b.add(f"{tray}-nic{n}", K.NIC, tray, "NIC")
-    _rail_fabric(b, hosts, NVL72_NICS_PER_TRAY, lambda host, r: f"{host}-nic{r}")
+                b.add(nic_slot(tray, n), K.NIC, tray, "NIC")
+    _rail_fabric(b, hosts, NVL72_NICS_PER_TRAY, nic_slot)
     return Topology.of(b.comps, b.links)
 
 

@@ -42,12 +42,13 @@ class Badput:
     waiting: float = 0.0  # queued / requeued / waiting for nodes after an unexpected interruption
     planned_maintenance: float = 0.0  # down after a planned stop until the next start
     health_check: float = 0.0  # training paused for in-job health checks
+    data_wait: float = 0.0  # training blocked waiting for the input pipeline
 
     @property
     def total(self) -> float:
         return (
             self.startup + self.checkpoint_save + self.checkpoint_restore + self.lost_progress
-            + self.detection + self.waiting + self.planned_maintenance + self.health_check
+            + self.detection + self.waiting + self.planned_maintenance + self.health_check + self.data_wait
         )
 
     def as_dict(self) -> dict[str, float]:
@@ -60,6 +61,7 @@ class Badput:
             "waiting": self.waiting,
             "planned_maintenance": self.planned_maintenance,
             "health_check": self.health_check,
+            "data_wait": self.data_wait,
         }
 
 
@@ -93,15 +95,18 @@ class _Phase(Enum):
     TRAINING = auto()
     SAVING = auto()
     CHECKING = auto()
+    DATA = auto()
     ENDED = auto()
 
 
-_RUNNING = frozenset({_Phase.STARTING, _Phase.RESTORING, _Phase.TRAINING, _Phase.SAVING, _Phase.CHECKING})
+_RUNNING = frozenset({_Phase.STARTING, _Phase.RESTORING, _Phase.TRAINING, _Phase.SAVING, _Phase.CHECKING,
+                      _Phase.DATA})
 _BUCKET = {
     _Phase.STARTING: "startup",
     _Phase.RESTORING: "checkpoint_restore",
     _Phase.SAVING: "checkpoint_save",
     _Phase.CHECKING: "health_check",
+    _Phase.DATA: "data_wait",
 }
 
 
@@ -262,6 +267,16 @@ def compute(timeline: JobTimeline) -> GoodputReport:
                 a.ignored += 1
         elif k is K.HEALTH_CHECK_END:
             if ph is _Phase.CHECKING:
+                a.phase = _Phase.TRAINING
+            else:
+                a.ignored += 1
+        elif k is K.DATA_WAIT_START:
+            if ph is _Phase.TRAINING:
+                a.phase = _Phase.DATA
+            else:
+                a.ignored += 1
+        elif k is K.DATA_WAIT_END:
+            if ph is _Phase.DATA:
                 a.phase = _Phase.TRAINING
             else:
                 a.ignored += 1

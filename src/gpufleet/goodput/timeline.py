@@ -40,6 +40,8 @@ class TimelineEventKind(StrEnum):
     CHECKPOINT_PERSISTED = "checkpoint_persisted"
     HEALTH_CHECK_START = "health_check_start"  # an in-job health check pauses training
     HEALTH_CHECK_END = "health_check_end"
+    DATA_WAIT_START = "data_wait_start"  # training blocked waiting for the input pipeline
+    DATA_WAIT_END = "data_wait_end"
     FAILURE = "failure"  # unexpected interruption (progress stops at this instant)
     MAINTENANCE = "maintenance"  # planned interruption (maintenance, operator action, proactive drain)
     DETECTED = "detected"  # the interruption was noticed (optional; splits detection from waiting)

@@ -6,6 +6,7 @@ the key's path, the value and what was expected. Example::
     [policy]
     evidence_window = "24h"
     checkpoint_wait_timeout = "2h"
+    checkpoint_risk_budget = 64        # GPU-hours at risk before a drain stops waiting
 
     [breaker]
     max_unavailable_fleet = 0.10
@@ -42,6 +43,13 @@ class PolicyConfig:
     checkpoint_wait_timeout: timedelta = timedelta(hours=2)
     # How often the reconciler re-checks a node waiting for its job's checkpoint.
     checkpoint_poll: timedelta = timedelta(seconds=30)
+    # The wait for a requested checkpoint ends when the job's GPUs x time since its last checkpoint
+    # reaches this many GPU-hours (lifecycle.checkpoint), but not before checkpoint_grace after the
+    # request nor after checkpoint_wait_timeout.
+    checkpoint_risk_budget: float = 64.0
+    checkpoint_grace: timedelta = timedelta(minutes=10)
+    # GPUs per node, for a job whose scheduler does not report its GPUs (Slurm without gres).
+    gpus_per_node: int = 8
     # Drained nodes are handed to repair without an operator.
     auto_repair: bool = True
     # New nodes start burn-in without an operator.
@@ -71,6 +79,9 @@ _POLICY_KEYS: dict[str, str] = {
     "evidence_window": "duration",
     "checkpoint_wait_timeout": "duration",
     "checkpoint_poll": "duration",
+    "checkpoint_risk_budget": "gpu_hours",
+    "checkpoint_grace": "duration",
+    "gpus_per_node": "count",
     "auto_repair": "bool",
     "auto_burn_in": "bool",
     "heartbeat_timeout": "duration",
@@ -135,6 +146,10 @@ def _coerce(kind: str, value: Any, path: str) -> Any:
     if kind == "share":
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
             raise InvalidInput(path, value, "a fraction in (0, 1], e.g. 0.10 for 10 %")
+        return float(value)
+    if kind == "gpu_hours":
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            raise InvalidInput(path, value, "a positive number of GPU-hours, e.g. 64")
         return float(value)
     if kind == "count":
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:

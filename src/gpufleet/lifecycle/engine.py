@@ -69,6 +69,16 @@ class SchedObservation:
     drained_empty: bool  # drain flag set and no jobs left
 
 
+@dataclass(slots=True)
+class _Undo:
+    """What the engine looked like before the calls since :meth:`LifecycleEngine.begin`."""
+
+    held: dict[str, Decision]
+    breaker: BreakerState
+    dry_run: bool
+    records: dict[str, NodeRecord | None] = field(default_factory=dict)  # None: the node was added
+
+
 class LifecycleEngine:
     def __init__(
         self,
@@ -90,8 +100,45 @@ class LifecycleEngine:
         self._out: set[str] = set()
         self._retired: set[str] = set()
         self._timed: set[str] = set()  # nodes in a state with a time-driven rule (see Policy.on_tick)
+        self._undo: _Undo | None = None
         for rec in self.nodes.values():
             self._refresh(rec)
+
+    # ---- all or nothing ---------------------------------------------------------------------
+    def begin(self) -> None:
+        """Remember what the following calls change, until :meth:`commit` or :meth:`rollback`.
+
+        The controller persists each plan after the engine made it; when that write fails, rollback
+        puts the engine back exactly as it was, without reading the database (which may be down too).
+        It costs one copy of each node record the calls touch, not a copy of the fleet."""
+        self._undo = _Undo(dict(self.held), self.breaker, self.dry_run)
+
+    def commit(self) -> None:
+        """The changes since :meth:`begin` are durable: forget how to undo them."""
+        self._undo = None
+
+    def rollback(self) -> None:
+        """Undo every change since :meth:`begin` (nothing, if none was begun)."""
+        u, self._undo = self._undo, None
+        if u is None:
+            return
+        for node, saved in u.records.items():
+            if saved is None:
+                self.nodes.pop(node, None)
+                self._members = None
+                self._out.discard(node)
+                self._retired.discard(node)
+                self._timed.discard(node)
+            else:
+                self.nodes[node] = saved
+                self._refresh(saved)
+        self.held, self.breaker, self.dry_run = u.held, u.breaker, u.dry_run
+
+    def _touch(self, rec: NodeRecord) -> None:
+        """Called before ``rec`` changes: keep a copy to roll back to (once per begin)."""
+        u = self._undo
+        if u is not None and rec.node not in u.records:
+            u.records[rec.node] = replace(rec, recent=deque(rec.recent, maxlen=rec.recent.maxlen))
 
     # ---- inventory --------------------------------------------------------------------------
     def add_node(self, node: str, domains: frozenset[str], state: NodeState, now: datetime, actor_id: str) -> Plan:
@@ -99,6 +146,8 @@ class LifecycleEngine:
             raise Conflict(f"node {node} is already registered")
         if state not in (S.NEW, S.READY):
             raise InvalidInput("state", state, "new or ready (the states a node can be registered in)")
+        if self._undo is not None:
+            self._undo.records.setdefault(node, None)
         self.nodes[node] = NodeRecord(node, state, now, domains)
         self._members = None
         self._refresh(self.nodes[node])
@@ -116,6 +165,7 @@ class LifecycleEngine:
         arrived: dict[str, list[HealthEvent]] = {}
         for e in sorted(events, key=lambda e: e.time):
             rec = self._node(e.node)
+            self._touch(rec)
             if self.policy.remembers(e):
                 rec.recent.append(sighting(e))
             arrived.setdefault(e.node, []).append(e)
@@ -204,6 +254,8 @@ class LifecycleEngine:
             rec = self.nodes.get(node)
             if rec is None:
                 continue
+            if rec.has_jobs != obs.has_jobs:
+                self._touch(rec)
             rec.has_jobs = obs.has_jobs
             if rec.state == S.READY and obs.has_jobs:
                 plan.extend(self._move(rec, S.IN_SERVICE, now, "scheduler placed a job", Actor.SCHEDULER))
@@ -228,6 +280,7 @@ class LifecycleEngine:
         if rec is None:
             return Plan()
         if action.kind in (ActionKind.DRAIN, ActionKind.DRAIN_AFTER_CHECKPOINT):
+            self._touch(rec)
             rec.committed = False
             self._refresh(rec)
             if rec.state == S.SUSPECT:
@@ -363,6 +416,7 @@ class LifecycleEngine:
         rec = self._node(d.node)
         if rec.state != d.from_state:
             raise Conflict(f"node {d.node} is {rec.state}, decision {d.id} expected {d.from_state}")
+        self._touch(rec)
         d = replace(d, status=DecisionStatus.APPLIED)
         plan = Plan(decisions=[d])
         plan.audit.append(AuditEntry(now, d.actor, d.actor_id, "decision", d.node,
@@ -380,6 +434,7 @@ class LifecycleEngine:
               actor_id: str = "", decision: str | None = None, evidence: tuple[str, ...] = ()) -> Plan:
         if rec.state == to:
             return Plan()
+        self._touch(rec)
         t = transition(rec.node, rec.state, to, time=now, reason=reason, actor=actor,
                        actor_id=actor_id or actor.value, evidence=evidence, decision_id=decision)
         log.info("%s: %s -> %s (%s; %s)", rec.node, rec.state, to, reason, actor)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -17,6 +18,9 @@ class OutboxAction:
     action: PlannedAction
     created: datetime
     attempts: int = 0  # how often the reconciler tried it (read back from the outbox)
+    # What a long-running action did so far (e.g. when it asked a job to checkpoint), read back from
+    # the outbox so a restarted controller resumes it instead of doing it again.
+    progress: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

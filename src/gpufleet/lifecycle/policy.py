@@ -151,7 +151,10 @@ class Policy:
             if failed:
                 f = max(failed, key=lambda j: j.severity.rank)
                 evidence = tuple(j.event.id for j in failed)
-                return self._decide(view, S.REPAIR, "validation_failed", f, evidence, (), now)
+                # Drain again: a validation job may have run on the node undrained, inside a
+                # maintenance reservation (a no-op where the node stayed drained).
+                act = PlannedAction(ActionKind.DRAIN, view.node, f"validation failed: {f.why}")
+                return self._decide(view, S.REPAIR, "validation_failed", f, evidence, (act,), now)
             passed = [e for e in fresh if e.kind == EventKind.CHECK_PASSED]
             if passed:
                 j = Judged(passed[-1], Severity.INFO, f"{st} passed: {_label(passed[-1])}")

@@ -14,6 +14,12 @@ Consistency and failure behaviour (the contract):
 * **Failures are exceptions, not silence.** An unreachable scheduler raises
   :class:`~gpufleet.domain.errors.ExternalError` (retryable); an unknown node raises
   :class:`~gpufleet.domain.errors.NotFound`. The reconciler records, retries and surfaces both.
+* **Checkpoint requests are signals, not guarantees.** ``request_checkpoint`` asks a running job to
+  write a checkpoint now (Slurm: a signal, USR1 by default) and returns the signal's name; the job
+  answers, if it does, by reporting the checkpoint (``POST /v1/jobs/{id}/checkpoint`` or
+  ``gpufleet slurm checkpoint``). A job that is not running is ``NotFound``; a job that ignores the
+  request is drained at the deadline (docs/lifecycle.md). The caller records the request before
+  making it, so a crash never sends it twice.
 * **Reads are snapshots.** ``list_nodes``/``list_jobs`` return what the scheduler says now; a drain
   shows as ``DRAINING`` while jobs still run on the node and ``DRAINED`` once it is empty.
 """
@@ -74,6 +80,7 @@ class Job:
     start_time: datetime | None = None
     last_checkpoint: datetime | None = None  # latest checkpoint the job reported, if any
     restarts: int = 0
+    gpus: int = 0  # GPUs allocated to the job (0: the scheduler does not say)
     extra: tuple[tuple[str, str], ...] = field(default=())
 
 
@@ -103,3 +110,5 @@ class Scheduler(Protocol):
     def requeue(self, job_id: str) -> None: ...
 
     def signal(self, job_id: str, signal: str) -> None: ...
+
+    def request_checkpoint(self, job_id: str) -> str: ...

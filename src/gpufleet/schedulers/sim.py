@@ -41,8 +41,10 @@ class SimScheduler:
 
     name = "sim"
 
-    def __init__(self, nodes: Iterable[str] = (), *, state_file: Path | None = None) -> None:
+    def __init__(self, nodes: Iterable[str] = (), *, state_file: Path | None = None,
+                 checkpoint_signal: str = "USR1") -> None:
         self._lock = threading.RLock()
+        self.checkpoint_signal = checkpoint_signal
         self._state_file = state_file
         self._reachable = True
         self._s = _State()
@@ -111,6 +113,24 @@ class SimScheduler:
             self._check_reachable()
             self._job(job_id)
             self._effect("signal", job_id, signal)
+
+    def request_checkpoint(self, job_id: str) -> str:
+        """Record the request (effect ``checkpoint_request``); the simulated job answers through
+        :meth:`checkpoint` when the test or the demo decides it does."""
+        with self._lock:
+            self._check_reachable()
+            job = self._job(job_id)
+            if job.state != JobState.RUNNING:
+                raise NotFound("running job", job_id)
+            if not self.checkpoint_signal:
+                return ""
+            self._effect("checkpoint_request", job_id, self.checkpoint_signal)
+            return self.checkpoint_signal
+
+    def checkpoint_requests(self, job_id: str) -> int:
+        """How often ``job_id`` was asked to checkpoint."""
+        with self._lock:
+            return sum(1 for what, target, _ in self._s.effects if what == "checkpoint_request" and target == job_id)
 
     # ---- simulation control -----------------------------------------------------------------
     def add_node(self, name: str) -> None:

@@ -17,9 +17,10 @@ def variants(base: SimConfig) -> list[tuple[str, SimConfig]]:
     else:
         out.append(("async checkpoints", base.with_(checkpoint_persist=base.checkpoint_write,
                                                     checkpoint_write=max(1.0, base.checkpoint_write / 20))))
-    spares = max(1, base.nodes // 256)
-    out.append((f"{spares} hot spares", base.with_(hot_spares=spares)))
-    out.append((f"{4 * spares} hot spares", base.with_(hot_spares=4 * spares)))
+    if base.hot_spares is not None:  # without a limit a replacement is always there: spares change nothing
+        more = max(1, base.nodes // 256)
+        out.append((f"{more} more hot spares", base.with_(hot_spares=base.hot_spares + more)))
+        out.append((f"{4 * more} more hot spares", base.with_(hot_spares=base.hot_spares + 4 * more)))
     out.append(("proactive drain (50% warned)", base.with_(warning_fraction=0.5, proactive_drain=True)))
     out.append(("health checks every 5m (2s)", base.with_(health_check_every=300.0, health_check_cost=2.0)))
     out.append(("health checks every 30m (10s)", base.with_(health_check_every=1800.0, health_check_cost=10.0)))

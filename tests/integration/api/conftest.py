@@ -32,7 +32,7 @@ T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
 TOKENS = {
     "viewer": TokenConfig(name="vera", role=Role.VIEWER, token="viewer-token-00000001"),
-    "agent": TokenConfig(name="agent-all", role=Role.AGENT, token="agent-token-000000001"),
+    "agent": TokenConfig(name="agent-all", role=Role.AGENT, token="agent-token-000000001", nodes=("*",)),
     "agent-r01": TokenConfig(name="agent-r01", role=Role.AGENT, token="agent-r01-token-00001", nodes=("r01-*",)),
     "operator": TokenConfig(name="alice", role=Role.OPERATOR, token="operator-token-000001"),
     "admin": TokenConfig(name="root", role=Role.ADMIN, token="admin-token-000000001"),
@@ -90,8 +90,9 @@ class Api:
         return {n["id"]: n["state"] for n in self.get("/v1/nodes", limit=1000)}
 
 
-def make_api(tmp_path: Path, nodes: int = 8, racks: int = 2, *, fast_ingest: bool = True) -> Api:
-    engine = make_engine(f"sqlite:///{tmp_path / 'api.db'}")
+def make_api(tmp_path: Path, nodes: int = 8, racks: int = 2, *, fast_ingest: bool = True,
+             database_url: str | None = None) -> Api:
+    engine = make_engine(database_url or f"sqlite:///{tmp_path / 'api.db'}")
     migrate(engine)
     clock = ManualClock(T0)
     controller = Controller(Store(engine), load_policy(), clock)

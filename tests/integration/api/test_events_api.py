@@ -56,10 +56,27 @@ def test_a_resent_batch_is_deduplicated(api: Api) -> None:
     assert again.status_code == 202
     assert again.json() == {"accepted": 0, "duplicates": 3, "decisions": 0}
     assert api.rows() == rows
-    mixed = api.post("/v1/events", {"events": [*_good(api)[:2], api.event("g-3", "r02-n02", "ecc_sbe", None)]},
+    mixed = api.post("/v1/events", {"events": [*batch["events"][:2], api.event("g-3", "r02-n02", "ecc_sbe", None)]},
                      "agent")
     assert mixed.json() == {"accepted": 1, "duplicates": 2, "decisions": 0}
     assert len(api.get("/v1/events")) == 4
+
+
+def test_an_event_id_reused_for_another_payload_is_a_409_and_stores_nothing(api: Api) -> None:
+    # Issue #16: a reused key with a different payload was silently a duplicate (and never acted on).
+    first = api.post("/v1/events", {"events": [api.event("k-1", "r02-n01", "xid", 13)]}, "agent")
+    assert first.json() == {"accepted": 1, "duplicates": 0, "decisions": 0}
+    rows, states = api.rows(), api.states()
+    reused = {"events": [api.event("k-2", "r02-n01", "ecc_sbe", None), api.event("k-1", "r02-n01", "ecc_dbe", None)]}
+    r = api.post("/v1/events", reused, "agent")
+    assert r.status_code == 409, r.text
+    assert "events[1].id" in r.json()["detail"] and "'k-1'" in r.json()["detail"] and "kind" in r.json()["detail"]
+    assert api.rows() == rows and api.states() == states
+    # The same id on another node is another event; a true resend is still a duplicate.
+    other = api.post("/v1/events", {"events": [api.event("k-1", "r02-n02", "ecc_dbe", None)]}, "agent")
+    assert other.json() == {"accepted": 1, "duplicates": 0, "decisions": 1}
+    again = api.post("/v1/events", {"events": [api.event("k-1", "r02-n01", "xid", 13)]}, "agent")
+    assert again.json() == {"accepted": 0, "duplicates": 1, "decisions": 0}
 
 
 def test_an_agent_reports_only_for_its_own_nodes(api: Api) -> None:

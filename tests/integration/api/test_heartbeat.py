@@ -37,3 +37,20 @@ def test_silent_nodes_are_reported_once_per_silence(api: Api) -> None:
     (first,) = [e for e in api.get("/v1/events", node="r01-n01") if e["kind"] == "heartbeat_lost"]
     assert first["source"] == "controller"
     assert "no heartbeat since" in first["message"]
+
+
+def test_liveness_is_the_controllers_receive_time_not_the_agents_clock(api: Api) -> None:
+    # Issue #16: a beat stamped an hour ago sent a live node to suspect within seconds; one stamped
+    # 2099 made a node never look silent.
+    behind = (api.clock.now() - timedelta(hours=1)).isoformat()
+    r = api.post("/v1/nodes/r01-n01/heartbeat", {"time": behind}, "agent")
+    assert r.status_code == 200
+    assert api.post("/v1/nodes/r01-n02/heartbeat", {"time": "2099-01-01T00:00:00Z"}, "agent").status_code == 200
+    api.tick(timedelta(seconds=30))
+    api.reconciler.run_once()
+    assert _lost(api) == []  # the node an hour behind beat 30 s ago: alive
+    api.tick(timedelta(seconds=121))
+    api.reconciler.run_once()
+    assert _lost(api) == ["r01-n01", "r01-n02"]  # both silent now, whatever their clocks said
+    assert api.controller.clock_skew["r01-n01"] == -3600.0
+    assert api.controller.clock_skew["r01-n02"] > 365 * 86400

@@ -26,7 +26,7 @@ from tests.integration.api.conftest import T0, TOKENS, Api, auth
 DOC: dict[str, Any] = {
     "format": "gpufleet.inventory/v1", "node": "r01-n01", "serial": "NODE-00017",
     "gpus": [{"index": 0, "uuid": "GPU-5d1e", "serial": "1654922006281", "pci": "0000:18:00.0",
-              "sku": "NVIDIA H100 80GB HBM3", "nvlinks": 18}],
+              "sku": "NVIDIA H100 80GB HBM3", "nvlinks": 2, "nvlink_peers": ["0000:05:00.0", ""]}],
     "nics": [{"device": "mlx5_0", "netdev": "ibp24s0", "pci": "0000:18:00.1", "serial": "MT2231X00001",
               "ports": [{"port": 1, "guid": "0x9c63c00300abcd01", "link_layer": "InfiniBand"}]}],
 }

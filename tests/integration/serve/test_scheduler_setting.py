@@ -32,7 +32,7 @@ def test_a_config_without_scheduler_is_refused_naming_the_setting(tmp_path: Path
 
 
 @pytest.mark.parametrize(("body", "field", "value"), [
-    ('scheduler = "kubernetes"\n', "scheduler", "kubernetes"),
+    ('scheduler = "nomad"\n', "scheduler", "nomad"),  # not a scheduler gpufleet drives
     ('schedular = "slurm"\n', "schedular", "slurm"),  # a misspelt key is named, not "scheduler missing"
 ])
 def test_a_wrong_scheduler_setting_names_what_was_given(tmp_path: Path, body: str, field: str, value: str) -> None:

@@ -7,6 +7,7 @@ checkpoint polling and retry back-off, no blast-radius limit (the lab has only t
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from gpufleet.controller.reconciler import Validator
 from gpufleet.controller.runtime import Runtime, build
 from gpufleet.controller.settings import ControllerSettings, SchedulerKind, TokenConfig
 from gpufleet.schedulers.port import Scheduler
@@ -45,7 +47,9 @@ class LabController:
 
     @classmethod
     def start(cls, workdir: Path, scheduler: Scheduler, nodes: list[str], *, interval: float = 0.1,
-              policy_text: str = POLICY) -> LabController:
+              policy_text: str = POLICY, validator: Validator | None = None,
+              new_nodes: Sequence[str] = ()) -> LabController:
+        """``nodes`` are registered ready, ``new_nodes`` new (they go through burn-in)."""
         policy = workdir / "policy.toml"
         policy.write_text(policy_text)
         settings = ControllerSettings(
@@ -53,9 +57,9 @@ class LabController:
             scheduler=SchedulerKind.SLURM if isinstance(scheduler, SlurmScheduler) else SchedulerKind.SIM,
             reconcile_interval=interval,
             tokens=(TokenConfig(name="admin", role="admin", token=ADMIN_TOKEN),
-                    TokenConfig(name="agent", role="agent", token=AGENT_TOKEN)),
+                    TokenConfig(name="agent", role="agent", token=AGENT_TOKEN, nodes=("*",))),
         )
-        rt = build(settings, scheduler)
+        rt = build(settings, scheduler, validator=validator)
         ports: list[int] = []
         rt.start_api(on_started=ports.append)
         url = f"http://127.0.0.1:{ports[0]}/v1"
@@ -63,6 +67,9 @@ class LabController:
         agent = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {AGENT_TOKEN}"}, timeout=30)
         r = admin.post("/nodes", json={"nodes": [{"id": n, "rack": "r1"} for n in nodes], "state": "ready"})
         r.raise_for_status()
+        if new_nodes:
+            r = admin.post("/nodes", json={"nodes": [{"id": n, "rack": "r1"} for n in new_nodes], "state": "new"})
+            r.raise_for_status()
         rt.start_reconciler(interval)
         return cls(rt, url, admin, agent)
 
@@ -89,6 +96,10 @@ class LabController:
 
     def action(self, node: str, kind: str) -> dict[str, Any] | None:
         return next((a for a in self.actions(node) if a["kind"] == kind), None)
+
+    def audit(self, node: str) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = self.admin.get("/audit", params={"target": node}).json()
+        return out
 
     def decisions(self, node: str) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = self.admin.get("/decisions", params={"node": node}).json()

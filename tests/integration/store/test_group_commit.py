@@ -208,7 +208,9 @@ def test_heartbeats_of_a_round_are_one_transaction_and_an_unknown_node_fails_alo
     with engine.connect() as conn:
         rows = {n: (hb, v) for n, hb, v in conn.execute(select(NodeRow.id, NodeRow.last_heartbeat,
                                                                 NodeRow.agent_version))}
-    assert rows == {n: (later, f"v{i}") for i, n in enumerate(NODES)}
+    # Liveness is the controller's receive time; the agents' clocks (5 s ahead) are measured, not trusted.
+    assert rows == {n: (controller.clock.now(), f"v{i}") for i, n in enumerate(NODES)}
+    assert controller.clock_skew == dict.fromkeys(NODES, 5.0)
 
 
 def test_a_request_cancelled_while_queued_is_skipped_and_the_writer_keeps_serving(

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import itertools
 import json
 import random
 from collections.abc import Iterator
@@ -252,3 +253,58 @@ def test_an_inventory_the_controller_can_never_accept_does_not_hold_the_events(
     pusher.step()
     assert len(spool) == 0 and ctl.inventories == [] and not pusher.inventory_due
     assert "inventory.gpus[0].index" in caplog.text
+
+
+def test_a_429_is_honoured_nothing_is_sent_before_its_retry_after(tmp_path: Path) -> None:
+    busy = {"on": True}
+    posts: list[float] = []
+    clock = FakeClock()
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        if req.url.path == "/v1/events":
+            posts.append(clock.monotonic())
+        if busy["on"]:
+            return httpx.Response(429, json={"detail": "ingest queue full"}, headers={"Retry-After": "7"})
+        if req.url.path == "/v1/events":
+            return httpx.Response(202, json={"accepted": 1, "duplicates": 0, "decisions": 0})
+        return httpx.Response(200, json={"status": "ok"})
+
+    spool = Spool(tmp_path / "s.db")
+    client = ControllerClient("http://ctl", "t", transport=httpx.MockTransport(handler))
+    pusher = Pusher(spool, client, "n1", clock, heartbeat_s=1000.0, backoff=Backoff(0.5, 60.0, random.Random(3)))
+    spool.put([ev(1)])
+    waits = []
+    for _ in range(4):
+        w = pusher.step()
+        waits.append(w)
+        clock.advance(w / 3)  # the loop wakes early (a kick): still nothing may be sent
+        w2 = pusher.step()
+        clock.advance(w2)
+    assert all(7.0 <= w <= 14.0 for w in waits), waits  # never sooner than asked, spread up to twice that
+    assert all(b - a >= 7.0 for a, b in itertools.pairwise(posts)), posts
+    assert len(spool) == 1
+    busy["on"] = False
+    clock.advance(15.0)
+    pusher.step()
+    assert len(spool) == 0
+
+
+def test_a_409_for_a_reused_id_isolates_that_event_and_the_rest_go_through(tmp_path: Path) -> None:
+    accepted: list[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        if req.url.path != "/v1/events":
+            return httpx.Response(200, json={"status": "ok"})
+        ids = [e["id"] for e in json.loads(req.content)["events"]]
+        if "n1:e2" in ids:  # the controller stored another event under this id: never accepted
+            return httpx.Response(409, json={"detail": "events[0].id: 'n1:e2' of node 'n1' names another event"})
+        accepted.extend(ids)
+        return httpx.Response(202, json={"accepted": len(ids), "duplicates": 0, "decisions": 0})
+
+    spool = Spool(tmp_path / "s.db")
+    client = ControllerClient("http://ctl", "t", transport=httpx.MockTransport(handler))
+    pusher = Pusher(spool, client, "n1", FakeClock(), batch_size=8, backoff=Backoff(1.0, 60.0, random.Random(0)))
+    spool.put([ev(i) for i in range(5)])
+    pusher.step()
+    assert len(spool) == 0 and spool.dropped == 1
+    assert sorted(accepted) == ["n1:e0", "n1:e1", "n1:e3", "n1:e4"]

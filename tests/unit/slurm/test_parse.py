@@ -98,3 +98,13 @@ def test_scontrol_unreachable_text_is_retryable() -> None:
     with pytest.raises(ExternalError) as err:
         node_from_scontrol(rec.stderr, "n1")
     assert err.value.retryable
+
+
+def test_job_gpus_from_tres_strings() -> None:
+    from gpufleet.schedulers.slurm.parse import tres_gpus
+
+    assert tres_gpus("cpu=64,mem=512G,node=8,billing=64,gres/gpu=64") == 64
+    assert tres_gpus("cpu=8,gres/gpu:h100=4,gres/gpu:a100=2") == 6
+    assert tres_gpus("cpu=8,gres/gpu=8,gres/gpu:h100=8") == 8  # the untyped total wins, no double count
+    assert tres_gpus("cpu=1,node=1,billing=1") == 0
+    assert tres_gpus("") == 0

@@ -6,28 +6,31 @@ Every /v1 route needs a bearer token; the role needed is in each route's descrip
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
+import logging
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Query, status
 
 from gpufleet import __version__
-from gpufleet.controller.ingest import GroupCommitter
+from gpufleet.controller import web
+from gpufleet.controller.ingest import MAX_QUEUED_EVENTS, GroupCommitter
 from gpufleet.controller.reconciler import Reconciler
 from gpufleet.controller.service import Controller, Heartbeat
-from gpufleet.controller.settings import TokenConfig
+from gpufleet.controller.settings import Role, TokenConfig
 from gpufleet.controller.store.repo import ActionStatus, Page
-from gpufleet.domain.errors import Conflict, InvalidInput, NotFound
-from gpufleet.domain.fleet import Gpu, Nic, Node
+from gpufleet.domain.errors import Conflict, ExternalError, GpufleetError, InvalidInput, NotFound
+from gpufleet.domain.fleet import Gpu, Nic, Node, gpu_slot, nic_slot
 from gpufleet.domain.inventory import parse_inventory
 from gpufleet.lifecycle.engine import OperatorOp
 from gpufleet.lifecycle.states import NodeState
 
-from . import errors
+from . import errors, metrics
 from .auth import ADMINISTER, OPERATE, READ, REPORT, Caller, TokenRegistry, require
 from .fastpath import FastPathCounts, IngestFastPath
+from .limits import DEFAULT_LIMITS, Limits, RefusedCounts, RequestLimits
 from .schemas import (
     ApproveIn,
+    AwareTime,
     BreakerResetIn,
     CheckpointIn,
     EventBatch,
@@ -36,7 +39,9 @@ from .schemas import (
     IngestOut,
     InventoryOut,
     ModeIn,
+    Name,
     ReasonIn,
+    Ref,
     RegisterIn,
 )
 from .views import ActionOut, AuditOut, BreakerOut, DecisionOut, EventOut, NodeDetail, NodeOut, StatusOut, TransitionOut
@@ -45,28 +50,41 @@ Reader = Annotated[Caller, Depends(require(READ))]
 Reporter = Annotated[Caller, Depends(require(REPORT))]
 Operator = Annotated[Caller, Depends(require(OPERATE))]
 Admin = Annotated[Caller, Depends(require(ADMINISTER))]
+log = logging.getLogger(__name__)
 Limit = Annotated[int, Query(ge=1, le=1000)]
-Offset = Annotated[int, Query(ge=0)]
+MAX_OFFSET = 2**31 - 1  # both databases take a 64-bit OFFSET; no listing is anywhere near this long
+Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 
 
 def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenConfig, ...],
-               reconciler: Reconciler | None = None, *, fast_ingest: bool = True) -> FastAPI:
+               reconciler: Reconciler | None = None, *, fast_ingest: bool = True,
+               limits: Limits = DEFAULT_LIMITS, max_queued_events: int = MAX_QUEUED_EVENTS,
+               api_docs: bool = True, openapi_requires_auth: bool = False) -> FastAPI:
     """The API app. ``fast_ingest=False`` leaves every event post to the framework's route (the fast
-    path answers exactly alike; the switch exists to show that, and to rule it out when debugging)."""
+    path answers exactly alike; the switch exists to show that, and to rule it out when debugging).
+    ``api_docs=False`` serves no ``/docs`` or ``/redoc`` (their pages load Swagger UI / ReDoc from a
+    public CDN: blank on an air-gapped cluster); ``openapi_requires_auth`` serves ``/openapi.json`` only
+    to a valid token (viewer or above)."""
     app = FastAPI(title="gpufleet controller", version=__version__,
-                  description="Reliability control plane for GPU training clusters.")
+                  description="Reliability control plane for GPU training clusters.",
+                  docs_url="/docs" if api_docs and not openapi_requires_auth else None,
+                  redoc_url="/redoc" if api_docs and not openapi_requires_auth else None,
+                  openapi_url=None if openapi_requires_auth else "/openapi.json")
     app.state.tokens = TokenRegistry(tokens)
     errors.install(app)
     v1 = APIRouter(prefix="/v1")
     c = controller
     store = controller.store
-    committer = GroupCommitter(controller)
+    committer = GroupCommitter(controller, max_queued_events=max_queued_events)
     app.state.ingest = committer
     # Well-formed reports skip the framework (see fastpath.py); everything else reaches the route below.
     app.state.fast_ingest = FastPathCounts()
     if fast_ingest:
         app.add_middleware(IngestFastPath, committer=committer, tokens=app.state.tokens,
                            counts=app.state.fast_ingest)
+    # Outermost: sizes and read time are bounded before anything (the fast path, auth) reads a byte.
+    app.state.refused = RefusedCounts()
+    app.add_middleware(RequestLimits, limits=limits, counts=app.state.refused)
 
     # ---- health ------------------------------------------------------------------------------
     @v1.get("/health", summary="Liveness (any valid token)")
@@ -86,17 +104,20 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         return StatusOut(nodes=counts["nodes"], actions=counts["actions"], events=counts["events"]["total"],
                          breaker=BreakerOut(tripped=b.tripped, reason=b.reason, since=b.since,
                                             held=len(c.engine.held)),
-                         dry_run=c.dry_run, scheduler_reachable=reconciler.scheduler_ok if reconciler else True)
+                         dry_run=c.dry_run, scheduler_reachable=reconciler.scheduler_ok if reconciler else True,
+                         ingest_queued=committer.queued,
+                         refused=dict(app.state.refused) | {"overloaded": committer.refused},
+                         max_clock_skew_s=max(map(abs, c.clock_skew.values()), default=0.0))
 
     # ---- nodes -------------------------------------------------------------------------------
     @v1.get("/nodes", response_model=list[NodeOut], summary="List nodes, filtered (viewer)")
-    def list_nodes(_: Reader, state: NodeState | None = None, rack: str | None = None, limit: Limit = 100,
+    def list_nodes(_: Reader, state: NodeState | None = None, rack: Name | None = None, limit: Limit = 100,
                    offset: Offset = 0) -> list[NodeOut]:
         rows = store.nodes(state=state.value if state else None, rack=rack, page=Page(limit, offset))
         return [NodeOut.model_validate(r) for r in rows]
 
     @v1.get("/nodes/{node}", response_model=NodeDetail, summary="A node with its history (viewer)")
-    def node_detail(node: str, _: Reader) -> NodeDetail:
+    def node_detail(node: Name, _: Reader) -> NodeDetail:
         row = store.node(node)
         if row is None:
             raise NotFound("node", node)
@@ -113,14 +134,14 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         if body.state not in (NodeState.NEW, NodeState.READY):
             raise HTTPException(422, [{"field": "state", "value": body.state, "expected": "new or ready"}])
         nodes = [Node(id=n.id, rack=n.rack, serial=n.serial,
-                      gpus=tuple(Gpu(f"{n.id}-gpu{g.index}", g.index, g.serial, g.pci, g.sku) for g in n.gpus),
+                      gpus=tuple(Gpu(gpu_slot(n.id, g.index), g.index, g.serial, g.pci, g.sku) for g in n.gpus),
                       nics=()) for n in body.nodes]
         leaves = {n.id: frozenset(n.leaves) for n in body.nodes}
         added = c.register([_with_leaves(n, leaves[n.id]) for n in nodes], state=body.state, actor_id=caller.name)
         return {"registered": added, "already_known": len(nodes) - added}
 
     @v1.post("/nodes/{node}/heartbeat", summary="Agent heartbeat (agent for its nodes)")
-    async def heartbeat(node: str, body: HeartbeatIn, caller: Reporter) -> dict[str, str]:
+    async def heartbeat(node: Name, body: HeartbeatIn, caller: Reporter) -> dict[str, str]:
         _may_report(caller, node, "node")
         # Recorded with the other heartbeats of the writer's round (one UPDATE), answered once durable.
         await asyncio.wrap_future(committer.submit_heartbeat(Heartbeat(node, body.time, body.agent_version)))
@@ -128,7 +149,7 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
 
     @v1.put("/nodes/{node}/inventory", response_model=InventoryOut,
              summary="Register the node's inventory; answers the moves it showed (agent for its nodes)")
-    def put_inventory(node: str, body: Annotated[dict[str, Any], Body()], caller: Reporter) -> InventoryOut:
+    def put_inventory(node: Name, body: Annotated[dict[str, Any], Body()], caller: Reporter) -> InventoryOut:
         _may_report(caller, node, "node")
         if node not in c.engine.nodes:
             raise NotFound("node", node)
@@ -138,34 +159,34 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         return InventoryOut(moved=[EventIn.of(e) for e in c.register_inventory(inv)])
 
     @v1.get("/nodes/{node}/inventory", summary="The node's last registered inventory (viewer)")
-    def get_inventory(node: str, _: Reader) -> dict[str, Any]:
+    def get_inventory(node: Name, _: Reader) -> dict[str, Any]:
         inv = store.inventory(node)
         if inv is None:
             raise NotFound("inventory of node", node)
         return inv.to_json()
 
-    def _operate(node: str, op: OperatorOp, body: ReasonIn | None, caller: Caller) -> dict[str, object]:
+    def _operate(node: Name, op: OperatorOp, body: ReasonIn | None, caller: Caller) -> dict[str, object]:
         plan = c.operate(node, op, f"{caller.role}:{caller.name}", body.reason if body else "")
         return {"node": node, "state": c.state_of(node), "decision": plan.decisions[0].id if plan.decisions else None}
 
     @v1.post("/nodes/{node}/drain", summary="Drain now (operator; not subject to the breaker)")
-    def drain(node: str, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
+    def drain(node: Name, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
         return _operate(node, OperatorOp.DRAIN, body, caller)
 
     @v1.post("/nodes/{node}/resume", summary="Clear suspicion, or revalidate a drained/repaired node (operator)")
-    def resume(node: str, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
+    def resume(node: Name, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
         return _operate(node, OperatorOp.RESUME, body, caller)
 
     @v1.post("/nodes/{node}/repair-complete", summary="Repair finished: revalidate (operator)")
-    def repair_complete(node: str, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
+    def repair_complete(node: Name, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
         return _operate(node, OperatorOp.REPAIR_DONE, body, caller)
 
     @v1.post("/nodes/{node}/retire", summary="Retire the node (operator)")
-    def retire(node: str, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
+    def retire(node: Name, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
         return _operate(node, OperatorOp.RETIRE, body, caller)
 
     @v1.post("/nodes/{node}/burn-in", summary="Start burn-in of a new node (operator)")
-    def burn_in(node: str, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
+    def burn_in(node: Name, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
         return _operate(node, OperatorOp.BURN_IN, body, caller)
 
     # ---- events ------------------------------------------------------------------------------
@@ -179,20 +200,20 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         return IngestOut(accepted=r.accepted, duplicates=r.duplicates, decisions=r.decisions)
 
     @v1.get("/events", response_model=list[EventOut], summary="List events, newest first (viewer)")
-    def list_events(_: Reader, node: str | None = None, kind: str | None = None, since: datetime | None = None,
+    def list_events(_: Reader, node: Name | None = None, kind: Name | None = None, since: AwareTime | None = None,
                     limit: Limit = 100, offset: Offset = 0) -> list[EventOut]:
         return [EventOut.model_validate(e) for e in store.events(node=node, kind=kind, since=since,
                                                                   page=Page(limit, offset))]
 
     # ---- decisions, actions, audit -----------------------------------------------------------
     @v1.get("/decisions", response_model=list[DecisionOut], summary="Decisions, newest first (viewer)")
-    def list_decisions(_: Reader, node: str | None = None, status: str | None = None, limit: Limit = 100,
+    def list_decisions(_: Reader, node: Name | None = None, status: Name | None = None, limit: Limit = 100,
                        offset: Offset = 0) -> list[DecisionOut]:
         return [DecisionOut.model_validate(d) for d in store.decisions(node=node, status=status,
                                                                        page=Page(limit, offset))]
 
     @v1.post("/nodes/{node}/cancel-held", summary="Cancel the decision the breaker holds for a node (operator)")
-    def cancel_held(node: str, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
+    def cancel_held(node: Name, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
         plan = c.cancel_held(node, f"{caller.role}:{caller.name}", body.reason if body else "")
         return {"node": node, "state": c.state_of(node), "cancelled": [d for d, _ in plan.status_changes]}
 
@@ -211,13 +232,13 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
                              for s in ranked]}
 
     @v1.get("/actions", response_model=list[ActionOut], summary="Outbox actions; status=pending|waiting|failed|done")
-    def list_actions(_: Reader, node: str | None = None, status: str | None = None, limit: Limit = 100,
+    def list_actions(_: Reader, node: Name | None = None, status: Name | None = None, limit: Limit = 100,
                      offset: Offset = 0) -> list[ActionOut]:
         return [ActionOut.model_validate(a) for a in store.actions(node=node, status=status,
                                                                    page=Page(limit, offset))]
 
     @v1.post("/actions/{action_id}/retry", response_model=ActionOut, summary="Retry a failed action (operator)")
-    def retry_action(action_id: str, caller: Operator) -> ActionOut:
+    def retry_action(action_id: Ref, caller: Operator) -> ActionOut:
         row = store.action(action_id)
         if row is None:
             raise NotFound("action", action_id)
@@ -229,7 +250,7 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         return ActionOut.model_validate(again)
 
     @v1.get("/audit", response_model=list[AuditOut], summary="Audit log, newest first (viewer)")
-    def audit(_: Reader, target: str | None = None, limit: Limit = 100, offset: Offset = 0) -> list[AuditOut]:
+    def audit(_: Reader, target: Ref | None = None, limit: Limit = 100, offset: Offset = 0) -> list[AuditOut]:
         return [AuditOut.model_validate(a) for a in store.audit(target=target, page=Page(limit, offset))]
 
     # ---- breaker, mode, checkpoints ----------------------------------------------------------
@@ -255,12 +276,21 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
 
     @v1.post("/jobs/{job_id}/checkpoint", status_code=status.HTTP_202_ACCEPTED,
              summary="A job reports a completed checkpoint (agent/operator)")
-    def checkpoint(job_id: str, body: CheckpointIn, _: Reporter) -> dict[str, str]:
+    def checkpoint(job_id: Name, body: CheckpointIn, caller: Reporter) -> dict[str, str]:
+        if caller.role == Role.AGENT:  # an agent speaks for the jobs on its own nodes only
+            _may_checkpoint(caller, job_id, reconciler)
         c.checkpoint(job_id, body.time)
         return {"status": "recorded"}
 
     app.include_router(v1)
+    metrics.install(app, controller, committer, reconciler)  # GET /metrics and the ingest timing
+    web.install(app, controller, reconciler)  # GET / and /ui/...: the web UI (controller/web)
     _declare_bearer(app)
+    if openapi_requires_auth:
+        @app.get("/openapi.json", include_in_schema=False)
+        def openapi_doc(_: Reader) -> dict[str, Any]:
+            return app.openapi()
+
     return app
 
 
@@ -273,6 +303,12 @@ def _declare_bearer(app: FastAPI) -> None:
             doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
             doc.setdefault("components", {})["securitySchemes"] = {
                 "bearer": {"type": "http", "scheme": "bearer", "description": "a token from controller.toml"}}
+            # Every 422 is {"detail": [{"field", "value", "expected"}]} (errors.py), not FastAPI's default.
+            doc["components"].setdefault("schemas", {})["ValidationError"] = {
+                "title": "ValidationError", "type": "object", "required": ["field", "value", "expected"],
+                "properties": {"field": {"type": "string", "description": "e.g. events[3].time"},
+                               "value": {"description": "the value sent (cut to 200 characters)"},
+                               "expected": {"type": "string"}}}
             for path, ops in doc.get("paths", {}).items():
                 if path.startswith("/v1/"):
                     for op in ops.values():
@@ -285,9 +321,30 @@ def _declare_bearer(app: FastAPI) -> None:
 
 def _may_report(caller: Caller, node: str, field: str) -> None:
     if not caller.may_report_for(node):
+        log.warning("refused a report of token %r for node %r (%s): not one of its nodes", caller.name, node[:200],
+                    field)
         raise HTTPException(status.HTTP_403_FORBIDDEN, f"{field}: token {caller.name!r} may not report for {node!r}")
 
 
+def _may_checkpoint(caller: Caller, job_id: str, reconciler: Reconciler | None) -> None:
+    """403 unless the scheduler runs ``job_id`` on a node the agent token may report for."""
+    if reconciler is None:
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"job_id: cannot tell which nodes run {job_id!r} "
+                            "(no scheduler): only an operator may report its checkpoint")
+    try:
+        jobs = [j for j in reconciler.scheduler.list_jobs() if j.id == job_id]
+    except GpufleetError:
+        raise
+    except Exception as err:
+        raise ExternalError("scheduler", f"listing jobs: {type(err).__name__}") from err
+    if not jobs:
+        raise NotFound("job", job_id)
+    nodes = sorted({n for j in jobs for n in j.nodes})
+    if not any(caller.may_report_for(n) for n in nodes):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, f"job_id: token {caller.name!r} may not report for job "
+                            f"{job_id!r}: it runs on {', '.join(nodes[:5]) or 'no node'}, none of them its nodes")
+
+
 def _with_leaves(node: Node, leaves: frozenset[str]) -> Node:
-    nics = tuple(Nic(f"{node.id}-nic{i}", i, "", leaf) for i, leaf in enumerate(sorted(leaves)))
+    nics = tuple(Nic(nic_slot(node.id, i), i, "", leaf) for i, leaf in enumerate(sorted(leaves)))
     return Node(node.id, node.rack, node.serial, node.gpus, nics)

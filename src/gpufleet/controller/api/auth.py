@@ -5,12 +5,15 @@ from __future__ import annotations
 import fnmatch
 import hashlib
 import hmac
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from fastapi import HTTPException, Request, status
 
 from gpufleet.controller.settings import Role, TokenConfig
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +47,15 @@ class TokenRegistry:
         return found
 
 
+def refused(request: Request, reason: str, detail: str) -> None:
+    """Log and count a request refused for its credentials (the counts are in ``/v1/status``)."""
+    counts = getattr(request.app.state, "refused", None)
+    if counts is not None:
+        counts[reason] += 1
+    peer = request.client.host if request.client else "?"
+    log.warning("refused %s %s from %s: %s (%s)", request.method, request.url.path[:200], peer, reason, detail)
+
+
 def require(roles: Sequence[Role]) -> Callable[[Request], Awaitable[Caller]]:
     """A FastAPI dependency: the caller, if its bearer token is valid and its role is one of ``roles``.
 
@@ -54,13 +66,16 @@ def require(roles: Sequence[Role]) -> Callable[[Request], Awaitable[Caller]]:
         header = request.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token:
+            refused(request, "unauthenticated", "no bearer token")
             raise HTTPException(status.HTTP_401_UNAUTHORIZED, "missing bearer token (Authorization: Bearer <token>)",
                                 headers={"WWW-Authenticate": "Bearer"})
         registry: TokenRegistry = request.app.state.tokens
         caller = registry.caller(token.strip())
         if caller is None:
+            refused(request, "unauthenticated", "unknown token")
             raise HTTPException(status.HTTP_401_UNAUTHORIZED, "invalid token", headers={"WWW-Authenticate": "Bearer"})
         if caller.role not in roles:
+            refused(request, "forbidden", f"token {caller.name!r} has role {caller.role}")
             raise HTTPException(status.HTTP_403_FORBIDDEN,
                                 f"role {caller.role} may not do this (needs one of {', '.join(roles)})")
         return caller

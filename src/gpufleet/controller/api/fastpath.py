@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from gpufleet.controller.ingest import GroupCommitter
 from gpufleet.controller.service import Heartbeat
@@ -29,6 +29,7 @@ from gpufleet.domain.errors import GpufleetError
 
 from . import errors
 from .auth import REPORT, Caller, TokenRegistry
+from .limits import read_body, replay
 from .schemas import EventBatch, HeartbeatIn
 
 log = logging.getLogger(__name__)
@@ -68,11 +69,12 @@ class IngestFastPath:
             self.counts.passed_on += 1
             await self.app(scope, receive, send)
             return
-        body, more = await _read(receive)
+        got, more = await read_body(receive)
+        body = got or b""
         work = None if more else (_batch(body, caller) if route == _EVENTS else _beat(body, caller, route))
         if work is None:
             self.counts.passed_on += 1
-            await self.app(scope, _replay(body, more, receive), send)
+            await self.app(scope, replay(body, more, receive), send)
             return
         self.counts.served += 1
         try:
@@ -133,32 +135,6 @@ def _batch(body: bytes, caller: Caller) -> EventBatch | None:
     except ValidationError:
         return None
     return batch if all(caller.may_report_for(e.node) for e in batch.events) else None
-
-
-async def _read(receive: Receive) -> tuple[bytes, bool]:
-    """The whole body, or what arrived before something other than a body chunk (then ``more``)."""
-    chunks: list[bytes] = []
-    while True:
-        message = await receive()
-        if message["type"] != "http.request":
-            return b"".join(chunks), True
-        chunks.append(message.get("body", b""))
-        if not message.get("more_body", False):
-            return b"".join(chunks), False
-
-
-def _replay(body: bytes, more: bool, receive: Receive) -> Receive:
-    """A ``receive`` that hands out the body already read, then carries on with the real one."""
-    sent = False
-
-    async def again() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": more}
-        return await receive()
-
-    return again
 
 
 async def _send_json(send: Send, status: int, payload: bytes) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
+from gpufleet.domain.text import NAME_MAX, REF_MAX, TEXT_EXPECTED, unstorable
 from gpufleet.lifecycle.states import NodeState
 
 
@@ -16,21 +17,27 @@ def _aware(v: datetime) -> datetime:
         raise ValueError("time must include a timezone, e.g. 2026-11-21T12:00:00Z")
     # Normalised to the one stdlib UTC object: pydantic gives every parsed time its own tzinfo object,
     # which the controller would otherwise keep alive (and scan in every GC pass) for each event.
-    return v.astimezone(UTC)
+    try:
+        return v.astimezone(UTC)
+    except OverflowError:  # e.g. 9999-12-31T23:00:00-05:00 is in the year 10000 in UTC
+        raise ValueError("a time between years 1 and 9999 in UTC") from None
 
 
 AwareTime = Annotated[datetime, AfterValidator(_aware)]
 
 
-def _no_nul(v: str) -> str:
-    if "\x00" in v:
-        raise ValueError("text must not contain NUL characters (PostgreSQL cannot store them)")
+def _storable(v: str) -> str:
+    if unstorable(v):
+        raise ValueError(TEXT_EXPECTED)
     return v
 
 
-# Text an agent sends that is stored as is: refused here if the database could not store it, so one
-# bad batch is a 422 for its sender instead of a failed write for every batch grouped with it.
-Text = Annotated[str, AfterValidator(_no_nul)]
+# Every text field of every body and parameter (domain/text.py): refused here if no database could
+# store it, so one bad batch is a 422 for its sender instead of a failed write for every batch grouped
+# with it. Each field also has the length of the column it lands in.
+Text = Annotated[str, AfterValidator(_storable)]
+Name = Annotated[str, StringConstraints(min_length=1, max_length=NAME_MAX), AfterValidator(_storable)]
+Ref = Annotated[str, StringConstraints(max_length=REF_MAX), AfterValidator(_storable)]
 MAX_CODE = 2**31 - 1  # the events.code column is a 32-bit integer on PostgreSQL
 
 
@@ -83,18 +90,18 @@ class HeartbeatIn(_In):
 
 
 class GpuIn(_In):
-    index: int = Field(ge=0)
-    serial: str = ""
-    pci: str = ""
-    sku: str = "H100-SXM"
+    index: int = Field(ge=0, le=MAX_CODE)
+    serial: Ref = ""
+    pci: Ref = ""
+    sku: Ref = "H100-SXM"
 
 
 class NodeIn(_In):
-    id: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    rack: str = Field(min_length=1, max_length=128)
-    serial: str = ""
-    leaves: list[str] = Field(default_factory=list, description="leaf switches its NICs land on")
-    gpus: list[GpuIn] = Field(default_factory=list)
+    id: str = Field(min_length=1, max_length=NAME_MAX, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    rack: Name
+    serial: Ref = ""
+    leaves: list[Ref] = Field(default_factory=list, max_length=1024, description="leaf switches its NICs land on")
+    gpus: list[GpuIn] = Field(default_factory=list, max_length=1024)
 
 
 class RegisterIn(_In):
@@ -103,7 +110,7 @@ class RegisterIn(_In):
 
 
 class ReasonIn(_In):
-    reason: str = Field(default="", max_length=500)
+    reason: Text = Field(default="", max_length=500)
 
 
 class BreakerResetIn(_In):
@@ -111,8 +118,8 @@ class BreakerResetIn(_In):
 
 
 class ApproveIn(_In):
-    nodes: list[str] = Field(default_factory=list, max_length=10_000)
-    component: str = Field(default="", description="approve every node held for this correlated component")
+    nodes: list[Name] = Field(default_factory=list, max_length=10_000)
+    component: Ref = Field(default="", description="approve every node held for this correlated component")
 
     @model_validator(mode="after")
     def _one(self) -> ApproveIn:

@@ -83,6 +83,9 @@ class ActionOut(_Out):
     result: str
     created: datetime
     updated: datetime
+    # What a long-running action has done so far: for a drain waiting for a checkpoint, when the job
+    # was asked, its GPUs, the GPU-hours at risk and the deadline (docs/lifecycle.md).
+    progress: dict[str, str] | None = None
 
 
 class AuditOut(_Out):
@@ -117,3 +120,6 @@ class StatusOut(BaseModel):
     breaker: BreakerOut
     dry_run: bool
     scheduler_reachable: bool
+    ingest_queued: int = 0  # events (and heartbeats) waiting for the writer
+    refused: dict[str, int] = {}  # requests refused since start, by reason (body_too_large, unauthenticated, ...)
+    max_clock_skew_s: float = 0.0  # the largest |agent clock - controller clock| at the agents' last heartbeats

@@ -85,4 +85,5 @@ def planned_of(r: ActionRow) -> PlannedAction:
 
 def outbox_of(r: ActionRow) -> OutboxAction:
     """An outbox row as the typed action the reconciler executes."""
-    return OutboxAction(r.id, r.decision_id, planned_of(r), r.created, r.attempts)
+    progress = {str(k): str(v) for k, v in (r.progress or {}).items()}
+    return OutboxAction(r.id, r.decision_id, planned_of(r), r.created, r.attempts, progress)

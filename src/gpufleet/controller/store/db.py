@@ -90,6 +90,19 @@ def migrate(engine: Engine) -> None:
     log.info("database schema at head (%s)", _redact(str(engine.url)))
 
 
+def brief(err: BaseException) -> str:
+    """A database error as an answer or a short log line may show it: the driver's first line, never the
+    SQL statement and its parameters (SQLAlchemy appends both to its errors' text; they may hold what
+    a caller sent)."""
+    orig = getattr(err, "orig", None)
+    lines = str(orig if orig is not None else err).strip().splitlines()
+    first = lines[0] if lines else ""
+    if first.startswith("[SQL:"):
+        first = ""
+    text = f"{type(orig if orig is not None else err).__name__}: {first}" if first else type(err).__name__
+    return text if len(text) <= 300 else text[:300] + "..."
+
+
 def tables(engine: Engine) -> list[str]:
     return sorted(inspect(engine).get_table_names())
 

@@ -124,6 +124,8 @@ class ActionRow(Base):
     result: Mapped[str] = mapped_column(Text, default="")
     created: Mapped[datetime]
     updated: Mapped[datetime]
+    # What a long-running action has done so far (strings only): see migration 0003.
+    progress: Mapped[dict[str, Any] | None] = mapped_column(default=None)
 
 
 class AuditRow(Base):

@@ -100,6 +100,19 @@ class IngestRound:
         repeated within ``events`` is stored once, for its first occurrence."""
         return _insert_new(self._s.connection(), events, received)
 
+    def stored_events(self, keys: Sequence[EventKey]) -> dict[EventKey, HealthEvent]:
+        """The stored events of these (node, id) keys, as they arrived (to tell a resend from a reuse)."""
+        out: dict[EventKey, HealthEvent] = {}
+        wanted = set(keys)
+        for i in range(0, len(keys), _CHUNK):
+            chunk = keys[i:i + _CHUNK]
+            q = select(EventRow).where(EventRow.id.in_([k[1] for k in chunk]),
+                                       EventRow.node.in_(sorted({k[0] for k in chunk})))
+            for row in self._s.scalars(q):
+                if (row.node, row.id) in wanted:
+                    out[(row.node, row.id)] = event_of(row)
+        return out
+
     def write(self, r: Round) -> None:
         """The plan the new events caused, the node rows it touched, and merged sightings' ``fault_of``."""
         self._store._write(self._s, r.plan, nodes=r.nodes)
@@ -281,6 +294,15 @@ class Store:
         with self.session() as s:
             return list(s.scalars(q))
 
+    def last_transitions(self, *, decided: bool = False) -> dict[str, TransitionRow]:
+        """Each node's latest transition (why it is in its state), in one query: the web UI's fleet map.
+        ``decided``: the latest one a decision made (its reason names the fault, where a later step of
+        the scheduler's, such as "drain complete", does not)."""
+        q = select(func.max(TransitionRow.seq)).group_by(TransitionRow.node)
+        last = (q.where(TransitionRow.decision_id.is_not(None)) if decided else q).scalar_subquery()
+        with self.session() as s:
+            return {t.node: t for t in s.scalars(select(TransitionRow).where(TransitionRow.seq.in_(last)))}
+
     def events(self, *, node: str | None = None, kind: str | None = None, since: datetime | None = None,
                page: Page = Page()) -> list[EventRow]:
         q = select(EventRow).order_by(EventRow.time.desc(), EventRow.seq.desc())
@@ -341,9 +363,13 @@ class Store:
 
     def update_action(self, action_id: str, *, status: str, now: datetime, attempts: int | None = None,
                       next_attempt: datetime | None = None, error: str | None = None, result: str | None = None,
-                      plan: Plan | None = None, nodes: Iterable[NodeRecord] = ()) -> None:
-        """Record an action's outcome — and the plan it caused — in one transaction."""
+                      plan: Plan | None = None, nodes: Iterable[NodeRecord] = (),
+                      progress: Mapping[str, str] | None = None) -> None:
+        """Record an action's outcome — and the plan it caused — in one transaction. ``progress``
+        replaces the action's progress record (what it has done so far)."""
         values: dict[str, object] = {"status": status, "updated": now}
+        if progress is not None:
+            values["progress"] = dict(progress)
         if attempts is not None:
             values["attempts"] = attempts
         if next_attempt is not None:
@@ -368,6 +394,15 @@ class Store:
     def add_checkpoint(self, job_id: str, time: datetime, received: datetime) -> None:
         with self.session.begin() as s:
             s.add(CheckpointRow(job_id=job_id, time=time, received=received))
+
+    def last_checkpoints(self, job_ids: Sequence[str]) -> dict[str, datetime]:
+        """Each job's latest reported checkpoint (jobs that never reported one are left out)."""
+        if not job_ids:
+            return {}
+        q = (select(CheckpointRow.job_id, func.max(CheckpointRow.time))
+             .where(CheckpointRow.job_id.in_(list(job_ids))).group_by(CheckpointRow.job_id))
+        with self.session() as s:
+            return {j: t for j, t in s.execute(q) if t is not None}
 
     def last_checkpoint(self, job_ids: Sequence[str]) -> datetime | None:
         if not job_ids:

@@ -22,6 +22,10 @@ How the port's contract maps onto Slurm:
   finds such a node without its DRAIN flag *and* slurmctld has rebooted since, it drains it again
   (WARNING). If slurmctld did not reboot, someone resumed the node on purpose: that is respected
   and the drain is forgotten.
+* **Checkpoint requests.** ``request_checkpoint`` runs ``scancel --signal=<sig> [--batch|--full] J``
+  with the signal and target given at construction (``checkpoint_signal``, default USR1;
+  ``checkpoint_target``: ``full`` = batch shell and every step (default), ``batch`` = the batch shell
+  only, ``steps`` = the job steps only). The training script's side of it is in docs/slurm.md.
 * **Requeue.** ``scontrol requeue`` only for a job that is running; a job that is already pending
   (requeued) is left alone, which makes a retried requeue a no-op. Slurm keeps a requeued job
   ineligible for ~121 s (``EligibleTime``); ``start_now`` (or ``requeue_starts_now=True``) lifts that.
@@ -79,6 +83,9 @@ def _clean_reason(reason: str) -> str:
     return text[:_MAX_REASON]
 
 
+CHECKPOINT_TARGETS = {"full": ("--full",), "batch": ("--batch",), "steps": ()}
+
+
 def _signal_name(sig: str) -> str:
     name = sig.upper().removeprefix("SIG")
     if name.isdigit() or f"SIG{name}" not in _signal.Signals.__members__:
@@ -100,7 +107,13 @@ class SlurmScheduler:
         reader: StateReader | None = None,
         timeout: float = 30.0,
         requeue_starts_now: bool = False,
+        checkpoint_signal: str = "USR1",
+        checkpoint_target: str = "full",
     ) -> None:
+        if checkpoint_target not in CHECKPOINT_TARGETS:
+            raise InvalidInput("checkpoint_signal_target", checkpoint_target, f"one of {sorted(CHECKPOINT_TARGETS)}")
+        self._ckpt_signal = _signal_name(checkpoint_signal) if checkpoint_signal else ""  # "": never ask
+        self._ckpt_target = CHECKPOINT_TARGETS[checkpoint_target]
         self._run = runner if runner is not None else SubprocessRunner(slurm_conf)
         self._timeout = timeout
         self._reader = reader if reader is not None else CliReader(self._run, timeout)
@@ -224,6 +237,21 @@ class SlurmScheduler:
         name = _signal_name(signal)
         res = self._run(["scancel", f"--signal={name}", "--full", job_id], timeout=self._timeout)
         raise_for(res, job=job_id)
+
+    def request_checkpoint(self, job_id: str) -> str:
+        """Ask a running job to checkpoint now: ``scancel --signal=<sig> <target> J``. With no signal
+        configured, asks nothing and returns ``""``."""
+        job = self.job(job_id)
+        if job.state != JobState.RUNNING:
+            raise NotFound("running job", job_id)
+        if not self._ckpt_signal:
+            return ""
+        res = self._run(["scancel", f"--signal={self._ckpt_signal}", *self._ckpt_target, job_id],
+                        timeout=self._timeout)
+        raise_for(res, job=job_id)
+        log.info("job %s: asked to checkpoint (SIG%s to %s)", job_id, self._ckpt_signal,
+                 " ".join(self._ckpt_target) or "its steps")
+        return self._ckpt_signal
 
     def record_checkpoint(self, job_id: str, at: datetime) -> None:
         """Set the job's checkpoint token, keeping the rest of its comment

@@ -20,7 +20,7 @@ from pathlib import Path
 from gpufleet.domain.errors import InvalidInput, NotFound
 
 TOKEN = "gpufleet:checkpoint="
-_TOKEN_RE = re.compile(re.escape(TOKEN) + r"(\S+)")
+_TOKEN_RE = re.compile(re.escape(TOKEN) + r"(\S*)")  # an empty token is replaced too
 
 
 def format_time(at: datetime) -> str:

@@ -184,9 +184,22 @@ def jobs_from_squeue(text: str) -> list[Job]:
             start_time=_epoch(j.get("start_time")) if started else None,
             last_checkpoint=parse_checkpoint(_str(j.get("comment"))),
             restarts=restarts if isinstance(restarts, int) else 0,
+            gpus=tres_gpus(_str(j.get("tres_alloc_str"))),
             extra=extra,
         ))
     return out
+
+
+_GPU_TRES = re.compile(r"(?:^|,)gres/gpu(?::[^=,]+)?=(\d+)")
+
+
+def tres_gpus(tres: str) -> int:
+    """GPUs in a TRES string (``cpu=64,node=8,billing=64,gres/gpu=64``): the untyped ``gres/gpu``
+    count when present, else the sum of typed ones (``gres/gpu:h100=8``); 0 without GPUs."""
+    plain = re.search(r"(?:^|,)gres/gpu=(\d+)", tres)
+    if plain:
+        return int(plain.group(1))
+    return sum(int(n) for n in _GPU_TRES.findall(tres))
 
 
 # ``scontrol show node`` prints one "Key=value Key=value" line per group; these keys take the rest

@@ -1,0 +1,249 @@
+"""``gpufleet fleet``: the operator's commands over the controller's API (no curl).
+
+The controller is ``--url`` (or GPUFLEET_URL; default http://127.0.0.1:8470); the token comes from
+``--token-file`` or GPUFLEET_TOKEN. Every command prints a table, or with ``--json`` the API's own JSON.
+Errors the API answers become the CLI's exit codes (cli/errors.py): 2 invalid input or a refused token,
+3 not found, 4 not allowed in the node's state, 5 the controller cannot be reached.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpufleet.domain.errors import Conflict, ExternalError, InvalidInput, NotFound
+
+fleet_app = typer.Typer(help="Operate the fleet through the controller's API (status, nodes, drain, approve...).",
+                        no_args_is_help=True)
+DEFAULT_URL = "http://127.0.0.1:8470"
+AsJson = Annotated[bool, typer.Option("--json", help="print the API's JSON instead of a table")]
+Reason = Annotated[str, typer.Option(help="why (kept in the audit log)")]
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(fleet_app, name="fleet")
+
+
+@dataclass
+class Client:
+    url: str
+    token: str
+
+    def call(self, method: str, path: str, body: Any = None, **params: Any) -> Any:
+        import httpx
+
+        query = {k: v for k, v in params.items() if v is not None}
+        try:
+            r = httpx.request(method, f"{self.url}/v1{path}", json=body, params=query, timeout=30,
+                              headers={"Authorization": f"Bearer {self.token}"})
+        except httpx.HTTPError as err:
+            raise ExternalError("controller", f"{self.url}: {err}") from None
+        if r.status_code < 300:
+            return r.json()
+        detail = _detail(r)
+        if r.status_code in (401, 403):
+            raise InvalidInput("token", "(from --token-file or GPUFLEET_TOKEN)", f"a token the controller "
+                               f"accepts for this ({r.status_code}: {detail})")
+        if r.status_code == 404:
+            raise NotFound(path.strip("/").split("/")[0].rstrip("s") or "route", f"{path}: {detail}")
+        if r.status_code == 409:
+            raise Conflict(detail)
+        if r.status_code == 422:
+            raise InvalidInput("request", path, detail)
+        raise ExternalError("controller", f"{r.status_code} {detail}")
+
+
+def _detail(r: Any) -> str:
+    try:
+        d = r.json().get("detail", r.text)
+    except ValueError:
+        return str(r.text)[:300]
+    if isinstance(d, list):
+        return "; ".join(f"{e.get('field')}: got {e.get('value')!r}, expected {e.get('expected')}" for e in d)
+    return str(d)
+
+
+@fleet_app.callback()
+def _connect(
+    ctx: typer.Context,
+    url: Annotated[str | None, typer.Option(help=f"the controller (env GPUFLEET_URL; default {DEFAULT_URL})")] = None,
+    token_file: Annotated[Path | None, typer.Option(help="a file holding the bearer token (else env GPUFLEET_TOKEN)")]
+    = None,
+) -> None:
+    """Operate the fleet through the controller's API."""
+    ctx.obj = (url or os.environ.get("GPUFLEET_URL") or DEFAULT_URL, token_file)
+
+
+def _client(ctx: typer.Context) -> Client:
+    url, token_file = ctx.obj
+    if token_file is not None:
+        try:
+            token = token_file.read_text(encoding="utf-8").strip()
+        except OSError as err:
+            raise InvalidInput("--token-file", str(token_file), f"a readable file holding a token ({err})") from None
+    else:
+        token = os.environ.get("GPUFLEET_TOKEN", "").strip()
+    if not token:
+        raise InvalidInput("token", token_file or "GPUFLEET_TOKEN", "--token-file FILE or the GPUFLEET_TOKEN "
+                           "environment variable (make one with `gpufleet controller token`)")
+    return Client(url.rstrip("/"), token)
+
+
+def _out(doc: Any, as_json: bool, table: Any) -> None:
+    if as_json:
+        typer.echo(json.dumps(doc, indent=2, default=str))
+        return
+    from rich.console import Console
+
+    Console(highlight=False).print(table(doc))
+
+
+def _table(title: str, columns: list[str], rows: list[list[Any]]) -> Any:
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left")
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    for r in rows:
+        t.add_row(*["" if v is None else str(v) for v in r])
+    return t
+
+
+def _when(ts: str | None) -> str:
+    return (ts or "")[:19].replace("T", " ")
+
+
+@fleet_app.command()
+def status(ctx: typer.Context, as_json: AsJson = False) -> None:
+    """The fleet at a glance: nodes by state, actions, the breaker, dry-run."""
+    doc = _client(ctx).call("GET", "/status")
+
+    def table(d: dict[str, Any]) -> Any:
+        b = d["breaker"]
+        rows: list[list[Any]] = [[f"nodes {s}", n] for s, n in sorted(d["nodes"].items())]
+        rows += [[f"actions {s}", n] for s, n in sorted(d["actions"].items())]
+        rows += [["events", d["events"]],
+                 ["breaker", f"TRIPPED since {_when(b['since'])}: {b['reason']}" if b["tripped"] else "ok"],
+                 ["held decisions", b["held"]], ["dry run", "on" if d["dry_run"] else "off"],
+                 ["scheduler", "reachable" if d["scheduler_reachable"] else "UNREACHABLE"]]
+        return _table("fleet status", ["what", "value"], rows)
+
+    _out(doc, as_json, table)
+
+
+@fleet_app.command()
+def nodes(ctx: typer.Context, state: Annotated[str | None, typer.Option(help="only nodes in this state")] = None,
+          rack: Annotated[str | None, typer.Option(help="only nodes in this rack")] = None,
+          limit: Annotated[int, typer.Option(help="at most this many")] = 1000, as_json: AsJson = False) -> None:
+    """List nodes with their state."""
+    doc = _client(ctx).call("GET", "/nodes", state=state, rack=rack, limit=limit)
+    _out(doc, as_json, lambda d: _table(f"{len(d)} node(s)", ["node", "rack", "state", "since", "jobs", "heartbeat"],
+                                        [[n["id"], n["rack"], n["state"], _when(n["since"]), "yes" if n["has_jobs"]
+                                          else "", _when(n["last_heartbeat"])] for n in d]))
+
+
+@fleet_app.command()
+def node(ctx: typer.Context, name: Annotated[str, typer.Argument(help="the node id")],
+         as_json: AsJson = False) -> None:
+    """One node: its state, history, decisions, actions and recent events."""
+    doc = _client(ctx).call("GET", f"/nodes/{name}")
+
+    def table(d: dict[str, Any]) -> Any:
+        from rich.console import Group
+
+        n = d["node"]
+        head = _table(f"node {n['id']} (rack {n['rack']}): {n['state']} since {_when(n['since'])}",
+                      ["from", "to", "time", "by", "reason"],
+                      [[t["from_state"], t["to_state"], _when(t["time"]), t["actor_id"], t["reason"]]
+                       for t in d["history"][:20]])
+        dec = _table("decisions", ["id", "time", "rule", "to", "status", "reason"],
+                     [[x["id"], _when(x["time"]), x["rule"], x["to_state"], x["status"], x["reason"]]
+                      for x in d["decisions"][:20]])
+        act = _table("actions", ["id", "kind", "status", "attempts", "result / error"],
+                     [[a["id"], a["kind"], a["status"], a["attempts"], a["last_error"] or a["result"]]
+                      for a in d["actions"][:20]])
+        ev = _table("events", ["time", "kind", "code", "component", "message"],
+                    [[_when(e["time"]), e["kind"], e["code"], e["component"], e["message"]] for e in d["events"][:20]])
+        return Group(head, dec, act, ev)
+
+    _out(doc, as_json, table)
+
+
+def _operate(ctx: typer.Context, name: str, op: str, reason: str, as_json: bool) -> None:
+    doc = _client(ctx).call("POST", f"/nodes/{name}/{op}", {"reason": reason})
+    _out(doc, as_json, lambda d: f"{d['node']}: {d['state']}" + (f" (decision {d['decision']})" if d.get("decision")
+                                                                   else ""))
+
+
+@fleet_app.command()
+def drain(ctx: typer.Context, name: Annotated[str, typer.Argument(help="the node id")], reason: Reason = "",
+          as_json: AsJson = False) -> None:
+    """Drain a node now (not subject to the breaker)."""
+    _operate(ctx, name, "drain", reason, as_json)
+
+
+@fleet_app.command()
+def resume(ctx: typer.Context, name: Annotated[str, typer.Argument(help="the node id")], reason: Reason = "",
+           as_json: AsJson = False) -> None:
+    """Clear a suspect node, or revalidate a drained / repaired one."""
+    _operate(ctx, name, "resume", reason, as_json)
+
+
+@fleet_app.command()
+def retire(ctx: typer.Context, name: Annotated[str, typer.Argument(help="the node id")], reason: Reason = "",
+           as_json: AsJson = False) -> None:
+    """Retire a node for good."""
+    _operate(ctx, name, "retire", reason, as_json)
+
+
+@fleet_app.command()
+def approve(ctx: typer.Context,
+            names: Annotated[list[str] | None, typer.Argument(help="nodes whose held decisions to carry out")] = None,
+            component: Annotated[str, typer.Option(help="approve every node held for this correlated component")]
+            = "", as_json: AsJson = False) -> None:
+    """Carry out decisions the breaker holds (give nodes, or --component)."""
+    if bool(names) == bool(component):
+        raise InvalidInput("nodes / --component", names or component or None, "either node names or --component")
+    doc = _client(ctx).call("POST", "/held/approve", {"nodes": names or [], "component": component})
+    _out(doc, as_json, lambda d: "\n".join(f"{n}: {s}" for n, s in d["states"].items()))
+
+
+@fleet_app.command()
+def cancel(ctx: typer.Context, name: Annotated[str, typer.Argument(help="the node id")], reason: Reason = "",
+           as_json: AsJson = False) -> None:
+    """Cancel the decision the breaker holds for a node."""
+    doc = _client(ctx).call("POST", f"/nodes/{name}/cancel-held", {"reason": reason})
+    _out(doc, as_json, lambda d: f"{d['node']}: {d['state']}; cancelled {', '.join(d['cancelled']) or 'nothing'}")
+
+
+@fleet_app.command()
+def breaker(ctx: typer.Context, reset: Annotated[bool, typer.Option(help="reset the breaker")] = False,
+            discard_held: Annotated[bool, typer.Option(help="with --reset: cancel the held decisions instead of "
+                                                             "re-admitting them")] = False,
+            as_json: AsJson = False) -> None:
+    """Show the blast-radius breaker, or reset it."""
+    if discard_held and not reset:
+        raise InvalidInput("--discard-held", True, "only together with --reset")
+    client = _client(ctx)
+    doc = (client.call("POST", "/breaker/reset", {"discard_held": discard_held}) if reset
+           else client.call("GET", "/breaker"))
+    _out(doc, as_json, lambda b: (f"breaker TRIPPED since {_when(b['since'])}: {b['reason']}" if b["tripped"]
+                                  else "breaker ok") + f"; {b['held']} decision(s) held")
+
+
+@fleet_app.command()
+def events(ctx: typer.Context, node: Annotated[str | None, typer.Option(help="only this node's")] = None,
+           kind: Annotated[str | None, typer.Option(help="only this kind, e.g. xid")] = None,
+           limit: Annotated[int, typer.Option(help="at most this many, newest first")] = 50,
+           as_json: AsJson = False) -> None:
+    """Recent events, newest first."""
+    doc = _client(ctx).call("GET", "/events", node=node, kind=kind, limit=limit)
+    _out(doc, as_json, lambda d: _table(f"{len(d)} event(s)", ["time", "node", "kind", "code", "component",
+                                                               "severity", "message"],
+                                        [[_when(e["time"]), e["node"], e["kind"], e["code"], e["component"],
+                                          e["severity"], e["message"]] for e in d]))

@@ -1,0 +1,180 @@
+"""The controller's Prometheus series (``GET /metrics``; docs/metrics.md lists every one).
+
+Two kinds of series, one registry per controller (no global state, so tests and the demo can run
+several controllers in one process):
+
+- **state**, read when scraped (a custom collector, like the agent's exporter): nodes by state, held
+  decisions, the breaker, dry-run, the ingest queue, merged observations, standing correlation
+  suspects, the scheduler's reachability. Nothing is kept twice: the collector reads the engine's and
+  the committer's own numbers under the controller's lock.
+- **happenings**, counted as they happen through the observer hooks the controller and the reconciler
+  already offer (``Controller.on_plan``, ``Reconciler.on_pass`` / ``on_action``): decisions by rule and
+  status, transitions, breaker trips, actions by kind and outcome, reconciler pass time, the time from
+  a drain decision to the scheduler confirming the drain, and the ingest requests' latency and answers
+  (counted by the API's middleware in ``controller.api.metrics``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from gpufleet import __version__
+from gpufleet.lifecycle.decisions import ActionKind, DecisionStatus
+from gpufleet.lifecycle.plan import OutboxAction, Plan
+from gpufleet.lifecycle.states import NodeState
+
+if TYPE_CHECKING:
+    from gpufleet.controller.ingest import GroupCommitter
+    from gpufleet.controller.reconciler import Reconciler
+    from gpufleet.controller.service import Controller
+
+PREFIX = "gpufleet_"
+# Detect-to-drain: a fatal fault on an idle node drains within a reconciler pass or two; one that waits
+# for a checkpoint can take the policy's checkpoint_wait_timeout (30 min by default) or more.
+DRAIN_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200)
+PASS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+INGEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+_DRAINS = frozenset({ActionKind.DRAIN, ActionKind.DRAIN_AFTER_CHECKPOINT})
+
+
+class ControllerMetrics:
+    """Every controller series, in its own registry. ``attach`` hooks it to the running parts."""
+
+    def __init__(self, controller: Controller) -> None:
+        self.controller = controller
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.decisions = Counter(f"{PREFIX}decisions", "Decisions made, by the rule that fired and their status "
+                                 "(applied, held by the breaker, dry_run).", ["rule", "status"], registry=r)
+        self.decision_changes = Counter(f"{PREFIX}decision_status_changes", "Later changes of a decision's "
+                                        "status (a held one approved -> applied, or cancelled).", ["status"],
+                                        registry=r)
+        self.transitions = Counter(f"{PREFIX}node_transitions", "Node lifecycle transitions.",
+                                   ["from_state", "to_state"], registry=r)
+        self.breaker_trips = Counter(f"{PREFIX}breaker_trips", "Times the blast-radius breaker tripped.", registry=r)
+        self.actions = Counter(f"{PREFIX}actions", "Outbox actions the reconciler attempted, by kind and outcome "
+                               "(done, waiting, retry, failed).", ["kind", "outcome"], registry=r)
+        self.passes = Histogram(f"{PREFIX}reconciler_pass_seconds", "Time one reconciler pass took.",
+                                buckets=PASS_BUCKETS, registry=r)
+        self.detect_to_drain = Histogram(
+            f"{PREFIX}detect_to_drain_seconds",
+            "From the decision that takes a node out (the controller judged the evidence) to the scheduler "
+            "confirming its drain.", buckets=DRAIN_BUCKETS, registry=r)
+        self.ingest_seconds = Histogram(f"{PREFIX}ingest_request_seconds", "Agents' report requests, from "
+                                        "arrival to answer (after the events are durable).", ["route"],
+                                        buckets=INGEST_BUCKETS, registry=r)
+        self.ingest_requests = Counter(f"{PREFIX}ingest_requests", "Agents' report requests by route and HTTP "
+                                       "status (4xx/5xx are refusals).", ["route", "code"], registry=r)
+        self.committer: GroupCommitter | None = None
+        self.reconciler: Reconciler | None = None
+        r.register(_StateCollector(self))
+
+    # ---- wiring -----------------------------------------------------------------------------
+    def attach(self, committer: GroupCommitter | None = None, reconciler: Reconciler | None = None) -> None:
+        self.controller.on_plan.append(self.on_plan)
+        self.committer = committer
+        if reconciler is not None:
+            self.reconciler = reconciler
+            reconciler.on_pass.append(self.on_pass)
+            reconciler.on_action.append(self.on_action)
+
+    def on_plan(self, plan: Plan) -> None:
+        for d in plan.decisions:
+            self.decisions.labels(d.rule, d.status.value).inc()
+        for _id, status in plan.status_changes:
+            self.decision_changes.labels(DecisionStatus(status).value).inc()
+        for t in plan.transitions:
+            self.transitions.labels(t.from_state.value, t.to_state.value).inc()
+        if plan.breaker is not None and plan.breaker.tripped:
+            # A plan carries the breaker only when it changed; a tripped one means it tripped now.
+            self.breaker_trips.inc()
+
+    def on_pass(self, seconds: float, attempted: int) -> None:
+        self.passes.observe(seconds)
+
+    def on_action(self, row: OutboxAction, outcome: str, now: datetime) -> None:
+        self.actions.labels(row.action.kind.value, outcome).inc()
+        if outcome == "done" and row.action.kind in _DRAINS:
+            self.detect_to_drain.observe(max(0.0, (now - row.created).total_seconds()))
+
+    def observe_ingest(self, route: str, code: int, seconds: float) -> None:
+        self.ingest_requests.labels(route, str(code)).inc()
+        self.ingest_seconds.labels(route).observe(seconds)
+
+
+class _StateCollector:
+    """Series read from the controller's state when scraped."""
+
+    def __init__(self, metrics: ControllerMetrics) -> None:
+        self.m = metrics
+
+    def describe(self) -> list[Metric]:
+        return []  # names are only known when collected; nothing to check them against ahead of time
+
+    def collect(self) -> Iterator[Metric]:
+        c = self.m.controller
+        with c.lock:
+            states = dict.fromkeys((s.value for s in NodeState), 0)
+            for rec in c.engine.nodes.values():
+                states[rec.state.value] += 1
+            held = len(c.engine.held)
+            groups = len({d.actor_id for d in c.engine.held.values()})
+            breaker = c.breaker
+            dry_run = c.dry_run
+            merges = c.admission.merges
+            suspects: dict[tuple[str, str], int] = {}
+            for s in c.verdicts:
+                key = (s.kind, s.action.value)
+                suspects[key] = suspects.get(key, 0) + 1
+        info = GaugeMetricFamily(f"{PREFIX}controller_info", "The controller's version (always 1).",
+                                 labels=["version"])
+        info.add_metric([__version__], 1)
+        yield info
+        nodes = GaugeMetricFamily(f"{PREFIX}nodes", "Nodes by lifecycle state.", labels=["state"])
+        for state, n in states.items():
+            nodes.add_metric([state], n)
+        yield nodes
+        yield GaugeMetricFamily(f"{PREFIX}held_decisions", "Decisions the breaker holds for an operator.",
+                                value=held)
+        yield GaugeMetricFamily(f"{PREFIX}held_groups", "Distinct holders of held decisions (a correlated "
+                                "component holds all its nodes as one group).", value=groups)
+        yield GaugeMetricFamily(f"{PREFIX}breaker_tripped", "1 while the blast-radius breaker is tripped.",
+                                value=int(breaker.tripped))
+        since = breaker.since.timestamp() if breaker.tripped and breaker.since is not None else 0
+        yield GaugeMetricFamily(f"{PREFIX}breaker_tripped_since_timestamp_seconds",
+                                "When the breaker tripped (0 while it is not).", value=since)
+        yield GaugeMetricFamily(f"{PREFIX}dry_run", "1 while the controller only records decisions.",
+                                value=int(dry_run))
+        yield CounterMetricFamily(f"{PREFIX}observations_merged", "Observations merged onto an earlier one of "
+                                  "the same fault from another source (since start).", value=merges)
+        verdicts = GaugeMetricFamily(f"{PREFIX}correlation_suspects", "Standing correlation verdicts by the "
+                                     "blamed component's kind and the action they call for.",
+                                     labels=["kind", "action"])
+        for (kind, action), n in sorted(suspects.items()):
+            verdicts.add_metric([kind, action], n)
+        yield verdicts
+        yield from self._ingest()
+        recon = self.m.reconciler
+        if recon is not None:
+            yield GaugeMetricFamily(f"{PREFIX}scheduler_reachable", "1 when the last scheduler read worked.",
+                                    value=int(recon.scheduler_ok))
+
+    def _ingest(self) -> Iterator[Metric]:
+        com = self.m.committer
+        if com is None:
+            return
+        yield GaugeMetricFamily(f"{PREFIX}ingest_queue_depth", "Reports (event batches and heartbeats) waiting "
+                                "for the ingest writer.", value=com.depth)
+        events = CounterMetricFamily(f"{PREFIX}ingest_events", "Events received, by outcome (accepted, "
+                                     "duplicate).", labels=["outcome"])
+        events.add_metric(["accepted"], com.events_accepted)
+        events.add_metric(["duplicate"], com.events_duplicate)
+        yield events
+        yield CounterMetricFamily(f"{PREFIX}ingest_batches_refused", "Event batches refused whole (invalid, "
+                                  "or the write failed).", value=com.batches_refused)
+        yield CounterMetricFamily(f"{PREFIX}ingest_rounds", "Group-commit transactions written.", value=com.rounds)

@@ -1,0 +1,128 @@
+"""One run's goodput report from its per-rank logs (pure): ETTR, MTTF, badput, restarts, MFU, stragglers.
+
+The job's timeline is the lowest rank's (rank 0 in a complete run): every rank sees the same attempts,
+and rank 0 is the one that records checkpoint completion. The other ranks add their step times, from
+which :mod:`gpufleet.goodput.straggler` names slow ranks.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from gpufleet.domain.errors import InvalidInput
+from gpufleet.goodput.ettr import GoodputReport, compute
+from gpufleet.goodput.runlog import RankLog, RecordKind, Restart, job_run
+from gpufleet.goodput.straggler import RankSeries, Straggler, find_stragglers
+
+
+@dataclass(frozen=True, slots=True)
+class Mfu:
+    """Model FLOPs utilisation. ``training``: FLOPs of the steps run / (their time x peak);
+    ``effective``: FLOPs of the steps kept / (elapsed x peak) = what the run achieved end to end.
+    ``lost_to_restarts``: FLOPs redone after restarts / (elapsed x peak)."""
+
+    flops_per_step: float
+    peak_flops: float
+    training: float
+    effective: float
+    lost_to_restarts: float
+
+
+@dataclass(frozen=True, slots=True)
+class RunReport:
+    goodput: GoodputReport
+    ranks: tuple[int, ...]
+    world: int
+    job: str
+    restarts: tuple[Restart, ...]
+    steps_run: int  # step lines on the reporting rank (a redone step counts twice)
+    steps_kept: int  # distinct step numbers completed
+    steps_redone: int
+    tokens_kept: int | None
+    median_step_s: float | None
+    mfu: Mfu | None
+    stragglers: tuple[Straggler, ...]
+    torn_lines: int
+
+    def as_dict(self) -> dict[str, Any]:
+        g = self.goodput
+        return {
+            "job": self.job, "world": self.world, "ranks": list(self.ranks),
+            "ettr": g.ettr, "elapsed_s": g.elapsed, "productive_s": g.productive, "mttf_s": g.mttf,
+            "restarts": len(self.restarts),
+            "restart_detail": [{"time": r.time, "reached_step": r.reached, "resumed_step": r.resumed,
+                                "steps_redone": r.steps_redone, "inferred_from_repeated_step": r.inferred}
+                               for r in self.restarts],
+            "interruptions": {"total": g.interruptions.total, "unexpected": g.interruptions.unexpected,
+                              "planned": g.interruptions.planned, "by_cause": dict(g.interruptions.by_cause)},
+            "badput_s": g.badput.as_dict(),
+            "checkpoints_durable": g.checkpoints,
+            "steps": {"run": self.steps_run, "kept": self.steps_kept, "redone": self.steps_redone,
+                      "median_s": self.median_step_s},
+            "tokens_kept": self.tokens_kept,
+            "mfu": None if self.mfu is None else {
+                "flops_per_step": self.mfu.flops_per_step, "peak_flops": self.mfu.peak_flops,
+                "training": self.mfu.training, "effective": self.mfu.effective,
+                "lost_to_restarts": self.mfu.lost_to_restarts},
+            "stragglers": [s.as_dict() for s in self.stragglers],
+            "torn_lines": self.torn_lines, "ignored_events": g.ignored_events,
+        }
+
+
+def run_report(logs: list[RankLog]) -> RunReport:
+    if not logs:
+        raise InvalidInput("run", "no rank logs", "at least one goodput-rank<R>.jsonl")
+    logs = sorted(logs, key=lambda lg: lg.rank)
+    lead = logs[0]
+    run = job_run(lead)
+    report = compute(run.timeline)
+    steps = [r for a in lead.attempts for r in a.records if r.ev is RecordKind.STEP and r.step is not None]
+    last_exec = {r.step: r for r in steps}  # the execution of each step that counted
+    tokens = [r.tokens for r in last_exec.values()]
+    durs = [r.dur for r in steps if r.dur is not None]
+    redone = sum(r.steps_redone for r in run.restarts)
+    att = lead.attempts[-1]
+    mfu = None
+    fps = next((a.flops_per_step for a in reversed(lead.attempts) if a.flops_per_step), None)
+    peak = next((a.peak_flops for a in reversed(lead.attempts) if a.peak_flops), None)
+    if fps and peak and report.elapsed > 0 and durs:
+        mfu = Mfu(fps, peak, training=fps * len(durs) / (sum(durs) * peak),
+                  effective=fps * len(last_exec) / (report.elapsed * peak),
+                  lost_to_restarts=fps * redone / (report.elapsed * peak))
+    series = [RankSeries(lg.rank, lg.host, lg.attempts[-1].local_rank,
+                         tuple((r.step, r.compute if r.compute is not None else r.dur or 0.0)
+                               for a in lg.attempts for r in a.records
+                               if r.ev is RecordKind.STEP and r.step is not None))
+              for lg in logs]
+    return RunReport(
+        goodput=report, ranks=tuple(lg.rank for lg in logs), world=att.world, job=att.job,
+        restarts=run.restarts, steps_run=len(steps), steps_kept=len(last_exec), steps_redone=redone,
+        tokens_kept=sum(t for t in tokens if t is not None) if any(t is not None for t in tokens) else None,
+        median_step_s=statistics.median(durs) if durs else None, mfu=mfu,
+        stragglers=find_stragglers(series), torn_lines=sum(lg.torn_lines for lg in logs))
+
+
+def render_text(r: RunReport) -> str:
+    g = r.goodput
+    out = [f"job {r.job or '-'}: {len(r.ranks)} of {r.world} rank logs",
+           f"ETTR          {100 * g.ettr:.2f} %  ({g.productive:.1f} s productive of {g.elapsed:.1f} s)",
+           f"MTTF          {'-' if g.mttf is None else f'{g.mttf:.1f} s'}",
+           f"restarts      {len(r.restarts)}  (steps redone: {r.steps_redone})",
+           f"steps         {r.steps_kept} kept, {r.steps_run} run"
+           + ("" if r.median_step_s is None else f", median {1000 * r.median_step_s:.1f} ms"),
+           f"checkpoints   {g.checkpoints} durable"]
+    if r.mfu is not None:
+        out.append(f"MFU           {100 * r.mfu.training:.1f} % in steps, {100 * r.mfu.effective:.1f} % "
+                   f"end to end ({100 * r.mfu.lost_to_restarts:.2f} % redone after restarts)")
+    out.append("badput")
+    for k, v in g.badput.as_dict().items():
+        if v:
+            out.append(f"  {k:<20} {v:9.2f} s  {100 * v / g.elapsed if g.elapsed else 0:6.2f} %")
+    for s in r.stragglers:
+        out.append(f"straggler     rank {s.rank} on {s.host or '?'} (local rank {s.local_rank}): "
+                   f"{s.slowdown:.2f}x its peers from step {s.from_step}")
+    if r.torn_lines:
+        out.append(f"torn lines    {r.torn_lines} (a crash cut a record short; skipped)")
+    return "\n".join(out)

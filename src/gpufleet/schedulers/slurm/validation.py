@@ -1,0 +1,138 @@
+"""Validation jobs through Slurm: ``gpufleet check`` on a drained node, with no operator.
+
+A drained node takes no job, not even one in a reservation (seen on 22.05: ``ReqNodeNotAvail``). So
+the validator first puts the node in a **maintenance reservation of its own**
+(``gpufleet-validate-<node>``, ``flags=maint,ignore_jobs``, for the controller's user only), then
+clears gpufleet's drain — the reservation keeps every other job off the node — and submits the check
+as a batch job in that reservation, pinned to the node. The check posts its results to the
+controller as check events (``gpufleet check --controller ...``); the lifecycle policy moves the
+node to ready (the reconciler then deletes the reservation: the node is back in service) or back to
+repair (the reconciler drains it again, then deletes the reservation).
+
+Idempotent: the job carries ``gpufleet:validate=<action id>`` in its comment, and a request finds a
+job already submitted for the same action instead of submitting a second one (a crash between
+``sbatch`` and recording the job id). An existing reservation is reused. A node drained by someone
+else is never resumed (``Conflict``, from the adapter's ownership rule).
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+
+from gpufleet.domain.errors import InvalidInput, NotFound
+from gpufleet.schedulers.port import JobState
+from gpufleet.schedulers.slurm.adapter import SlurmScheduler
+from gpufleet.schedulers.slurm.runner import CommandRunner, SubprocessRunner, raise_for
+
+log = logging.getLogger(__name__)
+
+RESERVATION_PREFIX = "gpufleet-validate-"
+COMMENT_PREFIX = "gpufleet:validate="
+LEVELS = ("quick", "full", "burnin", "multinode")
+_OPEN = (JobState.PENDING, JobState.RUNNING, JobState.REQUEUED)
+
+
+@dataclass(frozen=True, slots=True)
+class ValidationJobs:
+    """How validation jobs are submitted (``[validation]`` in controller.toml, docs/slurm.md)."""
+
+    # The job's command; ``{node}`` and ``{level}`` are filled in (shell-quoted).
+    command: str
+    user: str  # the reservation's users= (the user the controller submits as)
+    partition: str = ""
+    time_limit: timedelta = timedelta(hours=2)
+    output: str = "/tmp/gpufleet-validate-%j.out"  # sbatch -o (on the node)
+
+    def __post_init__(self) -> None:
+        if "{node}" not in self.command:
+            raise InvalidInput("validation.command", self.command, "a command containing {node} (and usually {level})")
+        if not self.user:
+            raise InvalidInput("validation.user", self.user, "the user the controller submits jobs as")
+
+    def argv(self, node: str, level: str) -> str:
+        if level not in LEVELS:
+            raise InvalidInput("level", level, f"one of {list(LEVELS)}")
+        return self.command.format(node=shlex.quote(node), level=shlex.quote(level))
+
+
+def reservation_of(node: str) -> str:
+    return f"{RESERVATION_PREFIX}{node}"
+
+
+class SlurmValidator:
+    """The controller's ``Validator`` for Slurm (see the module docstring)."""
+
+    def __init__(self, scheduler: SlurmScheduler, jobs: ValidationJobs, runner: CommandRunner | None = None, *,
+                 slurm_conf: str | None = None, timeout: float = 30.0) -> None:
+        self._sched = scheduler
+        self._jobs = jobs
+        self._run = runner if runner is not None else SubprocessRunner(slurm_conf)
+        self._timeout = timeout
+
+    # ---- the Validator port -------------------------------------------------------------------
+    def request(self, node: str, level: str, key: str) -> str:
+        command = self._jobs.argv(node, level)
+        existing = self._job_for(key)
+        if existing:
+            log.info("%s: validation job %s for %s already submitted", node, existing, key)
+            return existing
+        self._reserve(node)
+        self._sched.resume(node)  # Conflict for someone else's drain; no-op if not drained
+        minutes = max(1, int(self._jobs.time_limit.total_seconds() // 60))
+        argv = ["sbatch", "--parsable", "-J", f"gpufleet-validate-{level}", "-w", node,
+                f"--reservation={reservation_of(node)}", f"--comment={COMMENT_PREFIX}{key}",
+                f"--time={minutes}", "-o", self._jobs.output]
+        if self._jobs.partition:
+            argv += ["-p", self._jobs.partition]
+        res = self._run([*argv, "--wrap", command], timeout=self._timeout)
+        raise_for(res, node=node)
+        job = res.stdout.strip().split(";")[0]
+        log.info("%s: %s validation job %s submitted in reservation %s", node, level, job, reservation_of(node))
+        return job
+
+    def ended(self, handle: str) -> str | None:
+        try:
+            job = self._sched.job(handle)
+        except NotFound:
+            return f"job {handle} left the queue"
+        if job.state in _OPEN:
+            return None
+        return f"job {handle} ended {dict(job.extra).get('slurm_state', job.state)}"
+
+    def release(self, node: str) -> None:
+        name = reservation_of(node)
+        res = self._run(["scontrol", "delete", f"reservationname={name}"], timeout=self._timeout)
+        if res.returncode != 0 and "reservation is invalid" in (res.stderr + res.stdout):
+            return
+        raise_for(res, node=node)
+        log.info("%s: reservation %s deleted", node, name)
+
+    def holds(self, node: str) -> bool:
+        res = self._run(["scontrol", "show", "reservation", reservation_of(node)], timeout=self._timeout)
+        if res.returncode != 0 and "not found" in (res.stderr + res.stdout).lower():
+            return False
+        raise_for(res, node=node)
+        return "ReservationName=" in res.stdout
+
+    # ---- internals ----------------------------------------------------------------------------
+    def _reserve(self, node: str) -> None:
+        if self.holds(node):
+            return
+        minutes = max(1, int(self._jobs.time_limit.total_seconds() // 60)) * 2  # queueing + the job
+        argv: Sequence[str] = ["scontrol", "create", "reservation", f"reservationname={reservation_of(node)}",
+                               f"nodes={node}", "starttime=now", f"duration={minutes}",
+                               f"users={self._jobs.user}", "flags=maint,ignore_jobs"]
+        res = self._run(argv, timeout=self._timeout)
+        raise_for(res, node=node)
+        log.info("%s: maintenance reservation %s created", node, reservation_of(node))
+
+    def _job_for(self, key: str) -> str:
+        token = f"{COMMENT_PREFIX}{key}"
+        for j in self._sched.list_jobs():
+            if j.state in _OPEN and dict(j.extra).get("comment", "") == token:
+                return j.id
+        return ""

@@ -1,0 +1,107 @@
+"""``gpufleet fleet ...`` against a live controller process: every command, tables and ``--json``, and the
+exit codes of its errors. What the CLI did is checked through the API, not through the CLI's own output."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.harness import ADMIN_TOKEN, BASE_POLICY, Controller, Fleet, child_env, free_port, gpufleet_argv
+
+pytestmark = pytest.mark.e2e
+NODES = {"n1": "r01", "n2": "r01", "n3": "r02", "n4": "r02"}
+# One node of four may be out: the second fatal fault trips the breaker and is held.
+TIGHT = BASE_POLICY.replace("max_unavailable_fleet = 1.0", "max_unavailable_fleet = 0.25")
+
+
+def cli(ctl: Controller, *args: str, token: str | None = ADMIN_TOKEN, url: str | None = None,
+        expect: int = 0) -> str:
+    env = child_env({"GPUFLEET_TOKEN": token} if token is not None else {})
+    out = subprocess.run(gpufleet_argv("fleet", "--url", url or ctl.url, *args), env=env, capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert out.returncode == expect, f"gpufleet fleet {' '.join(args)}: {out.returncode}\n{out.stderr}{out.stdout}"
+    return out.stdout if expect == 0 else out.stderr
+
+
+def cli_json(ctl: Controller, *args: str) -> Any:
+    return json.loads(cli(ctl, *args, "--json"))
+
+
+def fatal(ctl: Controller, node: str) -> None:
+    now = datetime.now(UTC).isoformat()
+    ctl.api.post("/events", {"events": [{"id": f"x79-{node}", "node": node, "kind": "xid", "code": 79, "time": now,
+                                         "component": f"{node}-gpu0"}]})
+
+
+@pytest.fixture
+def ctl(fleet: Fleet) -> Controller:
+    return fleet.controller(nodes=NODES, policy=TIGHT)
+
+
+def test_status_nodes_node_and_events(ctl: Controller) -> None:
+    fatal(ctl, "n1")
+    status = cli_json(ctl, "status")
+    assert status == ctl.api.get("/status") | {"events": status["events"]}
+    table = cli(ctl, "status")
+    assert "breaker" in table and "held decisions" in table
+    nodes = cli_json(ctl, "nodes")
+    assert sorted(n["id"] for n in nodes) == sorted(NODES)
+    listed = cli(ctl, "nodes", "--rack", "r02")
+    assert "n3" in listed and "n4" in listed and "n1" not in listed
+    detail = cli_json(ctl, "node", "n1")
+    assert detail["node"]["state"] in ("draining", "drained")
+    assert [d["rule"] for d in detail["decisions"]] == [d["rule"] for d in ctl.api.decisions("n1")]
+    assert "fatal_event" in cli(ctl, "node", "n1")
+    events = cli_json(ctl, "events", "--node", "n1")
+    assert [e["id"] for e in events] == [e["id"] for e in ctl.api.events("n1")]
+    assert "x79-n1" not in cli(ctl, "events", "--node", "n2")
+
+
+def test_held_decisions_approve_cancel_and_the_breaker(ctl: Controller) -> None:
+    for node in ("n1", "n2", "n3"):
+        fatal(ctl, node)
+    breaker = cli_json(ctl, "breaker")
+    assert breaker["tripped"] and breaker["held"] == 2 == ctl.api.breaker()["held"]
+    assert "TRIPPED" in cli(ctl, "breaker")
+    held = {d["node"] for d in ctl.api.get("/decisions", status="held")}
+    assert held == {"n2", "n3"}
+    approved = cli_json(ctl, "approve", "n2")
+    assert approved["approved"] == ["n2"]
+    assert ctl.api.node_state("n2") in ("draining", "drained")
+    cancelled = cli_json(ctl, "cancel", "n3", "--reason", "false alarm")
+    assert cancelled["cancelled"]
+    assert ctl.api.breaker()["held"] == 0
+    assert any(a["action"] == "approve_held" and a["target"] == "n2" for a in ctl.api.audit())
+    cli(ctl, "breaker", "--reset")
+    assert ctl.api.breaker()["tripped"] is False
+    cli(ctl, "approve", "n4", expect=3)  # nothing held for n4
+
+
+def test_drain_resume_retire_and_their_refusals(ctl: Controller) -> None:
+    out = cli(ctl, "drain", "n4", "--reason", "fan noise")
+    assert "n4" in out
+    assert ctl.api.node_state("n4") in ("draining", "drained")
+    assert any("fan noise" in t["reason"] for t in ctl.api.node("n4")["history"])
+    err = cli(ctl, "drain", "n4", expect=4)  # already draining: a conflict, named
+    assert "n4" in err
+    cli(ctl, "retire", "n3")
+    assert ctl.api.node_state("n3") == "retired"
+    cli(ctl, "resume", "n3", expect=4)
+    cli(ctl, "node", "nope", expect=3)
+
+
+def test_token_and_connection_errors(ctl: Controller, tmp_path: Path) -> None:
+    assert "GPUFLEET_TOKEN" in cli(ctl, "status", token=None, expect=2)
+    assert "token" in cli(ctl, "status", token="wrong-token-000000000000", expect=2)
+    token_file = tmp_path / "token"
+    token_file.write_text(ADMIN_TOKEN + "\n")
+    out = subprocess.run(gpufleet_argv("fleet", "--url", ctl.url, "--token-file", str(token_file), "status", "--json"),
+                         env=child_env(), capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["nodes"] == ctl.api.get("/status")["nodes"]
+    cli(ctl, "status", url=f"http://127.0.0.1:{free_port()}", expect=5)

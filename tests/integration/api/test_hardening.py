@@ -1,0 +1,213 @@
+"""Regression tests for the defects an outside review reproduced against a running controller (issue #16)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpufleet.controller.api.app import create_app
+from gpufleet.controller.api.limits import Limits
+from gpufleet.controller.settings import Role, TokenConfig
+from tests.integration.api.conftest import TOKENS, Api, auth, make_api
+
+JSON = {"content-type": "application/json"}
+
+
+def _one_422(r: Any) -> dict[str, Any]:
+    assert r.status_code == 422, r.text
+    (d,) = r.json()["detail"]
+    assert set(d) == {"field", "value", "expected"}
+    return dict(d)
+
+
+# ---- no 5xx on bad input ---------------------------------------------------------------------------
+def test_an_invalid_value_over_200_characters_is_a_422_showing_it_cut(api: Api) -> None:
+    r = api.post("/v1/events", {"events": [api.event("e1", "r01-n01") | {"kind": "k" * 5000}]}, "agent")
+    d = _one_422(r)
+    assert d["field"] == "events[0].kind"
+    assert d["value"].startswith("kkk") and d["value"].endswith("...") and len(d["value"]) < 300
+
+
+@pytest.mark.parametrize("when", ["9999-12-31T23:00:00-05:00", "0001-01-01T00:30:00+01:00"])
+def test_a_time_outside_the_utc_calendar_is_a_422(api: Api, when: str) -> None:
+    d = _one_422(api.post("/v1/events", {"events": [api.event("e1", "r01-n01") | {"time": when}]}, "agent"))
+    assert (d["field"], d["value"]) == ("events[0].time", when)
+    d = _one_422(api.client.get("/v1/events", params={"since": when}, headers=auth("viewer")))
+    assert (d["field"], d["value"]) == ("since", when)
+
+
+def test_an_offset_past_a_64_bit_integer_is_a_422(api: Api) -> None:
+    d = _one_422(api.client.get("/v1/events", params={"offset": str(2**63)}, headers=auth("viewer")))
+    assert (d["field"], d["value"]) == ("offset", str(2**63))
+
+
+@pytest.mark.parametrize("raw", ["NaN", "Infinity", "1e400", "9" * 5000])
+def test_a_code_that_is_not_an_integer_json_can_carry_is_a_4xx_never_a_5xx(api: Api, raw: str) -> None:
+    event = json.dumps({"id": "n1", "node": "r01-n01", "kind": "xid", "time": api.clock.now().isoformat()})
+    body = '{"events": [' + event[:-1] + ', "code": ' + raw + "}]}"
+    r = api.client.post("/v1/events", content=body.encode(), headers=auth("agent") | JSON)
+    assert 400 <= r.status_code < 500, r.text
+    assert api.rows()["events"] == 0
+
+
+@pytest.mark.parametrize(("method", "path", "body", "field"), [
+    ("POST", "/v1/nodes/r01-n01/drain", {"reason": "a\u0000b"}, "reason"),
+    ("POST", "/v1/nodes", {"nodes": [{"id": "r05-n01", "rack": "r\u000005"}]}, "nodes[0].rack"),
+    ("POST", "/v1/held/approve", {"component": "leaf\u0000"}, "component"),
+    ("PUT", "/v1/nodes/r01-n01/inventory", {"node": "r01-n01", "serial": "S\u0000"}, "inventory.serial"),
+    ("GET", "/v1/nodes?rack=r%0001", None, "rack"),
+    ("GET", "/v1/nodes/r01%00n01", None, "node"),
+    ("GET", "/v1/audit?target=a%00", None, "target"),
+    ("POST", "/v1/jobs/" + "j" * 129 + "/checkpoint", {"time": "2026-11-21T12:00:00Z"}, "job_id"),
+    ("POST", "/v1/nodes", {"nodes": [{"id": "r05-n01", "rack": "r" * 129}]}, "nodes[0].rack"),
+    ("PUT", "/v1/nodes/r01-n01/inventory", {"node": "r01-n01", "serial": "S" * 201}, "inventory.serial"),
+])
+def test_nul_and_over_long_text_in_any_field_is_a_422_naming_it(api: Api, method: str, path: str, body: Any,
+                                                                   field: str) -> None:
+    before = api.rows()
+    content = None if body is None else json.dumps(body).encode()
+    d = _one_422(api.client.request(method, path, content=content, headers=auth("admin") | JSON))
+    assert d["field"] == field
+    assert api.rows() == before
+
+
+# ---- node-scoped identity ------------------------------------------------------------------------------
+def test_an_agent_token_must_name_its_nodes() -> None:
+    with pytest.raises(ValueError, match="nodes"):
+        TokenConfig(name="agents", role=Role.AGENT, token="agent-token-000000009")
+    assert TokenConfig(name="agents", role=Role.AGENT, token="agent-token-000000009", nodes=("*",)).nodes == ("*",)
+
+
+def test_an_agent_reports_checkpoints_only_for_jobs_on_its_nodes(api: Api) -> None:
+    on_r01 = api.scheduler.submit("train-a", ["r01-n01", "r01-n02"], start=api.clock.now())
+    on_r02 = api.scheduler.submit("train-b", ["r02-n01"], start=api.clock.now())
+    when = {"time": api.clock.now().isoformat()}
+    assert api.post(f"/v1/jobs/{on_r01.id}/checkpoint", when, "agent-r01").status_code == 202
+    r = api.post(f"/v1/jobs/{on_r02.id}/checkpoint", when, "agent-r01")
+    assert r.status_code == 403 and "r02-n01" in r.text
+    assert api.post("/v1/jobs/no-such-job/checkpoint", when, "agent-r01").status_code == 404
+    assert api.post(f"/v1/jobs/{on_r02.id}/checkpoint", when, "operator").status_code == 202
+    assert api.controller.store.last_checkpoint([on_r02.id]) is not None
+
+
+def test_a_checkpoint_dated_in_the_future_beyond_the_skew_is_refused(api: Api) -> None:
+    job = api.scheduler.submit("train-a", ["r01-n01"], start=api.clock.now())
+    far = api.clock.now() + api.controller.max_clock_skew + timedelta(seconds=1)
+    d = _one_422(api.post(f"/v1/jobs/{job.id}/checkpoint", {"time": far.isoformat()}, "operator"))
+    assert d["field"] == "time"
+    assert api.controller.store.last_checkpoint([job.id]) is None
+    near = api.clock.now() + api.controller.max_clock_skew
+    assert api.post(f"/v1/jobs/{job.id}/checkpoint", {"time": near.isoformat()}, "operator").status_code == 202
+
+
+# ---- limits before authentication, backpressure ------------------------------------------------------
+def _limited(tmp_path: Path, limits: Limits, **kw: Any) -> Api:
+    a = make_api(tmp_path)
+    a.app = create_app(a.controller, tuple(TOKENS.values()), a.reconciler, limits=limits, **kw)
+    from fastapi.testclient import TestClient
+
+    a.client = TestClient(a.app)
+    return a
+
+
+def test_an_unauthenticated_oversized_body_is_refused_before_it_is_read(tmp_path: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    api = _limited(tmp_path, Limits(max_body_bytes=1000))
+    with caplog.at_level(logging.WARNING, "gpufleet.controller.api.limits"):
+        r = api.client.post("/v1/events", content=b"x" * 5000, headers=JSON)
+    assert r.status_code == 413 and "1000" in r.text
+    assert api.app.state.refused["body_too_large"] == 1
+    assert "refused POST /v1/events" in caplog.text
+    # A streamed body (no content-length): reading stops at the bound, long before its end.
+    reads, sent = [], []
+
+    async def receive() -> dict[str, Any]:
+        reads.append(1)
+        return {"type": "http.request", "body": b"x" * 500, "more_body": len(reads) < 100}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/events", "headers": [], "client": ("10.0.0.9", 1)}
+    asyncio.run(api.app(scope, receive, send))  # type: ignore[arg-type]
+    assert sent[0]["status"] == 413
+    assert len(reads) == 3
+
+
+def test_a_body_sent_too_slowly_is_refused_with_408(tmp_path: Path) -> None:
+    api = _limited(tmp_path, Limits(read_timeout_s=0.05))
+    sent = []
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()  # the rest of the body never comes
+        return {}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/events", "client": ("10.0.0.9", 1),
+             "headers": [(b"content-length", b"100")]}
+    asyncio.run(api.app(scope, receive, send))  # type: ignore[arg-type]
+    assert sent[0]["status"] == 408
+    assert api.app.state.refused["read_timeout"] == 1
+
+
+def test_oversized_headers_are_refused(tmp_path: Path) -> None:
+    api = _limited(tmp_path, Limits(max_header_bytes=2000))
+    r = api.client.get("/v1/health", headers=auth("viewer") | {"x-padding": "p" * 3000})
+    assert r.status_code == 431
+    assert api.client.get("/v1/health", headers=auth("viewer")).status_code == 200
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_full_ingest_queue_answers_429_with_retry_after(tmp_path: Path, fast: bool) -> None:
+    api = make_api(tmp_path, fast_ingest=fast)
+    committer = api.app.state.ingest
+    committer.max_queued_events = 3
+    with api.controller.lock:  # the writer cannot take a round: the queue fills
+        first = committer.submit([])  # something queued, so the bound applies
+        committer.queued = 3
+        r = api.post("/v1/events", {"events": [api.event("q1", "r01-n01", "ecc_sbe", None)]}, "agent")
+        beat = api.post("/v1/nodes/r01-n01/heartbeat", {"time": api.clock.now().isoformat()}, "agent")
+    assert first is not None
+    assert r.status_code == 429 and beat.status_code == 429
+    assert r.headers["retry-after"] == "1"
+    assert "queue full" in r.json()["detail"]
+    assert committer.refused == 2
+
+
+def test_refused_requests_are_counted_in_the_status(api: Api, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, "gpufleet.controller.api.auth"):
+        assert api.client.get("/v1/nodes").status_code == 401
+        assert api.client.get("/v1/nodes", headers={"authorization": "Bearer nope"}).status_code == 401
+        assert api.post("/v1/nodes/r01-n01/drain", {}, "viewer").status_code == 403
+    assert "refused GET /v1/nodes from testclient: unauthenticated" in caplog.text
+    refused = api.get("/v1/status")["refused"]
+    assert (refused["unauthenticated"], refused["forbidden"], refused["overloaded"]) == (2, 1, 0)
+
+
+def test_the_openapi_document_can_require_a_token_and_the_cdn_docs_can_be_off(tmp_path: Path) -> None:
+    api = _limited(tmp_path, Limits(), openapi_requires_auth=True)
+    assert api.client.get("/openapi.json").status_code == 401
+    doc = api.client.get("/openapi.json", headers=auth("viewer"))
+    assert doc.status_code == 200 and "/v1/events" in doc.json()["paths"]
+    assert api.client.get("/docs").status_code == 404
+    (tmp_path / "x").mkdir()
+    plain = _limited(tmp_path / "x", Limits(), api_docs=False)
+    assert plain.client.get("/docs").status_code == 404 and plain.client.get("/redoc").status_code == 404
+    assert plain.client.get("/openapi.json").status_code == 200
+
+
+def test_the_openapi_422_schema_is_the_body_the_api_sends(api: Api) -> None:
+    schemas = api.client.get("/openapi.json").json()["components"]["schemas"]
+    entry = schemas["ValidationError"]
+    r = api.post("/v1/events", {"events": []}, "agent")
+    (sent,) = r.json()["detail"]
+    assert set(sent) == set(entry["properties"]) == set(entry["required"])
+    assert schemas["HTTPValidationError"]["properties"]["detail"]["items"]["$ref"].endswith("/ValidationError")

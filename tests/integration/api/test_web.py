@@ -1,0 +1,176 @@
+"""The web UI over the real app and store (no browser): who may see and do what, the CSRF and origin
+checks on its forms, the live fragment, and that each page shows what the API says. The browser tests
+(tests/e2e/test_ui.py, marker ``ui``) drive the same pages in Chromium."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpufleet.controller.web.session import COOKIE, csrf_token
+from tests.integration.api.conftest import TOKENS, Api, auth, make_api
+
+PAGES = ("/", "/ui/held", "/ui/breaker", "/ui/verdicts", "/ui/jobs", "/ui/nodes/r01-n01")
+
+
+@pytest.fixture
+def ui(tmp_path: Path) -> Iterator[Api]:
+    # 8 nodes, 2 racks: the default budget (10 %, at least one node) lets one drain through and holds the next.
+    a = make_api(tmp_path)
+    yield a
+    a.client.close()
+    a.engine.dispose()
+
+
+def token(who: str) -> str:
+    t = TOKENS[who].token
+    assert t is not None
+    return t
+
+
+def sign_in(api: Api, who: str) -> None:
+    r = api.client.post("/ui/login", data={"token": token(who), "next": "/ui/held"}, follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/ui/held", r.text
+    cookie = r.headers["set-cookie"]
+    assert f"{COOKIE}=" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie, cookie
+
+
+def fatal(api: Api, node: str) -> None:
+    r = api.post("/v1/events", {"events": [api.event(f"x79-{node}", node, component=f"{node}-gpu0")]}, "agent")
+    assert r.status_code == 202, r.text
+
+
+def test_pages_need_a_token_and_a_browser_is_sent_to_sign_in(ui: Api) -> None:
+    for path in PAGES:
+        r = ui.client.get(path, follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"].startswith("/ui/login?next="), (path, r.status_code)
+        assert ui.client.get(path, headers={"X-Gpufleet-Fragment": "1"}).status_code == 401
+        assert ui.client.get(path, headers=auth("agent"), follow_redirects=False).status_code == 303  # agents: no UI
+        ok = ui.client.get(path, headers=auth("viewer"))
+        assert ok.status_code == 200 and "text/html" in ok.headers["content-type"], (path, ok.text[:300])
+        assert "script-src 'self'" in ok.headers["content-security-policy"]
+    bad = ui.client.post("/ui/login", data={"token": "not-a-token-at-all-0000", "next": "/"}, follow_redirects=False)
+    assert bad.status_code == 401 and "not valid" in bad.text
+    agent = ui.client.post("/ui/login", data={"token": token("agent"), "next": "/"}, follow_redirects=False)
+    assert agent.status_code == 401 and COOKIE not in agent.headers.get("set-cookie", "")
+
+
+def test_sign_in_goes_only_to_a_path_on_this_server(ui: Api) -> None:
+    for target in ("https://evil.example/", "//evil.example/x", "/\\evil.example"):
+        r = ui.client.post("/ui/login", data={"token": token("viewer"), "next": target}, follow_redirects=False)
+        assert r.status_code == 303 and r.headers["location"] == "/", target
+
+
+def test_the_fleet_map_groups_by_switch_domain_and_rack_with_why(ui: Api) -> None:
+    fatal(ui, "r01-n01")
+    page = ui.client.get("/", headers=auth("viewer")).text
+    state = ui.get("/v1/nodes/r01-n01")["node"]["state"]
+    reason = ui.get("/v1/nodes/r01-n01")["history"][0]["reason"]
+    tile = re.search(r'<a class="tile s-(\w+)[^"]*" href="/ui/nodes/r01-n01"', page)
+    assert tile is not None and tile.group(1) == state != "ready"
+    assert reason and reason in page
+    assert page.index("rack r01") < page.index("rack r02")
+    assert len(re.findall(r'class="tile ', page)) == len(ui.nodes)
+
+
+def test_a_viewer_sees_but_cannot_act(ui: Api) -> None:
+    sign_in(ui, "viewer")
+    page = ui.client.get("/ui/breaker").text
+    assert "Reset the breaker" not in page and "actions need an operator" in page
+    r = ui.client.post("/ui/breaker/reset", data={"csrf": csrf_token(token("viewer"))}, follow_redirects=False)
+    assert r.status_code == 403 and "may only look" in r.text
+
+
+def test_a_form_needs_its_csrf_token_and_our_origin(ui: Api) -> None:
+    fatal(ui, "r01-n01")
+    fatal(ui, "r01-n02")
+    assert ui.get("/v1/breaker")["held"] == 1
+    sign_in(ui, "operator")
+    for data, headers in (({}, {}),
+                          ({"csrf": "0" * 64}, {}),
+                          ({"csrf": csrf_token(token("operator"))}, {"Origin": "https://evil.example"}),
+                          ({"csrf": csrf_token(token("operator"))}, {"Sec-Fetch-Site": "cross-site"})):
+        r = ui.client.post("/ui/breaker/reset", data=data, headers=headers, follow_redirects=False)
+        assert r.status_code == 403 and "refused" in r.text, (data, headers)
+    assert ui.get("/v1/breaker")["tripped"]
+    same_site = {"Origin": "http://testserver", "Sec-Fetch-Site": "same-origin"}
+    ok = ui.client.post("/ui/breaker/reset", data={"csrf": csrf_token(token("operator")), "discard_held": "on"},
+                        headers=same_site, follow_redirects=False)
+    assert ok.status_code == 303 and ok.headers["location"] == "/ui/breaker"
+    assert ui.get("/v1/breaker") == {"tripped": False, "reason": "", "since": None, "held": 0}
+    assert any(a["action"] == "breaker_reset" and a["actor_id"] == "operator:alice" for a in ui.get("/v1/audit"))
+
+
+def test_approve_and_cancel_held_decisions_from_the_queue(ui: Api) -> None:
+    fatal(ui, "r01-n01")
+    fatal(ui, "r01-n02")
+    fatal(ui, "r02-n01")
+    held = {d["node"] for d in ui.get("/v1/decisions", status="held")}
+    assert held == {"r01-n02", "r02-n01"}
+    queue = ui.client.get("/ui/held", headers=auth("operator")).text
+    assert all(f'data-node="{n}"' in queue for n in held)
+    csrf = {"csrf": csrf_token(token("operator"))}
+    sign_in(ui, "operator")
+    r = ui.client.post("/ui/held/approve", data=csrf | {"node": "r01-n02"}, follow_redirects=False)
+    assert r.status_code == 303
+    assert ui.get("/v1/nodes/r01-n02")["node"]["state"] in ("draining", "drained")
+    r = ui.client.post("/ui/held/cancel", data=csrf | {"node": "r02-n01", "reason": "bad batch"},
+                       follow_redirects=False)
+    assert r.status_code == 303
+    assert ui.get("/v1/decisions", status="held") == []
+    assert ui.get("/v1/nodes/r02-n01")["node"]["state"] not in ("draining", "drained")
+    again = ui.client.post("/ui/held/cancel", data=csrf | {"node": "r02-n01"}, follow_redirects=False)
+    assert again.status_code == 404 and "held decision for node" in again.text  # as the API answers
+
+
+def test_node_operations_and_dry_run_from_forms(ui: Api) -> None:
+    sign_in(ui, "operator")
+    csrf = {"csrf": csrf_token(token("operator"))}
+    r = ui.client.post("/ui/nodes/r02-n03/operate", data=csrf | {"op": "drain", "reason": "fan noise"},
+                       follow_redirects=False)
+    assert r.status_code == 303 and r.headers["location"] == "/ui/nodes/r02-n03"
+    assert ui.get("/v1/nodes/r02-n03")["node"]["state"] in ("draining", "drained")
+    assert "fan noise" in ui.client.get("/ui/nodes/r02-n03").text
+    bad = ui.client.post("/ui/nodes/r02-n03/operate", data=csrf | {"op": "explode"}, follow_redirects=False)
+    assert bad.status_code == 422 and "explode" in bad.text
+    assert ui.client.post("/ui/nodes/nope/operate", data=csrf | {"op": "drain"}).status_code == 404
+    assert ui.client.post("/ui/mode", data=csrf | {"dry_run": "on"}, follow_redirects=False).status_code == 303
+    assert ui.get("/v1/mode") == {"dry_run": True}
+    assert "dry run" in ui.client.get("/").text
+
+
+def test_the_node_page_shows_what_the_api_says(ui: Api) -> None:
+    fatal(ui, "r01-n01")
+    ui.reconciler.run_once()
+    page = ui.client.get("/ui/nodes/r01-n01", headers=auth("viewer")).text
+    detail = ui.get("/v1/nodes/r01-n01")
+    assert detail["events"][0]["id"] and detail["decisions"][0]["rule"] in page
+    assert all(a["kind"] in page for a in detail["actions"])
+    assert all(t["reason"] in page for t in detail["history"])
+    assert ui.client.get("/ui/nodes/nope", headers=auth("viewer")).status_code == 404
+
+
+def test_the_fragment_is_the_live_part_only(ui: Api) -> None:
+    full = ui.client.get("/ui/breaker", headers=auth("viewer")).text
+    part = ui.client.get("/ui/breaker", headers=auth("viewer") | {"X-Gpufleet-Fragment": "1"}).text
+    assert "<html" in full and "<html" not in part and 'id="breaker-state"' in part
+
+
+def test_jobs_show_their_last_checkpoint(ui: Api) -> None:
+    job = ui.scheduler.submit("train", ["r01-n03", "r01-n04"], start=ui.clock.now())
+    page = ui.client.get("/ui/jobs", headers=auth("viewer")).text
+    assert f'data-job="{job.id}"' in page and "never reported" in page
+    r = ui.post(f"/v1/jobs/{job.id}/checkpoint", {"time": ui.clock.now().isoformat()}, "operator")
+    assert r.status_code == 202, r.text
+    page = ui.client.get("/ui/jobs", headers=auth("viewer")).text
+    assert "never reported" not in page and ui.clock.now().strftime("%Y-%m-%d %H:%M:%S") in page
+
+
+def test_assets_are_served_from_the_package(ui: Api) -> None:
+    js = ui.client.get("/ui/static/live.js")
+    assert js.status_code == 200 and "X-Gpufleet-Fragment" in js.text
+    assert ui.client.get("/ui/static/style.css").status_code == 200
+    assert ui.client.get("/ui/static/..%2Fsession.py").status_code == 404
