@@ -24,6 +24,7 @@ from datetime import timedelta
 from gpufleet.correlate.engine import Engine
 from gpufleet.correlate.scenarios import FAULTS, Noise, Scenario, TopologyKind, generate
 from gpufleet.correlate.scoring import score, summary
+from gpufleet.correlate.weak import WEAK_FAULTS, Split, generate_weak, weak_topology
 from gpufleet.domain.catalog import load_default_catalog
 from gpufleet.domain.eventio import FileEvent, format_event, parse_line_strict, read_event_fields, read_events
 from gpufleet.domain.events import EventKind, Severity
@@ -180,14 +181,16 @@ def _throughput(nodes: int, seeds: int) -> dict[str, object]:
         fe_rates.append(file_events)
         strict_rates.append(strict)
     steady = _steady_state(topo, seeds)
-    # The timing loop's own process_time() calls are included above; measure the bare loop too.
-    bare = []
-    for sc in scs[: len(FAULTS[TopologyKind.HGX])]:
-        eng = Engine(topo)
-        c0 = time.process_time()
-        for ev in sc.events:
-            eng.observe(ev)
-        bare.append(len(sc.events) / max(1e-9, time.process_time() - c0))
+    # The timing loop's own process_time() calls are included above; measure the bare loop too, with
+    # and without the coherence statistic (v2 vs v1 engine), alternating on the same streams.
+    bare, bare_v1 = [], []
+    for sc in scs[: len(FAULTS[TopologyKind.HGX])] + heavy[: len(FAULTS[TopologyKind.HGX])]:
+        for coherence, rates in ((False, bare_v1), (True, bare)):
+            eng = Engine(topo, coherence=coherence)
+            c0 = time.process_time()
+            for ev in sc.events:
+                eng.observe(ev)
+            rates.append(len(sc.events) / max(1e-9, time.process_time() - c0))
     gc.unfreeze()
     lat.sort()
     return {
@@ -199,6 +202,7 @@ def _throughput(nodes: int, seeds: int) -> dict[str, object]:
         "events": events,
         "engine_events_per_cpu_s_median": round(statistics.median(engine_rates)),
         "engine_events_per_cpu_s_bare_median": round(statistics.median(bare)),
+        "engine_v1_counts_only_events_per_cpu_s_bare_median": round(statistics.median(bare_v1)),
         "end_to_end_events_per_cpu_s_median": round(statistics.median(e2e_rates)),
         "end_to_end_file_events_per_cpu_s_median": round(statistics.median(fe_rates)),
         "end_to_end_strict_path_per_cpu_s_median": round(statistics.median(strict_rates)),
@@ -227,8 +231,27 @@ def _throughput(nodes: int, seeds: int) -> dict[str, object]:
     }
 
 
+def _weak_accuracy(seeds: int) -> dict[str, object]:
+    """The weak-signal suite (gpufleet.correlate.weak) for v2 (coherence) and v1 (counts only), both
+    splits and both noise levels; the held-out split was never used while tuning."""
+    out: dict[str, object] = {}
+    for kind in TopologyKind:
+        topo = weak_topology(kind)
+        for noise in (Noise.REALISTIC, Noise.HEAVY):
+            for split in Split:
+                scs = [generate_weak(topo, kind, f, noise, s, split) for f in WEAK_FAULTS[kind] for s in range(seeds)]
+                for name, coherence in (("v2", True), ("v1_counts_only", False)):
+                    res = score(topo, scs, coherence=coherence)
+                    out[f"{kind}/{noise}/{split}/{name}"] = {
+                        **summary(res),
+                        "by_fault": {f: round(a, 3) for f, (_, a, _) in res.by(1).items()},
+                    }
+    return out
+
+
 def run(quick: bool) -> dict[str, object]:
     return {
+        "weak": _weak_accuracy(seeds=3 if quick else 20),
         "accuracy": _accuracy(seeds=3 if quick else 30),
         "scale": _throughput(nodes=1024 if quick else 16384, seeds=1 if quick else 3),
     }

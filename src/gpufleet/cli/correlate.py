@@ -97,16 +97,27 @@ def register(app: typer.Typer) -> None:
         noise: Annotated[str, typer.Option("--noise", help="none, realistic or heavy.")] = "realistic",
         seeds: Annotated[int, typer.Option("--seeds", help="Scenarios per fault type.")] = 10,
         fault: Annotated[str, typer.Option("--fault", help="Only this fault type.")] = "",
+        suite: Annotated[
+            str, typer.Option("--suite", help="strong (count-crossing faults) or weak (weak-signal scenarios).")
+        ] = "strong",
+        split: Annotated[
+            str, typer.Option("--split", help="weak suite: tune (used in development) or heldout (report only).")
+        ] = "tune",
+        counts_only: Annotated[
+            bool, typer.Option("--counts-only", help="Score the engine without the coherence statistic (v1).")
+        ] = False,
         dump: Annotated[
             Path | None,
             typer.Option("--dump", help="Also write each scenario here (topology, events, truth)."),
         ] = None,
     ) -> None:
-        """Score the engine on generated scenarios (top-1/top-3, healthy switches blamed)."""
+        """Score the engine on generated scenarios (top-1/top-3, healthy switches blamed; weak suite:
+        also false alarms on noise-only windows and lead time before a failure)."""
         import json
 
-        from gpufleet.correlate.scenarios import FAULTS, FaultType, Noise, TopologyKind, generate
+        from gpufleet.correlate.scenarios import FAULTS, FaultType, Noise, Scenario, TopologyKind, generate
         from gpufleet.correlate.scoring import score, summary
+        from gpufleet.correlate.weak import WEAK_FAULTS, Split, WeakFault, generate_weak, weak_topology
         from gpufleet.domain.errors import InvalidInput
         from gpufleet.domain.eventio import format_event
         from gpufleet.domain.topology import dump_topology
@@ -114,13 +125,21 @@ def register(app: typer.Typer) -> None:
 
         kinds = list(TopologyKind) if kind == "all" else [_choice(TopologyKind, kind, "--kind")]
         level = _choice(Noise, noise, "--noise")
-        only = _choice(FaultType, fault, "--fault") if fault else None
+        weak = _choice(_Suite, suite, "--suite") is _Suite.WEAK
+        part = _choice(Split, split, "--split")
         if seeds < 1:
             raise InvalidInput("--seeds", seeds, "at least 1")
         for k in kinds:
-            topo = generate_hgx(64) if k is TopologyKind.HGX else generate_nvl72(2)
-            faults = [f for f in FAULTS[k] if only in (None, f)]
-            scs = [generate(topo, k, f, level, s) for f in faults for s in range(seeds)]
+            scs: list[Scenario]
+            if weak:
+                wonly = _choice(WeakFault, fault, "--fault") if fault else None
+                topo = weak_topology(k)
+                scs = [generate_weak(topo, k, f, level, s, part) for f in WEAK_FAULTS[k] if wonly in (None, f)
+                       for s in range(seeds)]
+            else:
+                only = _choice(FaultType, fault, "--fault") if fault else None
+                topo = generate_hgx(64) if k is TopologyKind.HGX else generate_nvl72(2)
+                scs = [generate(topo, k, f, level, s) for f in FAULTS[k] if only in (None, f) for s in range(seeds)]
             if dump is not None:
                 dump.mkdir(parents=True, exist_ok=True)
                 (dump / f"{k}.topology.json").write_text(dump_topology(topo), encoding="utf-8")
@@ -129,7 +148,7 @@ def register(app: typer.Typer) -> None:
                     text = "".join(format_event(e) + "\n" for e in sc.events)
                     (dump / f"{stem}.jsonl").write_text(text, encoding="utf-8")
                     (dump / f"{stem}.truth").write_text(sc.truth + "\n", encoding="utf-8")
-            result = score(topo, scs)
+            result = score(topo, scs, coherence=not counts_only)
             by_fault = {
                 f: {"n": n, "top1": round(t1, 3), "top3": round(t3, 3)}
                 for f, (n, t1, t3) in result.by(1).items()
@@ -138,6 +157,11 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(doc, indent=1))
             for miss in result.misses():
                 typer.echo(f"miss {miss.scenario}: truth {miss.truth}, ranked {list(miss.top)}", err=True)
+
+
+class _Suite(StrEnum):
+    STRONG = "strong"
+    WEAK = "weak"
 
 
 def _choice(enum: type[_E], value: str, field: str) -> _E:

@@ -27,6 +27,7 @@ import logging
 from collections import deque
 from datetime import datetime, timedelta
 
+from gpufleet.correlate.coherence import Coherence
 from gpufleet.correlate.describe import action_for, reason_for
 from gpufleet.correlate.explain import Explanation, SymptomLike, explain
 from gpufleet.correlate.inventory import Inventory, MoveRecord
@@ -46,6 +47,7 @@ _NO_LOCAL: frozenset[str] = frozenset()
 _ABSORB = 0.9
 _MOVED = EventKind.MOVED  # module constants: an enum member looked up on its class costs ~60 ns
 _NO_ACTION = Action.NONE
+_UNIT_KINDS = frozenset({"node", "compute_tray", "switch_tray"})
 
 
 class Engine:
@@ -67,6 +69,9 @@ class Engine:
         holddown: timedelta = timedelta(seconds=10),
         info_activation: int = 5,
         move_memory: timedelta = timedelta(days=7),
+        coherence_window: timedelta = timedelta(minutes=15),
+        false_alarm_budget: float = 1e-3,
+        coherence: bool = True,
     ) -> None:
         self.topology = topology
         self.window = window
@@ -96,6 +101,12 @@ class Engine:
         # unit's own move names it: (active symptoms, their evidence) by serial.
         self._displaced: dict[str, tuple[int, list[Ref]]] = {}
         self._now = float("-inf")
+        # Evidence from coherence: distinct witnesses per candidate against the learned background;
+        # ``false_alarm_budget`` is false verdicts per node-day the statistic may cost.
+        self.coherence = (
+            Coherence(topology, self.kind_of, window_s=coherence_window.total_seconds(),
+                      budget_per_node_day=false_alarm_budget) if coherence else None
+        )
         self.unknown = 0  # events naming a component the topology does not have
         self.late = 0  # events older than the window on arrival
 
@@ -145,7 +156,7 @@ class Engine:
         changed = self._expire(self._now) if self._queue and self._queue[0][0] < cutoff else None
         if self._fold_queue and self._fold_queue[0][0] < cutoff:
             self._expire_folded(cutoff)
-        fresh: Symptom | None = None
+        fresh: list[Symptom] = []
         key: tuple[object, ...] = (kind, code, sev, rule) if judged is None else (kind, code, judged)
         j = self._weighed.get(key)
         if j is None:
@@ -180,24 +191,72 @@ class Engine:
                 if sym.action is _NO_ACTION or level >= sym.top:
                     sym.action = j.action
                 if not sym.active and sym.weight >= 1.0 - _EPS:
-                    if not sym.cands:  # computed on first activation: most symptoms never activate
-                        self._place(sym)
-                    sym.active = True
-                    sym.top = sym._top()
-                    for c in sym.cands:
-                        cov = self._cover.get(c)
-                        if cov is None:
-                            cov = self._cover[c] = set()
-                        cov.add(sym)
-                    fresh = sym
+                    self._activate(sym)
+                    fresh.append(sym)
                 elif sym.active and (j.sev or j.floor) > sym.top:
                     sym.top = j.sev or j.floor  # a worse event (or an escalated run) raised severity
-                    fresh = sym
+                    fresh.append(sym)
+                if self.coherence is not None and j.coherent:
+                    if sym.wit is None:
+                        if not sym.cands:
+                            self._place(sym)
+                        sym.wit = self._pairs(sym)
+                    sig = self.coherence.add(t, kind.value, comp, self.kind_of(comp), sym.key, sym.wit)
+                    for c in sig:
+                        fresh += self._boost(c, t)
         if changed:
-            return self._evaluate([*changed, fresh] if fresh is not None else changed, time)
-        if fresh is not None and not self._absorbed(fresh):
-            return self._evaluate([fresh], time)
+            return self._evaluate([*changed, *fresh], time)
+        if fresh and not (len(fresh) == 1 and self._absorbed(fresh[0])):
+            return self._evaluate(fresh, time)
         return []
+
+    def _activate(self, sym: Symptom) -> None:
+        if not sym.cands:  # computed on first need: most symptoms never activate
+            self._place(sym)
+        sym.active = True
+        sym.top = sym._top()
+        for c in sym.cands:
+            cov = self._cover.get(c)
+            if cov is None:
+                cov = self._cover[c] = set()
+            cov.add(sym)
+
+    def _pairs(self, sym: Symptom) -> tuple[tuple[str, str, str, bool], ...]:
+        """(candidate, witness) for the coherence statistic: a cable's witness is the end that
+        reported; a component reporting about itself is ``self`` however many of its ports it names
+        (one noisy chip is one witness); otherwise the distinct far unit / inner component."""
+        coh = self.coherence
+        assert coh is not None
+        out = []
+        for c in sym.cands:
+            kind = self.kind_of(c)
+            if kind == "link":
+                w = sym.reporter
+            elif c == sym.reporter:
+                w = "self"
+            elif kind in _UNIT_KINDS and self.topology.unit_of(sym.reporter) == c:
+                w = sym.reporter  # a chip inside an HGX node naming three ports is one witness
+            else:
+                w = self._witness(c, kind, sym)
+            out.append(coh.pair(c, w, sym.reporter))
+        return tuple(out)
+
+    def _boost(self, c: str, t: float) -> list[Symptom]:
+        """``c``'s set of witnesses is significant: activate the weak symptoms behind it (each as if it
+        had reached its count now; they age out of the window like any other activation)."""
+        assert self.coherence is not None
+        out: list[Symptom] = []
+        for key in self.coherence.support(c, t):
+            sym = self._syms.get(key)
+            if sym is None or sym.active:
+                continue
+            step = 1.0 - sym.weight
+            sym.weight = 1.0
+            sym.counts[0] += 1
+            self._queue.append((t, sym.key, sym.serial, step, 0))
+            self._activate(sym)
+            out.append(sym)
+        return out
 
     def _absorbed(self, sym: Symptom) -> bool:
         """A standing verdict at ABSORB confidence or more already explains this symptom: one more
@@ -471,6 +530,11 @@ class Engine:
                 if ex.kind != "link":
                     component = rec.from_slot
                     kind = self.kind_of(component)
+        coh = self.coherence
+        if coh is not None and coh.is_significant(c):
+            # A set of witnesses this unlikely under the background: at the false-alarm threshold as
+            # sure as the emit level, each further decade of surprise halves the doubt.
+            conf = max(conf, min(0.99, 1.0 - (1.0 - self._emit) * 0.5 ** coh.surprise(c)))
         if rec is not None:
             conf = min(0.99, 1.0 - (1.0 - conf) * 0.3)
         action = action_for(ex, kind, finding, conf, self._emit)

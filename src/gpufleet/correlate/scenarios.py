@@ -90,12 +90,15 @@ SWITCH_KINDS = frozenset({"nvswitch", "switch_tray", "leaf_switch", "spine_switc
 @dataclass(frozen=True, slots=True)
 class Scenario:
     topology_kind: TopologyKind
-    fault: FaultType
+    fault: StrEnum  # FaultType here, WeakFault in :mod:`gpufleet.correlate.weak`
     noise: Noise
     seed: int
     events: tuple[FileEvent, ...]
-    truth: str
+    truth: str  # "" when the scenario has no fault (noise only)
     onset: datetime
+    accept: frozenset[str] = frozenset()  # other ids a correct answer may name
+    failure: datetime | None = None  # when a degrading part fails hard (lead time is measured to it)
+    split: str = "tune"
 
     @property
     def name(self) -> str:

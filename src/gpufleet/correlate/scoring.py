@@ -1,8 +1,11 @@
-"""Score the engine on generated scenarios: top-1 / top-3 accuracy and healthy switches wrongly blamed.
+"""Score the engine on generated scenarios: top-1 / top-3 accuracy, healthy switches wrongly blamed,
+false alarms on noise-only windows and lead time before a failure.
 
 A suspect *blames* a component when the engine acts on it: a streamed verdict (NEW or CHANGED) with
 an action other than ``observe``. A healthy switch is any NVSwitch chip, switch tray, leaf, spine or
 core switch other than the ground truth (and, for a switch-tray fault, other than its own chips).
+A scenario without a fault (``truth == ""``) counts every component blamed as a false alarm, and is
+left out of top-1/top-3. The lead time is ``failure`` minus the first time the truth was blamed.
 """
 
 from __future__ import annotations
@@ -29,6 +32,14 @@ class Outcome:
     wrong_switches: tuple[str, ...]  # healthy switches blamed by a streamed verdict
     verdicts: int  # streamed verdict changes (new + changed + cleared)
     events_to_verdict: int | None  # events after onset until the truth was first blamed
+    false_alarms: int = 0  # components blamed in a scenario without a fault
+    onset_to_verdict_s: float | None = None  # seconds from the fault's onset to the truth's first blame
+    lead_s: float | None = None  # seconds from that blame to the hard failure (degrading scenarios)
+    failed: bool = False  # the scenario ends in a hard failure
+
+    @property
+    def faulty(self) -> bool:
+        return bool(self.truth)
 
 
 @dataclass(slots=True)
@@ -37,13 +48,23 @@ class Score:
 
     @property
     def n(self) -> int:
-        return len(self.outcomes)
+        return sum(1 for o in self.outcomes if o.faulty)
 
     def top1(self) -> float:
-        return sum(o.top1 for o in self.outcomes) / max(1, self.n)
+        return sum(o.top1 for o in self.outcomes if o.faulty) / max(1, self.n)
 
     def top3(self) -> float:
-        return sum(o.top3 for o in self.outcomes) / max(1, self.n)
+        return sum(o.top3 for o in self.outcomes if o.faulty) / max(1, self.n)
+
+    def noise_windows(self) -> int:
+        return sum(1 for o in self.outcomes if not o.faulty)
+
+    def false_alarms(self) -> int:
+        return sum(o.false_alarms for o in self.outcomes)
+
+    def leads(self) -> list[float | None]:
+        """Lead time of each scenario that ends in a failure (None: not named before it failed)."""
+        return [o.lead_s for o in self.outcomes if o.failed]
 
     def wrong_switch_scenarios(self) -> int:
         return sum(1 for o in self.outcomes if o.wrong_switches)
@@ -52,6 +73,8 @@ class Score:
         """Per fault type (part=1), noise (2) or topology (0): (n, top1, top3)."""
         groups: dict[str, list[Outcome]] = {}
         for o in self.outcomes:
+            if not o.faulty:
+                continue
             groups.setdefault(o.scenario.split("/")[part], []).append(o)
         return {
             k: (len(v), sum(o.top1 for o in v) / len(v), sum(o.top3 for o in v) / len(v))
@@ -59,7 +82,7 @@ class Score:
         }
 
     def misses(self) -> list[Outcome]:
-        return [o for o in self.outcomes if not o.top1]
+        return [o for o in self.outcomes if o.faulty and not o.top1]
 
 
 def run_scenario(
@@ -68,13 +91,17 @@ def run_scenario(
     *,
     catalog: Catalog | None = None,
     window: timedelta = timedelta(minutes=30),
+    coherence: bool = True,
 ) -> Outcome:
-    engine = Engine(topology, window=window, catalog=catalog)
+    engine = Engine(topology, window=window, catalog=catalog, coherence=coherence)
     healthy = _healthy_switches(topology, sc.truth)
     wrong: set[str] = set()
     streamed = 0
     first: int | None = None
+    first_at = None
     after_onset = 0
+    right = {sc.truth, *sc.accept} - {""}
+    blamed: set[str] = set()
     for ev in sc.events:
         if ev.time >= sc.onset:
             after_onset += 1
@@ -83,42 +110,69 @@ def run_scenario(
             s = v.suspect
             if v.status is VerdictStatus.CLEARED or s.action is SuspectAction.OBSERVE:
                 continue
+            blamed.add(s.component)
             if s.component in healthy:
                 wrong.add(s.component)
-            if s.component == sc.truth and first is None:
-                first = after_onset
+            if s.component in right and first is None:
+                first, first_at = after_onset, v.time
     ranked = engine.suspects(T0 + SPAN)
     top = tuple(s.component for s in ranked[:3])
+    lead = None
+    if sc.failure is not None and first_at is not None and first_at <= sc.failure:
+        lead = (sc.failure - first_at).total_seconds()
     return Outcome(
         sc.name,
         sc.truth,
         top,
-        bool(top) and top[0] == sc.truth,
-        sc.truth in top,
+        bool(top) and top[0] in right,
+        bool(right & set(top)),
         tuple(sorted(wrong)),
         streamed,
         first,
+        0 if right else len(blamed),
+        None if first_at is None else (first_at - sc.onset).total_seconds(),
+        lead,
+        sc.failure is not None,
     )
 
 
-def score(topology: Topology, scenarios: Iterable[Scenario], *, catalog: Catalog | None = None) -> Score:
+def score(
+    topology: Topology, scenarios: Iterable[Scenario], *, catalog: Catalog | None = None, coherence: bool = True
+) -> Score:
+    """``coherence=False`` scores the engine as it was before the coherence statistic (counts only)."""
     out = Score()
     for sc in scenarios:
-        out.outcomes.append(run_scenario(topology, sc, catalog=catalog))
+        out.outcomes.append(run_scenario(topology, sc, catalog=catalog, coherence=coherence))
     return out
 
 
 def _healthy_switches(topo: Topology, truth: str) -> set[str]:
     spared = {truth, *topo.descendants(truth)} if truth in topo.components else {truth}
+    if truth in topo.links:  # a cable's fault may be named by its slot; its ends are not "healthy"
+        spared |= {topo.links[truth].a, topo.links[truth].b}
     return {c.id for c in topo.components.values() if c.kind.value in SWITCH_KINDS and c.id not in spared}
 
 
 def summary(sc: Score) -> dict[str, object]:
     kinds = Counter(o.scenario.split("/")[1] for o in sc.misses())
-    return {
+    out: dict[str, object] = {
         "scenarios": sc.n,
         "top1": round(sc.top1(), 4),
         "top3": round(sc.top3(), 4),
         "healthy_switch_blamed_scenarios": sc.wrong_switch_scenarios(),
         "misses_by_fault": dict(kinds),
     }
+    if sc.noise_windows():
+        out["noise_only_windows"] = sc.noise_windows()
+        out["false_alarms"] = sc.false_alarms()
+        out["false_alarms_per_window"] = round(sc.false_alarms() / sc.noise_windows(), 4)
+    leads = sc.leads()
+    if leads:
+        got = sorted(x for x in leads if x is not None)
+        out["degrading_named_before_failure"] = f"{len(got)}/{len(leads)}"
+        out["lead_time_s_median"] = round(got[len(got) // 2], 1) if got else None
+        out["lead_time_s_min"] = round(got[0], 1) if got else None
+    delays = sorted(o.onset_to_verdict_s for o in sc.outcomes if o.top1 and o.onset_to_verdict_s is not None)
+    if delays:
+        out["onset_to_verdict_s_median"] = round(delays[len(delays) // 2], 1)
+    return out

@@ -34,6 +34,7 @@ class Weighing:
     action: Action
     damped: bool
     floor: int = 0  # severity index an activated run of these info events escalates to (catalog)
+    coherent: bool = True  # a witness for the coherence statistic (gpufleet.correlate.coherence)
 
 
 class Symptom:
@@ -55,6 +56,7 @@ class Symptom:
         "serial",
         "top",
         "weight",
+        "wit",
     )
 
     def __init__(self, key: tuple[str, str], cands: tuple[str, ...], local: frozenset[str], serial: int = 0) -> None:
@@ -72,6 +74,7 @@ class Symptom:
         self.action = _NO_ACTION
         self.gone = False
         self.floor = 0
+        self.wit: tuple[tuple[str, str, str, bool], ...] | None = None  # (candidate, witness) pairs, on first use
 
     @property
     def selfsev(self) -> int:
@@ -95,8 +98,12 @@ def weigh(catalog: Catalog, kind: EventKind, code: int | None, j: Judgement, inf
     if kind in (EventKind.CHECK_PASSED, EventKind.MOVED):
         return Weighing(IGNORE, 0.0, 0, j.action, damped)
     severity = j.severity
+    if kind is EventKind.SXID and severity is Severity.INFO and not j.collateral:
+        # A non-fatal SXID (corrected, replayed) never activates by count, but is a witness for the
+        # coherence statistic: several ports of one chip erring together is a pattern.
+        return Weighing(SYMPTOM, 0.0, 0, j.action, damped)
     if j.collateral or (kind in (EventKind.XID, EventKind.SXID) and severity is Severity.INFO):
-        return Weighing(FOLD, 0.0, 0, j.action, damped)
+        return Weighing(FOLD, 0.0, 0, j.action, damped, coherent=False)
     if severity is Severity.INFO:
         count, floor = info_activation, 0
         for esc in catalog.escalations:

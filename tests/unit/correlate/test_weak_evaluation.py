@@ -1,0 +1,72 @@
+"""The weak-signal suite on its held-out split: thresholds are the measured numbers of the engine
+(docs/benchmarks.md §correlate, 20 seeds), so a regression fails here; the goals (top-1 >= 97 %) are
+not met yet and live in the benchmark, not in this test."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpufleet.correlate.scenarios import Noise, TopologyKind
+from gpufleet.correlate.scoring import Score, score
+from gpufleet.correlate.weak import WEAK_FAULTS, Split, WeakFault, generate_weak, weak_topology
+from gpufleet.domain.errors import InvalidInput
+
+# measured on the held-out split, realistic noise, 20 seeds per fault type (top-1 overall; per fault)
+MEASURED = {
+    TopologyKind.HGX: (0.39, {"nvswitch": 0.65, "leaf": 0.7, "node": 0.55}),
+    TopologyKind.NVL72: (0.43, {"nvswitch": 1.0, "switch_tray": 1.0, "leaf": 0.65}),
+}
+_RUNS: dict[tuple[TopologyKind, bool], Score] = {}
+
+
+def _run(kind: TopologyKind, coherence: bool = True) -> Score:
+    if (kind, coherence) not in _RUNS:
+        topo = weak_topology(kind)
+        scs = [generate_weak(topo, kind, f, Noise.REALISTIC, s, Split.HELDOUT) for f in WEAK_FAULTS[kind]
+               for s in range(20)]
+        _RUNS[(kind, coherence)] = score(topo, scs, coherence=coherence)
+    return _RUNS[(kind, coherence)]
+
+
+@pytest.mark.parametrize("kind", list(TopologyKind))
+def test_heldout_weak_suite_holds_the_measured_accuracy(kind: TopologyKind) -> None:
+    res = _run(kind)
+    overall, per_fault = MEASURED[kind]
+    assert res.top1() >= overall - 1e-9, [(o.scenario, o.truth, o.top) for o in res.misses()]
+    by = res.by(1)
+    for fault, floor in per_fault.items():
+        assert by[fault][1] >= floor - 1e-9, (fault, by[fault])
+
+
+@pytest.mark.parametrize("kind", list(TopologyKind))
+def test_no_false_alarm_and_no_healthy_switch_blamed(kind: TopologyKind) -> None:
+    res = _run(kind)
+    assert res.noise_windows() == 20
+    assert res.false_alarms() == 0
+    assert res.wrong_switch_scenarios() == 0
+
+
+def test_coherence_beats_counts_only_on_weak_signals() -> None:
+    kind = TopologyKind.NVL72
+    old, new = _run(kind, coherence=False), _run(kind)
+    assert old.by(1)["nvswitch"][1] == 0.0  # the count path cannot see one error per reporter
+    assert new.top1() >= old.top1() + 0.3
+
+
+def test_degrading_chips_are_named_before_they_fail() -> None:
+    leads = _run(TopologyKind.NVL72).leads()
+    named = [x for x in leads if x is not None]
+    assert len(leads) == 20 and len(named) >= 14  # measured 14/20
+    assert sorted(named)[len(named) // 2] >= 60.0  # median lead measured 189 s
+
+
+def test_splits_are_different_streams_and_noise_only_needs_noise() -> None:
+    topo = weak_topology(TopologyKind.HGX)
+    a = generate_weak(topo, TopologyKind.HGX, WeakFault.NVSWITCH, Noise.REALISTIC, 1, Split.TUNE)
+    b = generate_weak(topo, TopologyKind.HGX, WeakFault.NVSWITCH, Noise.REALISTIC, 1, Split.HELDOUT)
+    assert a.events != b.events and a.split == "tune" and b.split == "heldout"
+    with pytest.raises(InvalidInput) as err:
+        generate_weak(topo, TopologyKind.HGX, WeakFault.NOISE_ONLY, Noise.NONE, 0)
+    assert err.value.field == "noise"
+    with pytest.raises(InvalidInput):
+        generate_weak(topo, TopologyKind.HGX, WeakFault.SWITCH_TRAY, Noise.REALISTIC, 0)
