@@ -150,10 +150,14 @@ class FleetJudge:
             sources = [latest[_key(o.sample)] for o in flagged]
             events.append(_event(node, flagged, sources, sizes, now, self.threshold))
         report = JudgeReport(len(samples), unlabelled, tuple(found), tuple(events))
+        # The same evidence gives the same id (stamped with this run's time): an event already stored
+        # is a duplicate, not re-posted (a reused id with another time would be a conflict).
+        known = self.controller.store.known_event_ids([(e.node, e.id) for e in events]) if events else set()
+        fresh = [e for e in events if (e.node, e.id) not in known]
         if events:
-            res: IngestResult = self.controller.ingest(events)
+            res: IngestResult = self.controller.ingest(fresh) if fresh else IngestResult(0, 0, 0)
             report = JudgeReport(len(samples), unlabelled, tuple(found), tuple(events),
-                                 res.accepted, res.duplicates, res.decisions)
+                                 res.accepted, res.duplicates + len(known), res.decisions)
             if res.accepted:
                 log.warning("fleet judge: %d node(s) flagged as low outliers of their SKU's fleet (%s); "
                             "%d decision(s)", res.accepted, ", ".join(e.node for e in events), res.decisions)
