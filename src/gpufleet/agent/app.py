@@ -35,7 +35,6 @@ from gpufleet.agent.rules import PassiveChecks
 from gpufleet.agent.runner import Agent
 from gpufleet.agent.spool import Spool
 from gpufleet.agent.telemetry import Telemetry
-from gpufleet.domain.catalog import load_default_catalog
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.fleet import gpu_slot
 from gpufleet.domain.inventory import NodeInventory
@@ -232,7 +231,7 @@ def start_status(cfg: AgentConfig, agent: Agent, clock: AgentClock,
     if cfg.status_file is None and not (cfg.push or cfg.device == "sim"):
         return None
     path = cfg.status_file or cfg.state_dir / STATUS_FILE_NAME
-    writer = NodeStatusWriter(path, cfg.node, load_default_catalog(), clock,
+    writer = NodeStatusWriter(path, cfg.node, clock,
                               hold=timedelta(seconds=cfg.status_hold_s), interval=cfg.status_interval_s)
     agent.on_events = writer.observe
     threading.Thread(target=writer.run, args=(stop,), name="gpufleet-status", daemon=True).start()

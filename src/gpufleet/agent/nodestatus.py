@@ -1,12 +1,12 @@
 """The node status file the agent keeps for Slurm's HealthCheckProgram (``gpufleet slurm healthcheck``).
 
 Format ``gpufleet.node-status/v1`` (gpufleet.domain.nodestatus, docs/agent.md): the node, the time
-it was written, the worst severity among the faults the agent saw within ``status_hold_s`` (default
-10 min) and one reason per fault. The agent judges its own events here with the shipped catalog (the
-one judgement function, gpufleet.domain.judgement): it is the local fallback for when the controller
-cannot be reached, so it cannot wait for the controller's judgement. Only ``fatal`` makes the hook
-drain; the controller's decisions stay authoritative while it is up (a drain by either is the same
-drain, and gpufleet resumes a ``gpufleet:healthcheck`` drain like its own).
+it was written, and the observations the agent made within ``status_hold_s`` (default
+10 min). The agent judges nothing: the hook judges them with the one judging
+function (``domain.nodestatus.verdict``: the shipped catalog, or the site's policy file given to the
+hook), so the same site overrides apply as in the controller. Only ``fatal`` makes the hook drain;
+the controller's decisions stay authoritative while it is up (a drain by either is the same drain,
+and gpufleet resumes a ``gpufleet:healthcheck`` drain like its own).
 
 * **Atomic:** written to a temporary file in the same directory, fsynced, renamed over the old one.
 * **Fresh:** rewritten every ``status_interval_s`` (default 10 s) even when nothing changed, so its
@@ -27,13 +27,12 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from gpufleet.agent.clock import AgentClock
-from gpufleet.domain.catalog import Catalog
-from gpufleet.domain.events import HealthEvent, Severity
-from gpufleet.domain.judgement import judge_event
-from gpufleet.domain.nodestatus import NodeStatus
+from gpufleet.domain.events import EventKind, HealthEvent
+from gpufleet.domain.nodestatus import NodeStatus, Observation
 
 log = logging.getLogger(__name__)
-_MAX_REASONS = 8
+_MAX_OBSERVATIONS = 64  # the newest kept in the file
+_NOT_FAULTS = frozenset({EventKind.CHECK_PASSED, EventKind.MOVED, EventKind.HEARTBEAT_LOST})
 
 
 def write_status(path: Path, status: NodeStatus) -> None:
@@ -47,31 +46,25 @@ def write_status(path: Path, status: NodeStatus) -> None:
 
 
 class NodeStatusWriter:
-    def __init__(self, path: Path, node: str, catalog: Catalog, clock: AgentClock, *,
+    def __init__(self, path: Path, node: str, clock: AgentClock, *,
                  hold: timedelta = timedelta(minutes=10), interval: float = 10.0) -> None:
-        self.path, self.node, self.catalog, self.clock = path, node, catalog, clock
+        self.path, self.node, self.clock = path, node, clock
         self.hold, self.interval = hold, interval
-        self._seen: list[tuple[datetime, Severity, str]] = []  # (when the agent saw it, severity, reason)
+        self._seen: list[tuple[datetime, Observation]] = []  # (when the agent saw it, what it saw)
         self._lock = threading.Lock()
         self._failing = False
 
     def observe(self, events: Sequence[HealthEvent]) -> None:
-        """The agent's events (``Agent.on_events``): faults are kept for ``hold``."""
+        """The agent's events (``Agent.on_events``): kept for ``hold``; written at once (the health
+        check should not wait for the next interval)."""
         now = self.clock.now()
-        found = []
-        for e in events:
-            j = judge_event(self.catalog, e)
-            if j.collateral or j.severity not in (Severity.DEGRADED, Severity.FATAL):
-                continue
-            where = f" on {e.component}" if e.component else ""
-            code = f" {e.code}" if e.code is not None else ""
-            name = f" ({j.name})" if j.name and j.name != str(e.kind) else ""
-            found.append((now, j.severity, f"{e.kind}{code}{name}{where}: {j.severity}"))
+        found = [(now, Observation(e.kind.value, e.code, e.component or "", e.attr("rule"),
+                                   e.severity.value if e.severity else ""))
+                 for e in events if e.kind not in _NOT_FAULTS]
         if found:
             with self._lock:
                 self._seen += found
-            if any(sev == Severity.FATAL for _, sev, _ in found):
-                self.write()  # at once: the health check should not wait for the next interval
+            self.write()
 
     def clear(self, why: str) -> None:
         """Forget the faults seen so far (a repair just fixed them)."""
@@ -83,13 +76,9 @@ class NodeStatusWriter:
     def status(self) -> NodeStatus:
         now = self.clock.now()
         with self._lock:
-            self._seen = [s for s in self._seen if now - s[0] <= self.hold]
-            seen = list(self._seen)
-        if not seen:
-            return NodeStatus(self.node, now, "ok")
-        worst = max(seen, key=lambda s: s[1].rank)[1]
-        reasons = list(dict.fromkeys(r for _, sev, r in seen if sev == worst))[-_MAX_REASONS:]
-        return NodeStatus(self.node, now, worst.value, tuple(reasons))
+            self._seen = [s for s in self._seen if now - s[0] <= self.hold][-_MAX_OBSERVATIONS:]
+            seen = tuple(o for _, o in self._seen)
+        return NodeStatus(self.node, now, "ok", observations=seen)
 
     def write(self) -> bool:
         try:

@@ -10,8 +10,11 @@ from gpufleet.agent.clock import FakeClock
 from gpufleet.agent.nodestatus import NodeStatusWriter
 from gpufleet.domain.catalog import load_default_catalog
 from gpufleet.domain.events import EventKind, HealthEvent
-from gpufleet.domain.nodestatus import parse_status
+from gpufleet.domain.nodestatus import NodeStatus, parse_status, verdict
+from gpufleet.lifecycle.config import parse_policy
 from gpufleet.schedulers.slurm.hooks import healthcheck
+
+CATALOG = load_default_catalog()
 
 T0 = datetime(2026, 11, 21, 12, tzinfo=UTC)
 
@@ -27,7 +30,11 @@ class Drains:
 def _writer(tmp_path: Path) -> tuple[NodeStatusWriter, FakeClock, Path]:
     clock = FakeClock(T0)
     path = tmp_path / "state" / "node-status.json"
-    return NodeStatusWriter(path, "n1", load_default_catalog(), clock, hold=timedelta(minutes=10)), clock, path
+    return NodeStatusWriter(path, "n1", clock, hold=timedelta(minutes=10)), clock, path
+
+
+def _worst(status: NodeStatus) -> str:
+    return verdict(status, CATALOG)[0]
 
 
 def _ev(kind: EventKind, code: int | None = None) -> HealthEvent:
@@ -36,28 +43,40 @@ def _ev(kind: EventKind, code: int | None = None) -> HealthEvent:
 
 def test_a_fatal_fault_is_written_at_once_and_the_hook_drains_on_it(tmp_path: Path) -> None:
     w, clock, path = _writer(tmp_path)
-    assert w.write() and parse_status(path.read_text()).worst == "ok"
+    assert w.write() and _worst(parse_status(path.read_text())) == "ok"
     w.observe([_ev(EventKind.XID, 13), _ev(EventKind.XID, 45)])  # application / collateral: info only
-    assert parse_status(path.read_text()).worst == "ok"
+    st = parse_status(path.read_text())
+    assert st.worst == "ok" and len(st.observations) == 2 and _worst(st) == "ok"  # observed, not judged
     w.observe([_ev(EventKind.XID, 79)])
     st = parse_status(path.read_text())
-    assert st.worst == "fatal" and len(st.reasons) == 1 and "79" in st.reasons[0] and "n1-gpu0" in st.reasons[0]
+    worst, reasons = verdict(st, CATALOG)
+    assert worst == "fatal" and len(reasons) == 1 and "79" in reasons[0] and "n1-gpu0" in reasons[0]
     drains = Drains()
     out = healthcheck("n1", path, drains, clock.now(), timedelta(minutes=5))
-    assert not out.ok and drains.calls == [("n1", f"gpufleet:healthcheck {st.reasons[0]}")]
+    assert not out.ok and drains.calls == [("n1", f"gpufleet:healthcheck {reasons[0]}")]
     assert not list(path.parent.glob(".*.tmp")), "no temporary file left behind"
 
 
 def test_faults_age_out_after_the_hold_and_a_repair_clears_them(tmp_path: Path) -> None:
     w, clock, path = _writer(tmp_path)
     w.observe([_ev(EventKind.ROW_REMAP_PENDING)])
-    assert w.status().worst == "degraded"
+    assert _worst(w.status()) == "degraded"
     clock.advance(601)
-    assert w.status().worst == "ok"
+    assert _worst(w.status()) == "ok"
     w.observe([_ev(EventKind.XID, 48)])
-    assert w.status().worst == "fatal"
+    assert _worst(w.status()) == "fatal"
     w.clear("gpu_reset succeeded")
-    assert parse_status(path.read_text()).worst == "ok"
+    assert _worst(parse_status(path.read_text())) == "ok"
+
+
+def test_the_hook_judges_with_the_sites_policy_not_the_agent(tmp_path: Path) -> None:
+    w, clock, path = _writer(tmp_path)
+    w.observe([_ev(EventKind.XID, 31)])  # info in the shipped catalog
+    assert healthcheck("n1", path, Drains(), clock.now(), timedelta(minutes=5)).ok
+    site = parse_policy({"override": [{"kind": "xid", "code": 31, "severity": "fatal"}]}).catalog
+    drains = Drains()
+    assert not healthcheck("n1", path, drains, clock.now(), timedelta(minutes=5), site).ok
+    assert [n for n, _ in drains.calls] == ["n1"]
 
 
 def test_a_stale_file_is_reported_not_acted_on(tmp_path: Path) -> None:
@@ -70,5 +89,5 @@ def test_a_stale_file_is_reported_not_acted_on(tmp_path: Path) -> None:
 
 def test_an_unwritable_path_is_logged_and_does_not_raise(tmp_path: Path) -> None:
     (tmp_path / "file").write_text("x")
-    w = NodeStatusWriter(tmp_path / "file" / "node-status.json", "n1", load_default_catalog(), FakeClock(T0))
+    w = NodeStatusWriter(tmp_path / "file" / "node-status.json", "n1", FakeClock(T0))
     assert not w.write()

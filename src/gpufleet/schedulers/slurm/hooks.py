@@ -21,8 +21,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
+from gpufleet.domain.catalog import Catalog, load_default_catalog
 from gpufleet.domain.errors import ExternalError, InvalidInput
-from gpufleet.domain.nodestatus import parse_status
+from gpufleet.domain.nodestatus import parse_status, verdict
 from gpufleet.schedulers.port import drain_reason
 from gpufleet.schedulers.slurm.runner import CommandResult
 
@@ -135,8 +136,10 @@ def epilog(node: str, env: Mapping[str, str], journal: Path, now: datetime) -> H
 
 
 # ---- healthcheck --------------------------------------------------------------------------------
-def healthcheck(node: str, status_file: Path, drainer: Drainer, now: datetime, max_age: timedelta) -> HookOutcome:
-    """Drain ``node`` if the agent's status says fatal (and is fresh and about this node)."""
+def healthcheck(node: str, status_file: Path, drainer: Drainer, now: datetime, max_age: timedelta,
+                catalog: Catalog | None = None) -> HookOutcome:
+    """Drain ``node`` if the agent's status is fatal (and fresh and about this node): its observations
+    judged with ``catalog`` (the site's policy file's, else the shipped one)."""
     try:
         status = parse_status(status_file.read_text(encoding="utf-8"), str(status_file))
     except FileNotFoundError:
@@ -147,9 +150,10 @@ def healthcheck(node: str, status_file: Path, drainer: Drainer, now: datetime, m
     if age > max_age:  # the agent is down or stuck: reported (slurmd's log), never acted on
         return HookOutcome(True, f"gpufleet healthcheck: WARNING agent status is stale: {age} old (max {max_age}); "
                                  "is the gpufleet agent running? nothing done")
-    if status.worst != "fatal":
-        return HookOutcome(True, f"gpufleet healthcheck: {node} {status.worst}")
-    text = "; ".join(status.reasons) or "agent reports a fatal fault"
+    worst, reasons = verdict(status, catalog if catalog is not None else load_default_catalog())
+    if worst != "fatal":
+        return HookOutcome(True, f"gpufleet healthcheck: {node} {worst}")
+    text = "; ".join(reasons) or "agent reports a fatal fault"
     reason = drain_reason(status.decision or "healthcheck", text)
     drainer.drain(node, reason)
     return HookOutcome(False, f"gpufleet healthcheck: drained {node}: {reason}", drained=True)
