@@ -172,8 +172,7 @@ def policy_section() -> Iterator[str]:
            "(`[[escalation]]`) are described with examples in [policy.md](policy.md).\n")
     fields = {f.name: f for f in dataclasses.fields(policy_config.PolicyConfig)}
     notes = comments(policy_config.PolicyConfig)
-    for section, keys in (("policy", policy_config._POLICY_KEYS), ("breaker", policy_config._BREAKER_KEYS),
-                          ("reconciler", policy_config._RECONCILER_KEYS)):
+    for section, keys in policy_config.SECTIONS:
         yield f"### `[{section}]`\n"
         yield "| key | kind | default | meaning |"
         yield "|---|---|---|---|"

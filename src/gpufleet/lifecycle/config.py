@@ -102,6 +102,9 @@ _BREAKER_KEYS = {"max_unavailable_fleet": "share", "max_unavailable_domain": "sh
 _RECONCILER_KEYS = {"retry_base": "duration", "retry_cap": "duration", "max_attempts": "count"}
 _REPAIR_KEYS = {"reboot_limit": "count", "reboot_window": "duration", "lemon_repairs": "count",
                 "lemon_window": "duration", "step_timeout": "duration"}
+#: Every table of the policy file with its keys and their kinds (the loader and docs/configuration.md).
+SECTIONS: tuple[tuple[str, dict[str, str]], ...] = (
+    ("policy", _POLICY_KEYS), ("breaker", _BREAKER_KEYS), ("reconciler", _RECONCILER_KEYS), ("repair", _REPAIR_KEYS))
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,13 +115,12 @@ class PolicyFile:
 
 def parse_policy(doc: Mapping[str, Any], base: Catalog | None = None) -> PolicyFile:
     """Validate a parsed policy document. Nothing is applied unless everything is valid."""
-    allowed = {"policy", "breaker", "reconciler", "repair", "override", "escalation"}
+    allowed = {name for name, _ in SECTIONS} | {"override", "escalation"}
     for key in doc:
         if key not in allowed:
             raise InvalidInput(key, doc[key], f"one of the sections {sorted(allowed)}")
     values: dict[str, Any] = {}
-    for section, keys in (("policy", _POLICY_KEYS), ("breaker", _BREAKER_KEYS), ("reconciler", _RECONCILER_KEYS),
-                                  ("repair", _REPAIR_KEYS)):
+    for section, keys in SECTIONS:
         table = doc.get(section, {})
         if not isinstance(table, dict):
             raise InvalidInput(section, table, "a table")
