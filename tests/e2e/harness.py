@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -85,6 +86,21 @@ def wait_until(check: Callable[[], T | Literal[False] | None], what: str | Calla
             text = what if isinstance(what, str) else what()
             raise WaitTimeout(f"timed out after {timeout:g} s waiting for: {text}")
         time.sleep(interval)
+
+
+def dmesg_now(messages: Sequence[str], *, proc_root: Path = Path("/proc")) -> str:
+    """``messages`` as a dmesg-form kernel log whose lines are stamped just before now, in seconds
+    since this machine's boot (the agent places them after ``btime``, as it does on a real node).
+
+    A fixed stamp would place the fault at a wall-clock time that moves with the machine's uptime,
+    and once it falls before the node's last transition the policy rightly treats it as stale."""
+    from gpufleet.agent.collectors.kmsg import boot_time
+
+    boot = boot_time(proc_root)
+    assert boot is not None, f"no btime in {proc_root / 'stat'}"
+    up = (datetime.now(UTC) - boot).total_seconds()
+    n = len(messages)
+    return "".join(f"[{max(up - (n - i) * 0.001, 0.0):12.6f}] {m}\n" for i, m in enumerate(messages))
 
 
 def free_port() -> int:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import BASE_POLICY, Controller, Fleet, wait_until
+from tests.e2e.harness import BASE_POLICY, Controller, Fleet, dmesg_now, wait_until
 from tests.integration.slurm.lab import SlurmLab
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm]
@@ -26,14 +26,15 @@ action = "drain_and_inspect"
 """
 
 # A recorded kernel log (dmesg form): boot noise, one XID 31 (a real line, see
-# tests/fixtures/kernel-logs/xid-old-format.log), more noise. The PCI address need not be one of the
-# node's GPUs: an XID line whose address the node does not know is still reported against the node.
-KERNEL_LOG = """\
-[    0.000000] Linux version 6.1.0-18-amd64 (debian-kernel@lists.debian.org)
-[   12.345678] nvidia-nvlink: Nvlink Core is being initialized, major device number 236
-[ 8123.834365] NVRM: Xid (PCI:0000:18:00): 31, pid=2405, name=python3, Ch 00000003, engmask 00000101, intr 10000000
-[ 8124.001000] systemd[1]: Started Session 42 of user root.
-"""
+# tests/fixtures/kernel-logs/xid-old-format.log), more noise, stamped just before now (dmesg_now).
+# The PCI address need not be one of the node's GPUs: an XID line whose address the node does not
+# know is still reported against the node.
+KERNEL_MESSAGES = (
+    "Linux version 6.1.0-18-amd64 (debian-kernel@lists.debian.org)",
+    "nvidia-nvlink: Nvlink Core is being initialized, major device number 236",
+    "NVRM: Xid (PCI:0000:18:00): 31, pid=2405, name=python3, Ch 00000003, engmask 00000101, intr 10000000",
+    "systemd[1]: Started Session 42 of user root.",
+)
 
 
 def _slurm_node(lab: SlurmLab, node: str) -> dict[str, str]:
@@ -71,7 +72,7 @@ def test_site_override_applies_to_a_kernel_log_xid_and_slurm_drains(fleet: Fleet
     ctl = fleet.controller(nodes=slurm_lab.nodes, policy=XID31_FATAL, scheduler="slurm",
                            slurm_conf=slurm_lab.slurm_conf)
     log = tmp_path / "kern.log"
-    log.write_text(KERNEL_LOG)
+    log.write_text(dmesg_now(KERNEL_MESSAGES))
     fleet.agent("n1", "--kmsg-file", str(log))
     fleet.agent("n2")  # a healthy neighbour on the same controller
 

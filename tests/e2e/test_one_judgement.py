@@ -31,14 +31,14 @@ from gpufleet.controller.settings import ControllerSettings, TokenConfig
 from gpufleet.domain import judgement
 from gpufleet.domain.catalog import Catalog
 from gpufleet.schedulers.sim import SimScheduler
-from tests.e2e.harness import ADMIN_TOKEN, AGENT_TOKEN, TopologyFile, wait_until
+from tests.e2e.harness import ADMIN_TOKEN, AGENT_TOKEN, TopologyFile, dmesg_now, wait_until
 
 pytestmark = pytest.mark.e2e
 
 NODE = "r01-n01"
 # A recorded kernel log (dmesg) with one XID 79 (fatal in the shipped catalog).
-KERNEL_LOG = ("[ 8123.834365] NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, "
-              "GPU has fallen off the bus.\n")
+KERNEL_MESSAGES = ("NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, "
+                   "GPU has fallen off the bus.",)
 _CATALOG_READS = ("lookup", "known", "severity", "entry", "_find")
 
 
@@ -128,7 +128,7 @@ def agent_thread(cfg: AgentConfig) -> Iterator[None]:
 def test_one_kernel_log_xid_is_judged_once_by_the_controller_and_never_by_the_agent(tmp_path: Path) -> None:
     topo = TopologyFile.generate(tmp_path / "hgx.json", "hgx", "--nodes", "2")
     kernel_log = tmp_path / "kern.log"
-    kernel_log.write_text(KERNEL_LOG)
+    kernel_log.write_text(dmesg_now(KERNEL_MESSAGES))
     (tmp_path / "policy.toml").write_text('[breaker]\nmax_unavailable_fleet = 1.0\nmax_unavailable_domain = 1.0\n')
     token_file = tmp_path / "token"
     token_file.write_text(AGENT_TOKEN)
