@@ -15,7 +15,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-Ref = int | str  # a 0-based line number of the events file, or a HealthEvent id
+Ref = int | str  # a 1-based line number of the events file, or a HealthEvent id
 
 
 class SuspectAction(StrEnum):

@@ -115,7 +115,7 @@ class _Stream:
 
     def events(self) -> tuple[FileEvent, ...]:
         out: list[FileEvent] = []
-        for n, (at, _, d) in enumerate(sorted(self.items, key=lambda x: (x[0], x[1]))):
+        for n, (at, _, d) in enumerate(sorted(self.items, key=lambda x: (x[0], x[1])), start=1):
             kind = d["kind"]
             assert isinstance(kind, E)
             out.append(

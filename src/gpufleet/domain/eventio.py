@@ -83,7 +83,7 @@ EventFields = tuple[
 
 @dataclass(frozen=True, slots=True)
 class FileEvent:
-    """One ``gpufleet.event/v1`` line. ``line`` is its 0-based line number (the verdicts' evidence)."""
+    """One ``gpufleet.event/v1`` line. ``line`` is its 1-based line number (the verdicts' evidence)."""
 
     line: int
     time: datetime
@@ -256,16 +256,17 @@ def parse_line_strict(text: str, line: int) -> FileEvent:
 
 
 def read_event_fields(lines: Iterable[str]) -> Iterator[EventFields]:
-    """Parse JSON Lines lazily into :data:`EventFields`; line numbers are 0-based and count skipped
-    lines too. ``FileEvent(*fields)`` is what :func:`read_events` yields for the same line."""
-    for n, raw in enumerate(lines):
+    """Parse JSON Lines lazily into :data:`EventFields`; line numbers are 1-based (as an editor and
+    ``gpufleet diagnose`` count them) and count skipped lines too. ``FileEvent(*fields)`` is what
+    :func:`read_events` yields for the same line."""
+    for n, raw in enumerate(lines, start=1):
         s = raw.strip()
         if s and s[0] != "#":
             yield line_fields(s, n)
 
 
 def read_events(lines: Iterable[str]) -> Iterator[FileEvent]:
-    """Parse JSON Lines lazily; line numbers are 0-based and count skipped lines too."""
+    """Parse JSON Lines lazily; line numbers are 1-based and count skipped lines too."""
     for fields in read_event_fields(lines):
         yield FileEvent(*fields)
 

@@ -36,7 +36,7 @@ def test_generate_validate_and_correlate(tmp_path: Path) -> None:
     first = doc["suspects"][0]
     assert set(first) == {"component", "kind", "serial", "confidence", "action", "evidence"}
     assert first["component"] == "leaf-su1-r5" and first["action"] == "drain_and_replace"
-    assert first["evidence"] == [0, 1, 2, 3]
+    assert first["evidence"] == [1, 2, 3, 4]
     res = runner.invoke(app, ["correlate", "--topology", str(topo), "--events", str(events)])
     assert "leaf-su1-r5" in res.output and "affects 32 node(s)" in res.output
 
@@ -48,7 +48,7 @@ def test_bad_event_line_is_a_usage_error(tmp_path: Path) -> None:
     events.write_text('{"time": "2026-11-21T12:00:00Z", "kind": "xid", "component": "r01-ct01-gpu0"}\n')
     res = runner.invoke(app, ["correlate", "--topology", str(topo), "--events", str(events)])
     assert res.exit_code != 0
-    assert "line 0: code" in str(res.exception)
+    assert "line 1: code" in str(res.exception)
 
 
 def test_quiet_stream_exits_zero(tmp_path: Path) -> None:
@@ -67,7 +67,7 @@ def test_stream_prints_verdict_changes_and_eval_scores(tmp_path: Path) -> None:
     events = tmp_path / "gpu.jsonl"
     events.write_text('{"time": "2026-11-21T12:00:00Z", "kind": "xid", "component": "r01-ct04-gpu2", "code": 79}\n')
     res = runner.invoke(app, ["correlate", "--topology", str(topo), "--events", str(events), "--stream"])
-    assert "line 0: new r01-ct04-gpu2 (gpu)" in res.output
+    assert "line 1: new r01-ct04-gpu2 (gpu)" in res.output
     res = runner.invoke(app, ["correlate-eval", "--kind", "hgx", "--fault", "leaf", "--seeds", "2", "--noise", "none"])
     assert res.exit_code == 0, res.output
     doc = json.loads(res.stdout)

@@ -42,7 +42,7 @@ def test_scenarios_are_reproducible_and_carry_ground_truth() -> None:
     c = generate(topo, TopologyKind.NVL72, FaultType.NVSWITCH, Noise.HEAVY, 4)
     assert a == b and a != c
     assert topo.components[a.truth].kind.value == "nvswitch"
-    assert [e.line for e in a.events] == list(range(len(a.events)))
+    assert [e.line for e in a.events] == list(range(1, len(a.events) + 1))  # numbered like a file, from 1
     assert all(x.time <= y.time for x, y in zip(a.events, a.events[1:], strict=False))
 
 

@@ -29,7 +29,7 @@ def test_fields_path_gives_the_same_verdicts_as_file_events(
         expected: list[tuple[int, list[Verdict]]] = [(ev.line, by_event.observe(ev)) for ev in sc.events]
         lines = [format_event(ev) for ev in sc.events]
         got = [(f[0], by_fields.observe_fields(f)) for f in read_event_fields(lines)]
-        # format_event numbers lines from 0 like the scenario does, so line numbers match one to one
+        # the scenario numbers its events from 1 as the file reader does, so line numbers match one to one
         assert got == expected
         assert by_fields.suspects() == by_event.suspects()
         assert (by_fields.unknown, by_fields.late) == (by_event.unknown, by_event.late)

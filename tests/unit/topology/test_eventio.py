@@ -23,7 +23,7 @@ DESIGN_EXAMPLES = [
 
 def test_design_examples_parse() -> None:
     evs = list(read_events(["# a comment", *DESIGN_EXAMPLES, ""]))
-    assert [e.line for e in evs] == [1, 2, 3]
+    assert [e.line for e in evs] == [2, 3, 4]  # 1-based; line 1 is the comment
     xid, link, moved = evs
     assert xid.kind is EventKind.XID and xid.code == 79 and xid.component == "r01-n03-gpu5"
     assert xid.time == datetime(2026, 11, 21, 12, 0, 3, tzinfo=UTC)
@@ -71,7 +71,7 @@ def test_invalid_json_names_the_line() -> None:
                 ['{"time": "2026-11-21T12:00:03Z", "kind": "xid", "component": "g", "code": 1}', "{oops"]
             )
         )
-    assert err.value.field == "line 1"
+    assert err.value.field == "line 2"
     assert "JSON" in err.value.expected
 
 

@@ -231,8 +231,8 @@ def test_read_event_fields_matches_read_events_and_keeps_line_numbers() -> None:
     ]
     fields = list(read_event_fields(lines))
     assert [FileEvent(*f) for f in fields] == list(read_events(lines))
-    assert [f[0] for f in fields] == [1, 3, 4]
+    assert [f[0] for f in fields] == [2, 4, 5]
     assert fields[1][2] is EventKind.MOVED and fields[1][6:9] == ("T", "r01-ct03", "r02-ct07")
     with pytest.raises(InvalidInput) as err:
         list(read_event_fields([*lines, '{"time": "2026-11-21T12:00:05Z", "kind": "xid", "component": "g"}']))
-    assert err.value.field == "line 5: code"
+    assert err.value.field == "line 6: code"  # the sixth line, 1-based
