@@ -24,7 +24,9 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings
 
-from gpufleet.agent.config import AgentConfig
+from gpufleet.agent.config import AgentConfig, CadenceModel, ThresholdsModel
+from gpufleet.agent.rules import Thresholds
+from gpufleet.agent.runner import Cadence
 from gpufleet.controller import settings as controller_settings
 from gpufleet.controller.settings import ControllerSettings
 from gpufleet.domain.durations import format_duration
@@ -108,6 +110,8 @@ def _default(info: FieldInfo) -> str:
             return "`[]`" if f is list else "`{}`"
         if f.__qualname__ == "gethostname":
             return "the host's name"
+        if f.__name__ == "<lambda>":  # a literal written as a factory (a mutable default): show its value
+            return _value(f())  # type: ignore[call-arg]
         return f"`{f.__module__}.{f.__qualname__}()`"
     return _value(info.default)
 
@@ -128,8 +132,13 @@ def _value(v: Any) -> str:
     return f"`{v}`"
 
 
+# Models whose defaults (and so whose comments) live in a domain dataclass: the one place they are written.
+MIRRORS: dict[type[BaseModel], type] = {CadenceModel: Cadence, ThresholdsModel: Thresholds}
+
+
 def model_table(model: type[BaseModel], env_prefix: str | None) -> Iterator[str]:
-    notes = comments(model)
+    mirror = MIRRORS.get(model)
+    notes = {**(comments(mirror) if mirror is not None else {}), **comments(model)}
     env = " | environment" if env_prefix else ""
     yield f"| key | type | default | limits{env} | meaning |"
     yield "|---|---|---|---|" + ("---|" if env_prefix else "") + "---|"

@@ -38,3 +38,12 @@ def test_every_key_of_every_file_is_on_the_page() -> None:
     keys = [*ControllerSettings.model_fields, *AgentConfig.model_fields, *PolicyConfig.__dataclass_fields__]
     missing = [k for k in keys if f"| `{k}` |" not in text]
     assert missing == []
+
+
+def test_every_key_says_what_it_means() -> None:
+    """A row's last cell (its meaning) comes from the comment beside the key in the source: none empty."""
+    rows = [line for line in PAGE.read_text(encoding="utf-8").splitlines()
+            if line.startswith("| `") and line.endswith("|")]
+    assert len(rows) > 50
+    unexplained = [row.split("|")[1].strip() for row in rows if not row.rstrip("|").rsplit("|", 1)[1].strip()]
+    assert unexplained == []

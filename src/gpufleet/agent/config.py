@@ -79,44 +79,46 @@ class ThresholdsModel(BaseModel):
 class AgentConfig(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUFLEET_AGENT_", extra="forbid")
 
-    node: str = Field(default_factory=socket.gethostname, min_length=1)
-    device: Literal["nvml", "sim"] = "nvml"
+    node: str = Field(default_factory=socket.gethostname, min_length=1)  # the node's name as the scheduler knows it
+    device: Literal["nvml", "sim"] = "nvml"  # nvml: the GPUs through NVML; sim: simulated GPUs (no GPU needed)
     gpus: int = Field(8, ge=0, le=64)  # simulated GPUs (device = "sim")
-    sim_seed: int = 0
+    sim_seed: int = 0  # seed of the simulated device's readings and serial numbers
     sim_nics: int | None = Field(None, ge=0, le=64)  # simulated InfiniBand HCAs; None = one per GPU
     sim_serial_prefix: str | None = Field(None, min_length=1)  # None = derived from node and seed
     sim_gpu_serials: list[str] = Field(default_factory=list)  # per-GPU overrides ("" keeps the default)
     inject: list[str] = Field(default_factory=list)  # simulated faults (device = "sim"), agent/devices/simfaults.py
-    controller: str | None = None
-    token_file: Path | None = None
-    push: bool = True
-    push_batch: int = Field(500, ge=1, le=10_000)
-    heartbeat_s: float = Field(30.0, gt=0)
-    push_backoff_base_s: float = Field(1.0, gt=0)
-    push_backoff_cap_s: float = Field(60.0, gt=0)
-    metrics_port: int = Field(9400, ge=0, le=65535)
-    metrics_addr: str = "0.0.0.0"
-    state_dir: Path = Path("/var/lib/gpufleet-agent")
+    controller: str | None = None  # the controller's base URL (http[s]://host:8470); none: events stay local
+    token_file: Path | None = None  # file holding the agent's bearer token (an agent-role token naming this node)
+    push: bool = True  # send events to the controller (false: expose metrics and write the status file only)
+    push_batch: int = Field(500, ge=1, le=10_000)  # events per POST /v1/events
+    heartbeat_s: float = Field(30.0, gt=0)  # seconds between heartbeats (the controller's liveness signal)
+    push_backoff_base_s: float = Field(1.0, gt=0)  # first retry delay after a failed push; doubles per failure
+    push_backoff_cap_s: float = Field(60.0, gt=0)  # longest retry delay (a 429's Retry-After is honoured)
+    metrics_port: int = Field(9400, ge=0, le=65535)  # Prometheus /metrics port (0: any free port, logged)
+    metrics_addr: str = "0.0.0.0"  # address the metrics endpoint listens on
+    state_dir: Path = Path("/var/lib/gpufleet-agent")  # spool, command journal, status file, kernel-log position
+    # events kept while the controller is unreachable; when full the oldest non-fatal go first (counted)
     spool_max_events: int = Field(100_000, ge=1)
     ib_root: Path | None = None  # None: /sys/class/infiniband, or the simulated tree with device = "sim"
-    sys_root: Path = Path("/sys")
-    proc_root: Path = Path("/proc")
-    kmsg_path: Path = Path("/dev/kmsg")
-    kmsg: bool = True
+    sys_root: Path = Path("/sys")  # where sysfs is (EDAC, PCI); another root for containers or tests
+    proc_root: Path = Path("/proc")  # where procfs is (boot time for kernel-log stamps)
+    kmsg_path: Path = Path("/dev/kmsg")  # the kernel log followed for XID/SXID/host lines
+    kmsg: bool = True  # read the kernel log at all (false: NVML XIDs only)
     kmsg_file: Path | None = None  # replay this recorded kernel log instead of following kmsg_path
+    # role -> path of a mount to watch for presence and free space, e.g. mounts = {checkpoints = "/ckpt"}
     mounts: dict[str, str] = Field(default_factory=dict)
     # The node status file for Slurm's HealthCheckProgram (agent/nodestatus.py); None = <state_dir>/node-status.json.
     status_file: Path | None = None
-    status_interval_s: float = Field(10.0, gt=0)
-    status_hold_s: float = Field(600.0, gt=0)
+    status_interval_s: float = Field(10.0, gt=0)  # seconds between rewrites of the status file (a new fault: at once)
+    status_hold_s: float = Field(600.0, gt=0)  # an observation stays in the status file this many seconds
     # Repair commands from the controller (agent/commands.py; with push only).
-    commands: bool = True
-    command_poll_s: float = Field(10.0, gt=0)
-    reboot_command: list[str] = Field(default_factory=lambda: ["systemctl", "reboot"], min_length=1)
-    fabric_manager_command: list[str] = Field(
+    commands: bool = True  # carry out repair commands the controller queues for this node
+    command_poll_s: float = Field(10.0, gt=0)  # seconds between polls of GET /v1/nodes/{node}/commands
+    reboot_command: list[str] = Field(default_factory=lambda: ["systemctl", "reboot"], min_length=1)  # argv of a reboot
+    fabric_manager_command: list[str] = Field(  # argv that restarts NVIDIA Fabric Manager
         default_factory=lambda: ["systemctl", "restart", "nvidia-fabricmanager"], min_length=1)
-    cadence: CadenceModel = Field(default_factory=CadenceModel)
-    thresholds: ThresholdsModel = Field(default_factory=ThresholdsModel)
+    cadence: CadenceModel = Field(default_factory=CadenceModel)  # see [cadence]: how often each source is read
+    thresholds: ThresholdsModel = Field(default_factory=ThresholdsModel)  # see [thresholds]: when a reading is reported
 
 
 def load_config(path: Path | None = None, **overrides: object) -> AgentConfig:

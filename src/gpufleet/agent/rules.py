@@ -28,21 +28,21 @@ from gpufleet.domain.fleet import gpu_slot, nic_slot
 
 @dataclass(frozen=True, slots=True)
 class Thresholds:
-    thermal_c: float = 87.0  # GPU core; H100 SXM slows down around 87-90 C
+    thermal_c: float = 87.0  # GPU core limit, C (rule gpu_thermal); H100 SXM slows down around 87-90 C
     thermal_clear_c: float = 82.0  # hysteresis: re-arm below this
-    hbm_thermal_c: float = 95.0
-    sbe_increase: int = 100  # new correctable errors within one slow interval -> degraded
-    dbe_increase: int = 1  # new uncorrectable errors -> fatal
-    retired_pages_max: int = 60  # pre-Ampere page retirement limit is 64
-    pcie_replay_increase: int = 100
-    pcie_gen_min_util: float = 50.0  # idle GPUs downtrain the link gen on purpose
-    nvlink_error_increase: int = 100  # CRC flit + data + replay + recovery within one interval
-    ib_window_s: float = 60.0
-    ib_symbol_error_per_min: float = 10.0
-    ib_rcv_error_per_min: float = 10.0
+    hbm_thermal_c: float = 95.0  # HBM temperature limit, C (rule hbm_thermal)
+    sbe_increase: int = 100  # new correctable ECC errors within one slow interval (rule sbe_burst)
+    dbe_increase: int = 1  # new uncorrectable ECC errors (rule dbe_increase)
+    retired_pages_max: int = 60  # retired pages reported at this count (pre-Ampere GPUs retire at most 64)
+    pcie_replay_increase: int = 100  # new PCIe replays within one slow interval (rule pcie_replay)
+    pcie_gen_min_util: float = 50.0  # PCIe gen is checked only above this GPU utilisation, %: idle GPUs downtrain
+    nvlink_error_increase: int = 100  # NVLink CRC flit + data + replay + recovery errors within one interval
+    ib_window_s: float = 60.0  # seconds over which InfiniBand error rates are measured
+    ib_symbol_error_per_min: float = 10.0  # symbol errors per minute on a port (rule ib_symbol_error)
+    ib_rcv_error_per_min: float = 10.0  # receive errors per minute on a port (rule ib_port_rcv_errors)
     ib_expected_rate_gbps: float | None = None  # e.g. 400 for NDR; None = no rate check
-    edac_ue_increase: int = 1
-    mount_min_free_fraction: float = 0.05
+    edac_ue_increase: int = 1  # new uncorrectable host-memory (EDAC) errors (rule edac_ue)
+    mount_min_free_fraction: float = 0.05  # a watched mount with less free space is reported (rule disk_free)
 
 
 @dataclass(slots=True)

@@ -158,9 +158,10 @@ class ValidationSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     command: str = ""  # {node} and {level} are filled in
     user: str = ""  # default: the user the controller runs as
-    partition: str = ""
+    partition: str = ""  # run validation jobs in this partition ("" = the cluster's default partition)
+    # a validation job still running after this is cancelled by Slurm and counts as a failed check
     time_limit: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=2)
-    output: str = "/tmp/gpufleet-validate-%j.out"
+    output: str = "/tmp/gpufleet-validate-%j.out"  # the job's stdout/stderr on the node (%j = job id)
 
 
 class RepairSettings(BaseModel):
@@ -170,8 +171,8 @@ class RepairSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     agent: bool = False  # queue GPU reset / reboot / fabric-manager restart for the node's agent
     ticket_url: str = Field(default="", pattern=r"^(https?://\S+)?$")  # "" = tickets are audit lines only
-    ticket_token_file: Path | None = None
-    ticket_timeout: float = Field(default=10.0, gt=0)
+    ticket_token_file: Path | None = None  # file holding a bearer token sent to ticket_url
+    ticket_timeout: float = Field(default=10.0, gt=0)  # seconds to wait for the ticket webhook to answer
 
 
 class TlsSettings(BaseModel):
@@ -224,7 +225,7 @@ class ControllerSettings(BaseSettings):
     slurm_conf: Path | None = None  # with scheduler = "slurm": the slurm.conf the commands use (SLURM_CONF)
     # with scheduler = "kubernetes": in a pod the service account is used; otherwise this kubeconfig
     kubeconfig: Path | None = None
-    kube_context: str | None = None
+    kube_context: str | None = None  # the kubeconfig context to use (none: its current context)
     kube_node_selector: str = ""  # label selector of the GPU nodes gpufleet manages ("" = every node)
     kube_watch: bool = True  # read nodes and pods from a watch-fed cache instead of listing every pass
     tokens: tuple[TokenConfig, ...] = ()  # the API's bearer tokens (none: every request is refused)
@@ -233,6 +234,8 @@ class ControllerSettings(BaseSettings):
     # site-wide default for the jobs that declared none; "" (default) = never signal those (a job
     # that does not handle the signal would die of it: USR1's default action).
     checkpoint_signal: str = Field(default="", pattern=r"^((SIG)?[A-Z0-9]+)?$")
+    # which processes get the signal (scancel --signal --<target>): full = batch shell and every step,
+    # batch = the batch shell only (the script forwards it), steps = every step but not the batch shell
     checkpoint_signal_target: Literal["full", "batch", "steps"] = "full"
     validation: ValidationSettings = ValidationSettings()  # see [validation]
     repair: RepairSettings = RepairSettings()  # see [repair]

@@ -36,7 +36,7 @@ from gpufleet.domain.errors import InvalidInput
 
 @dataclass(frozen=True, slots=True)
 class PolicyConfig:
-    dry_run: bool = False
+    dry_run: bool = False  # decide and audit, but change nothing in the scheduler
     # How far back the policy looks at a node's events (escalation windows may look further).
     evidence_window: timedelta = timedelta(hours=24)
     # "drain after checkpoint" stops waiting and drains after this long.
@@ -47,7 +47,7 @@ class PolicyConfig:
     # reaches this many GPU-hours (lifecycle.checkpoint), but not before checkpoint_grace after the
     # request nor after checkpoint_wait_timeout.
     checkpoint_risk_budget: float = 64.0
-    checkpoint_grace: timedelta = timedelta(minutes=10)
+    checkpoint_grace: timedelta = timedelta(minutes=10)  # the shortest wait after asking a job to checkpoint
     # GPUs per node, for a job whose scheduler does not report its GPUs (Slurm without gres).
     gpus_per_node: int = 8
     # Drained nodes are handed to repair without an operator.
@@ -61,7 +61,7 @@ class PolicyConfig:
     heartbeat_timeout: timedelta = timedelta(minutes=2)
     # Blast-radius budget: at most this share of the fleet / of any rack or switch domain unavailable.
     max_unavailable_fleet: float = 0.10
-    max_unavailable_domain: float = 0.25
+    max_unavailable_domain: float = 0.25  # per rack / switch domain (max_unavailable_fleet: the fleet)
     # The same fault seen by two sources (NVML and the kernel log, a check) within this long is one
     # fault: the later observation is stored, merged onto the first, and not counted again.
     merge_window: timedelta = timedelta(seconds=30)
@@ -70,17 +70,17 @@ class PolicyConfig:
     correlation_hold: timedelta = timedelta(seconds=20)
     # Reconciler retry policy for failed scheduler actions.
     retry_base: timedelta = timedelta(seconds=2)
-    retry_cap: timedelta = timedelta(minutes=5)
-    max_attempts: int = 50
+    retry_cap: timedelta = timedelta(minutes=5)  # the longest delay between retries (doubling from retry_base)
+    max_attempts: int = 50  # after this many failed attempts an action is given up (retry: POST /v1/actions/{id}/retry)
     # The repair escalation ladder (lifecycle.repair; section [repair]): this many reboots for the same
     # fault within reboot_window, and the next repair is a hardware ticket; lemon_repairs repairs of a
     # node within lemon_window, and it is recommended for retirement. A repair step (GPU reset, reboot)
     # with no result within step_timeout counts as failed.
     reboot_limit: int = 2
-    reboot_window: timedelta = timedelta(days=7)
-    lemon_repairs: int = 4
-    lemon_window: timedelta = timedelta(days=30)
-    step_timeout: timedelta = timedelta(minutes=30)
+    reboot_window: timedelta = timedelta(days=7)  # reboots for the same fault counted over this long
+    lemon_repairs: int = 4  # repairs of one node within lemon_window that make it a lemon (retire ticket)
+    lemon_window: timedelta = timedelta(days=30)  # repairs counted over this long
+    step_timeout: timedelta = timedelta(minutes=30)  # a repair step with no result after this has failed
 
 
 _POLICY_KEYS: dict[str, str] = {
