@@ -201,6 +201,10 @@ class SlurmScheduler:
             raise InvalidInput("weight", weight, "an integer from 0 to 4294967294")
         self._scontrol(["update", f"nodename={node}", f"weight={weight}"], node=node)
 
+    def reconfigure(self) -> None:
+        """``scontrol reconfigure``: slurmctld re-reads its configuration files (topology.conf among them)."""
+        self._scontrol(["reconfigure"])
+
     # ---- job changes --------------------------------------------------------------------------
     def requeue(self, job_id: str) -> None:
         job = self.job(job_id)
