@@ -75,6 +75,10 @@ def register(app: typer.Typer) -> None:
         token_file: Annotated[
             Path | None, typer.Option(help="file holding the controller's bearer token")
         ] = None,
+        retry_for: Annotated[
+            str,
+            typer.Option(help="keep retrying an unreachable controller this long (e.g. 2m; 0s = no retry)"),
+        ] = "2m",
     ) -> None:
         """Run the active validation suite on this node (or, with --level multinode, an allocation)."""
         from gpufleet.checks.baselines import load_baselines
@@ -93,6 +97,7 @@ def register(app: typer.Typer) -> None:
         started = datetime.now(UTC)
         bars = load_baselines(baselines)
         soak_s = None if soak is None else parse_duration(soak, "--soak").total_seconds()
+        retry_s = parse_duration(retry_for, "--retry-for").total_seconds()
         name = node or socket.gethostname()
         progress = _progress_printer(quiet=json_out and not sys.stderr.isatty())
         rank = 0
@@ -128,7 +133,7 @@ def register(app: typer.Typer) -> None:
                 result_to_event(r, node=report.node, run_id=run_id, time=started, sku=report.sku)
                 for r in report.results
             ]
-            sent = post_events(controller, read_token(token_file), events)
+            sent = post_events(controller, read_token(token_file), events, retry_for_s=retry_s)
             typer.echo(f"posted {sent} check events to {controller} (run {run_id})", err=True)
         raise typer.Exit(1 if report.status is Status.FAIL else 0)
 
