@@ -71,6 +71,9 @@ def register(app: typer.Typer) -> None:
         tolerance: Annotated[
             float | None, typer.Option(help="multinode: how far below the best pair a pair may be (0.25)")
         ] = None,
+        known_good: Annotated[
+            str, typer.Option(help="multinode: comma-separated nodes known to be healthy (never blamed)")
+        ] = "",
         controller: Annotated[str | None, typer.Option(help="post results to this controller URL")] = None,
         token_file: Annotated[
             Path | None, typer.Option(help="file holding the controller's bearer token")
@@ -107,8 +110,14 @@ def register(app: typer.Typer) -> None:
 
             env = launch_env(os.environ, name)
             rank = env.rank
+            good = [n.strip() for n in known_good.split(",") if n.strip()]
             report = run_multinode(
-                env, bars, device=device, tolerance=tolerance, progress=progress if rank == 0 else None
+                env,
+                bars,
+                device=device,
+                tolerance=tolerance,
+                progress=progress if rank == 0 else None,
+                known_good=good,
             )
         else:
             from gpufleet.checks.runner import CheckOptions, run_node_checks
