@@ -16,6 +16,7 @@ length), the steps completed in it, their summed duration and, when the run decl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 
 from gpufleet.goodput.ettr import Badput, settled
 from gpufleet.goodput.runlog import RankLog, RecordKind, job_run
@@ -49,7 +50,7 @@ def run_intervals(lead: RankLog) -> tuple[Interval, ...]:
     steps.sort(key=lambda s: s[0])
     out: list[Interval] = []
     i = 0
-    for prev, cur in zip(points, points[1:], strict=False):
+    for prev, cur in pairwise(points):
         while i < len(steps) and steps[i][0] <= prev.time:
             i += 1
         n, dur, flops, peak, world = 0, 0.0, 0.0, None, lead.attempts[-1].world
