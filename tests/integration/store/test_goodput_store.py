@@ -25,8 +25,8 @@ def _iv(job: str, minute: int, productive: float = 59.5, flops: float | None = 1
 
 def test_the_same_interval_twice_is_a_duplicate_and_other_values_a_conflict(engine: Engine) -> None:
     gs = GoodputStore(Store(engine))
-    assert gs.add([_iv("j1", 0), _iv("j1", 1)], T0) == (2, 0)
-    assert gs.add([_iv("j1", 1), _iv("j1", 2)], T0) == (1, 1)  # floats read back equal on both databases
+    assert gs.add([_iv("j1", 0), _iv("j1", 1)], T0)[:2] == (2, 0)
+    assert gs.add([_iv("j1", 1), _iv("j1", 2)], T0)[:2] == (1, 1)  # floats read back equal on both databases
     with pytest.raises(Conflict):
         gs.add([_iv("j1", 3), _iv("j1", 0, productive=30)], T0)
     assert [i.start for i in gs.of_job("j1")] == [T0 + timedelta(minutes=m) for m in range(3)]

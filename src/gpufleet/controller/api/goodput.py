@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Annotated
 
@@ -93,7 +93,12 @@ def goodput_out(g: Goodput) -> GoodputOut:
                       mfu=g.mfu)
 
 
-def goodput_router(controller: Controller, may_post: Callable[[Caller, str], None]) -> APIRouter:
+GoodputObserver = Callable[[str, Sequence[JobInterval], Goodput | None], None]
+
+
+def goodput_router(controller: Controller, may_post: Callable[[Caller, str], None],
+                   observers: Sequence[GoodputObserver] = ()) -> APIRouter:
+    """The routes; each ``observers`` entry is told (job, intervals newly stored, the job's totals)."""
     r = APIRouter()
     c = controller
     store = GoodputStore(controller.store)
@@ -109,7 +114,14 @@ def goodput_router(controller: Controller, may_post: Callable[[Caller, str], Non
                                    f"controller's clock ({now.isoformat()}) plus {c.max_clock_skew}")
         rows = [JobInterval(job_id, body.run, i.start, i.end, i.productive_s, Badput(**i.badput_s.model_dump()),
                             i.steps, i.step_s, i.flops, i.peak_flops, body.world) for i in body.intervals]
-        accepted, duplicates = store.add(rows, now)
+        accepted, duplicates, new = store.add(rows, now)
+        if observers and new:
+            span = store.span(job_id)
+            total = None
+            if span is not None:
+                total = rollup(store.in_range(*span, jobs=[job_id])[0], *span).jobs.get(job_id)
+            for cb in observers:
+                cb(job_id, new, total)
         return GoodputPostOut(accepted=accepted, duplicates=duplicates)
 
     @r.get("/jobs/{job_id}/goodput", response_model=JobGoodputOut,

@@ -45,9 +45,9 @@ class GoodputStore:
     def __init__(self, store: Store) -> None:
         self.session = store.session
 
-    def add(self, intervals: Sequence[JobInterval], received: datetime) -> tuple[int, int]:
-        """Store new intervals; returns (accepted, duplicates). Conflict (nothing stored) when a key is
-        stored with other values, or repeated with other values within the batch."""
+    def add(self, intervals: Sequence[JobInterval], received: datetime) -> tuple[int, int, list[JobInterval]]:
+        """Store new intervals; returns (accepted, duplicates, the intervals newly stored). Conflict
+        (nothing stored) when a key is stored with other values, or repeated with other values in the batch."""
         batch: dict[tuple[str, str, datetime], JobInterval] = {}
         for i in intervals:
             key = (i.job, i.run, i.start)
@@ -63,7 +63,7 @@ class GoodputStore:
         return self._add(batch, received, len(intervals))
 
     def _add(self, batch: dict[tuple[str, str, datetime], JobInterval], received: datetime,
-             sent: int) -> tuple[int, int]:
+             sent: int) -> tuple[int, int, list[JobInterval]]:
         with self.session.begin() as s:
             stored: dict[tuple[str, str, datetime], JobInterval] = {}
             keys = list(batch)
@@ -82,7 +82,7 @@ class GoodputStore:
                 job_id=i.job, run=i.run, start=i.start, end=i.end, productive=i.productive,
                 badput=i.badput.as_dict(), steps=i.steps, step_s=i.step_s, flops=i.flops, peak_flops=i.peak_flops,
                 world=i.world, received=received) for i in new)
-            return len(new), sent - len(new)
+            return len(new), sent - len(new), new
 
     def of_job(self, job: str, page: Page | None = None) -> list[JobInterval]:
         """A job's intervals, oldest first."""
