@@ -59,7 +59,7 @@ class PushCounts:
     rounds: int = 0
     accepted: int = 0
     duplicates: int = 0
-    conflicts: int = 0  # intervals the controller holds with other values (skipped, logged)
+    conflicts: int = 0  # records the controller refused for good (409: held with other values; 422), skipped
     failed_posts: int = 0  # posts that failed and were dropped (sent again next round)
     stragglers_posted: int = 0
 
@@ -134,9 +134,10 @@ class GoodputPusher:
             self.counts.failed_posts += 1
             log.warning("goodput push to %s failed: %s (sent again next round; training goes on)", path, err)
             return None
-        if resp.status_code == 409:
+        if resp.status_code in (409, 422):  # sending it again cannot help: skip it, say so
             self.counts.conflicts += n
-            log.error("goodput push to %s: %s; skipping these %d records", path, resp.text[:300], n)
+            log.error("goodput push to %s answered %s: %s; skipping these %d records", path, resp.status_code,
+                      resp.text[:300], n)
             return {}
         if resp.status_code != 202:
             self.counts.failed_posts += 1
