@@ -92,6 +92,13 @@ class GoodputStore:
         with self.session() as s:
             return [_interval(r) for r in s.scalars(q)]
 
+    def latest_of_job(self, job: str, limit: int) -> list[JobInterval]:
+        """A job's ``limit`` newest intervals, oldest first."""
+        q = (select(GoodputIntervalRow).where(GoodputIntervalRow.job_id == job)
+             .order_by(GoodputIntervalRow.start.desc(), GoodputIntervalRow.run).limit(limit))
+        with self.session() as s:
+            return [_interval(r) for r in s.scalars(q)][::-1]
+
     def in_range(self, since: datetime, until: datetime, jobs: Sequence[str] | None = None,
                  limit: int = MAX_ROWS_IN_RANGE) -> tuple[list[JobInterval], bool]:
         """The intervals overlapping ``[since, until)`` (of ``jobs`` when given), newest first, at most
