@@ -15,8 +15,8 @@ import pytest
 
 from gpufleet.goodput.push import GoodputPusher
 from tests.e2e.harness import ADMIN_TOKEN, REPO, Fleet, TopologyFile, wait_until
-from tests.e2e.test_goodput_push import write_run
 from tests.e2e.prometheus import VIEWER_CONFIG, agent_metrics_port, start_prometheus
+from tests.e2e.test_goodput_push import write_run
 
 GRAFANA = REPO / "deploy" / "grafana"
 SCRIPT = REPO / "scripts" / "grafana_dashboards.py"
