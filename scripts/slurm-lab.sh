@@ -152,6 +152,7 @@ HealthCheckNodeState=ANY
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 JobRequeue=1
+TopologyPlugin=topology/tree
 NodeName=n[1-$N] NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((NODE_PORT0 + 1))-$((NODE_PORT0 + N)) CPUs=2 RealMemory=1000 Feature=gpu,h100 Weight=10 State=UNKNOWN
 PartitionName=low  Nodes=n[1-$N]$GHOST_NODE Default=YES MaxTime=INFINITE State=UP PriorityTier=1  PreemptMode=REQUEUE
 PartitionName=high Nodes=n[1-$N]$GHOST_NODE Default=NO  MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
@@ -159,6 +160,10 @@ CONF
   if [ "$GHOST" = 1 ]; then
     echo "NodeName=ghost NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((NODE_PORT0 + 99)) CPUs=2 RealMemory=1000 State=UNKNOWN" >> "$SLURM_CONF"
   fi
+  # topology/tree with one switch over every node: placement as without a topology, until a test
+  # writes its own (gpufleet slurm topology-conf) and runs scontrol reconfigure.
+  echo "SwitchName=lab Nodes=n[1-$N]$GHOST_NODE" > "$LAB/etc/topology.conf.default"
+  cp "$LAB/etc/topology.conf.default" "$LAB/etc/topology.conf"
 }
 
 start_ctld() {

@@ -93,8 +93,10 @@ def main() -> None:
                     off += n
             optim.step()
             optim.zero_grad(set_to_none=True)
+        saved = ckpt.due(step)  # (ckpt.after_step(step, state) does both; split here to time the save alone)
         t1 = time.time()
-        saved = ckpt.after_step(step, state)
+        if saved:
+            ckpt.save(step + 1, state)
         t2 = time.time()
         if a.truth and rank == 0:
             print(json.dumps({"truth": "step", "step": step, "begin": t0, "end": t2,

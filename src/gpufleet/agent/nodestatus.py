@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -29,6 +28,7 @@ from pathlib import Path
 from gpufleet.agent.clock import AgentClock
 from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.nodestatus import NodeStatus, Observation
+from gpufleet.files import write_atomic
 
 log = logging.getLogger(__name__)
 _MAX_OBSERVATIONS = 64  # the newest kept in the file
@@ -37,12 +37,7 @@ _NOT_FAULTS = frozenset({EventKind.CHECK_PASSED, EventKind.MOVED, EventKind.HEAR
 
 def write_status(path: Path, status: NodeStatus) -> None:
     """Write the status file atomically (temporary file in the same directory, fsync, rename)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        fh.write(json.dumps(status.to_json()) + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
+    write_atomic(path, json.dumps(status.to_json()) + "\n")
 
 
 class NodeStatusWriter:

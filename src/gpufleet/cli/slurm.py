@@ -12,7 +12,8 @@ from typing import Annotated
 
 import typer
 
-slurm_app = typer.Typer(help="Slurm hooks: prolog, epilog, healthcheck, checkpoint.", no_args_is_help=True)
+slurm_app = typer.Typer(help="Slurm hooks (prolog, epilog, healthcheck, checkpoint) and topology.conf.",
+                        no_args_is_help=True)
 
 DEFAULT_STATUS = "/var/lib/gpufleet-agent/node-status.json"  # the agent's default state_dir + node-status.json
 DEFAULT_JOURNAL = "/var/lib/gpufleet/slurm-jobs.jsonl"
@@ -95,6 +96,42 @@ def healthcheck(
                           parse_duration(max_age, "--max-age"), load_policy(policy).catalog)
     typer.echo(out.message, err=True)
     raise typer.Exit(0 if out.ok else 1)
+
+
+@slurm_app.command("topology-conf")
+def topology_conf(
+    topology: Annotated[Path, typer.Option(help="gpufleet.topology/v1 file (host ids = Slurm node names)")],
+    out: Annotated[Path | None, typer.Option(
+        help="write here (atomically, only when it changed) instead of printing; e.g. /etc/slurm/topology.conf")
+    ] = None,
+    reconfigure: Annotated[bool, typer.Option(
+        help="after --out changed the file, run `scontrol reconfigure` so slurmctld reads it")] = False,
+    slurm_conf: ConfOpt = None,
+) -> None:
+    """Slurm's topology.conf (topology/tree) from the topology file: switch blocks for placement."""
+    from gpufleet.domain.errors import InvalidInput
+    from gpufleet.domain.topology import load_topology
+    from gpufleet.files import write_if_changed
+    from gpufleet.schedulers.slurm import SlurmScheduler
+    from gpufleet.schedulers.slurm.topoconf import topology_conf as render
+    from gpufleet.schedulers.slurm.topoconf import tree
+
+    if reconfigure and out is None:
+        raise InvalidInput("--reconfigure", True, "--out as well (the file slurmctld reads)")
+    topo = load_topology(topology)
+    text = render(topo, str(topology))
+    if out is None:
+        typer.echo(text, nl=False)
+        return
+    if not out.parent.is_dir():
+        raise InvalidInput("--out", str(out), "a path in an existing directory")
+    if not write_if_changed(out, text):
+        typer.echo(f"{out}: unchanged", err=True)
+        return
+    typer.echo(f"{out}: written ({len(tree(topo))} switches)", err=True)
+    if reconfigure:
+        SlurmScheduler(slurm_conf=slurm_conf).reconfigure()
+        typer.echo("scontrol reconfigure: slurmctld re-read its configuration", err=True)
 
 
 @slurm_app.command()

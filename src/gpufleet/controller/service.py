@@ -368,6 +368,11 @@ class Controller:
     def dry_run(self) -> bool:
         return self.engine.dry_run
 
+    def states(self) -> dict[str, NodeState]:
+        """Every registered node's lifecycle state (a copy)."""
+        with self.lock:
+            return {name: rec.state for name, rec in self.engine.nodes.items()}
+
     def state_of(self, node: str) -> NodeState:
         with self.lock:
             rec = self.engine.nodes.get(node)

@@ -122,6 +122,15 @@ class Checkpointer:
 
     def after_step(self, step: int, state: Any) -> bool:
         """Call when step ``step`` (0-based) is done: saves when due or asked; True when it saved."""
+        if not self.due(step):
+            return False
+        self.save(step + 1, state)
+        return True
+
+    def due(self, step: int) -> bool:
+        """Whether a checkpoint is due after step ``step``: every ``every`` steps, or when any rank was
+        asked (a signal). Every rank must call it after every step: with several ranks it agrees on the
+        answer with one small all-reduce, a per-step cost that is part of training, not of checkpoints."""
         due = (step + 1) % self.every == 0
         asked = self.request.take()
         if self._dist:
@@ -131,10 +140,7 @@ class Checkpointer:
             flag = torch.tensor([1 if asked else 0])
             dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._pg)
             asked = bool(flag.item())
-        if not (due or asked):
-            return False
-        self.save(step + 1, state)
-        return True
+        return due or asked
 
     def save(self, done: int, state: Any, *, blocking: bool = False) -> None:
         """Checkpoint the state after ``done`` steps."""

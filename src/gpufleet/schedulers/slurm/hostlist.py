@@ -1,17 +1,20 @@
 """Slurm host lists: ``n[1-3,7],gpu[008-010],login`` <-> individual names.
 
-``squeue --json`` reports a job's nodes as one host-list expression; the adapter needs the names.
-Zero padding is kept (``gpu[008-010]`` -> ``gpu008, gpu009, gpu010``). Only one bracket group per
-name is supported, which is what Slurm itself prints for flat node names.
+``squeue --json`` reports a job's nodes as one host-list expression; the adapter needs the names
+(:func:`expand`), and the files gpufleet writes for Slurm (topology.conf) list many names in one
+(:func:`compress`). Zero padding is kept (``gpu[008-010]`` -> ``gpu008, gpu009, gpu010``). Only one
+bracket group per name is supported, which is what Slurm itself prints for flat node names.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 
 from gpufleet.domain.errors import InvalidInput
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_TRAILING_NUMBER = re.compile(r"^(.*?)(\d+)$")
 
 
 def _split_top(expr: str) -> list[str]:
@@ -61,3 +64,38 @@ def expand(expr: str | None) -> tuple[str, ...]:
             width = len(lo_s) if lo_s.startswith("0") else 0
             out.extend(f"{head}{i:0{width}d}{tail}" for i in range(lo, hi + 1))
     return tuple(dict.fromkeys(out))
+
+
+def compress(names: Iterable[str]) -> str:
+    """One host-list expression for ``names`` (duplicates dropped): the trailing numbers of names that
+    share a prefix and a digit count become ranges (``r01-n01 r01-n02 r01-n03`` -> ``r01-n[01-03]``).
+    :func:`expand` of the result gives the same set of names."""
+    groups: dict[tuple[str, int], set[int]] = {}
+    plain: set[str] = set()
+    for name in names:
+        if not name or any(c in name for c in ",[] \t\n"):
+            raise InvalidInput("hostlist name", name, "a host name without commas, brackets or spaces")
+        m = _TRAILING_NUMBER.match(name)
+        if m is None:
+            plain.add(name)
+        else:
+            groups.setdefault((m.group(1), len(m.group(2))), set()).add(int(m.group(2)))
+    parts = sorted(plain)
+    for (prefix, digits), numbers in sorted(groups.items()):
+        ranges: list[str] = []
+        for lo, hi in _runs(sorted(numbers)):
+            text = f"{lo:0{digits}d}" if lo == hi else f"{lo:0{digits}d}-{hi:0{digits}d}"
+            ranges.append(text)
+        parts.append(f"{prefix}{ranges[0]}" if len(numbers) == 1 else f"{prefix}[{','.join(ranges)}]")
+    return ",".join(parts)
+
+
+def _runs(numbers: list[int]) -> Iterator[tuple[int, int]]:
+    """Consecutive runs of sorted distinct ``numbers`` as (first, last)."""
+    start = prev = numbers[0]
+    for n in numbers[1:]:
+        if n != prev + 1:
+            yield start, prev
+            start = n
+        prev = n
+    yield start, prev
