@@ -27,7 +27,7 @@ def _rec(run: Path, c: Clock) -> RunRecorder:
 
 def _run(run: Path) -> None:
     """Start 1000, 5 s start-up, steps 0-9 of 1 s, an async checkpoint of step 5 (0.5 s stall) durable
-    during step 6, killed after step 9; back 10 s later: 3 s start-up, 1 s restore, steps 5-11, end."""
+    during step 6, one of step 9 (0.5 s stall) never durable, killed after step 9; back 10 s later: 3 s start-up, 1 s restore, steps 5-11, end."""
     c = Clock(1000.0)
     r = _rec(run, c)
     r.model(2e12, peak_flops=1e13)
@@ -41,6 +41,10 @@ def _run(run: Path) -> None:
             r.checkpoint_end(5)
         if s == 6:
             r.checkpoint_persisted(5, 5)
+        if s == 8:  # a second checkpoint that never becomes durable: no cut there
+            r.checkpoint_start(9, 9, is_async=True)
+            c.t += 0.5
+            r.checkpoint_end(9)
     r.close()
     c.t += 10
     r = _rec(run, c)
@@ -59,10 +63,10 @@ def _run(run: Path) -> None:
 def test_intervals_are_cut_at_starts_durable_snapshots_and_the_end(tmp_path: Path) -> None:
     _run(tmp_path)
     iv = run_intervals(parse_rank_log(rank_file(tmp_path, 0).read_text()))
-    assert [(i.start, i.end) for i in iv] == [(1000, 1010), (1010, 1025.5), (1025.5, 1036.5)]
+    assert [(i.start, i.end) for i in iv] == [(1000, 1010), (1010, 1026), (1026, 1037)]
     assert [i.productive for i in iv] == [5, 0, 7]
     assert iv[0].badput.startup == 5
-    assert (iv[1].badput.checkpoint_save, iv[1].badput.lost_progress, iv[1].badput.waiting) == (0.5, 5, 10)
+    assert (iv[1].badput.checkpoint_save, iv[1].badput.lost_progress, iv[1].badput.waiting) == (1, 5, 10)
     assert (iv[2].badput.startup, iv[2].badput.checkpoint_restore) == (3, 1)
     assert [i.steps for i in iv] == [5, 5, 7]
     assert [i.world for i in iv] == [2, 2, 2]
