@@ -27,7 +27,8 @@ def _rec(run: Path, c: Clock) -> RunRecorder:
 
 def _run(run: Path) -> None:
     """Start 1000, 5 s start-up, steps 0-9 of 1 s, an async checkpoint of step 5 (0.5 s stall) durable
-    during step 6, one of step 9 (0.5 s stall) never durable, killed after step 9; back 10 s later: 3 s start-up, 1 s restore, steps 5-11, end."""
+    during step 6, one of step 9 (0.5 s stall) never durable, killed after step 9; back 10 s later:
+    3 s start-up, 1 s restore, steps 5-11, end."""
     c = Clock(1000.0)
     r = _rec(run, c)
     r.model(2e12, peak_flops=1e13)
