@@ -128,6 +128,23 @@ GOODPUT = Dashboard("gpufleet-goodput", "gpufleet / goodput",
                                                     "{{kind}} {{outcome}}"),), "bargauge", "short",
               "waiting: a drain polling for the job's checkpoint before it takes the node (docs/lifecycle.md)."),
     )),
+    ("Training goodput (reported by the jobs' recorders)", (
+        Panel("Cluster ETTR (reported)", (q("sum(gpufleet_goodput_seconds_total{category=\"productive\"}) / "
+                                            "sum(gpufleet_goodput_seconds_total)"),),
+              "stat", "percentunit", "Productive share of the rank-seconds jobs reported since the controller "
+              "started (GET /v1/goodput has any time range).", 6, 5),
+        Panel("Cluster MFU (reported)", (q("sum(gpufleet_goodput_model_flops_total) / "
+                                           "sum(gpufleet_goodput_peak_flops_total)"),),
+              "stat", "percentunit", "Model FLOPs over peak FLOPs of the reported steps (jobs that declared "
+              "their model).", 6, 5),
+        Panel("Badput by category (6h)", (q("sum by (category) (increase(gpufleet_goodput_seconds_total"
+                                            "{category!=\"productive\"}[6h]))", "{{category}}"),),
+              "bargauge", "s", "Rank-seconds lost, by cause, in intervals received in the last 6 hours.", 12, 5),
+        Panel("ETTR by job", (q("topk(20, gpufleet_goodput_job_ettr)", "{{job}}"),), "bargauge", "percentunit",
+              "The jobs that reported most recently (at most 20).", 12),
+        Panel("MFU by job", (q("topk(20, gpufleet_goodput_job_mfu)", "{{job}}"),), "bargauge", "percentunit",
+              "", 12),
+    )),
     ("GPUs", (
         Panel("GPU utilisation", (q("avg(DCGM_FI_DEV_GPU_UTIL)"),), "timeseries", "percent"),
         Panel("XID errors (1h) by code",

@@ -122,3 +122,20 @@ def test_a_job_that_declared_no_checkpoint_signal_is_not_signalled(harness: Sche
     assert not harness.checkpoint_requested(job)
     assert job in [j.id for j in s.jobs_on(node)], "the job was not touched"
     harness.end_job(job)
+
+
+def test_place_last_round_trip_is_idempotent_and_leaves_the_node_schedulable(harness: SchedulerHarness) -> None:
+    s, node, other = harness.scheduler, harness.nodes[1], harness.nodes[0]
+    assert not s.node(node).placed_last
+    s.place_last(node, True)
+    s.place_last(node, True)
+    harness.eventually(lambda: s.node(node).placed_last, "node shows placed_last")
+    assert s.node(node).state == SchedNodeState.IDLE, "kept last, not drained"
+    assert not s.node(other).placed_last
+    listed = {n.name: n for n in s.list_nodes()}
+    assert listed[node].placed_last and not listed[other].placed_last
+    s.place_last(node, False)
+    s.place_last(node, False)
+    harness.eventually(lambda: not s.node(node).placed_last, "node placed normally again")
+    with pytest.raises(NotFound):
+        s.place_last("no-such-node-xyz", True)

@@ -7,13 +7,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.harness import REPO, Fleet, TopologyFile, wait_until
+from gpufleet.goodput.push import GoodputPusher
+from tests.e2e.harness import ADMIN_TOKEN, REPO, Fleet, TopologyFile, wait_until
 from tests.e2e.prometheus import VIEWER_CONFIG, agent_metrics_port, start_prometheus
+from tests.e2e.test_goodput_push import write_run
 
 GRAFANA = REPO / "deploy" / "grafana"
 SCRIPT = REPO / "scripts" / "grafana_dashboards.py"
@@ -67,6 +70,10 @@ def test_every_dashboard_query_returns_data(fleet: Fleet, tmp_path: Path) -> Non
     ctl = fleet.controller(nodes=topo.racks(), topology=topo.path, extra_config=VIEWER_CONFIG)
     fleet.agent(nodes[0], "--inject", "xid:79@gpu1", "--inject", "ib_down@nic5")
     wait_until(lambda: ctl.api.node_state(nodes[0]) in ("draining", "drained"), f"{nodes[0]} drained for its XID")
+    # A training run reports its goodput the way a job does (the goodput panels read it).
+    write_run(tmp_path / "run", time.time() - 400)
+    pushed = GoodputPusher(tmp_path / "run", ctl.url, ADMIN_TOKEN, job="train-1").push_once()
+    assert pushed.accepted > 0 and pushed.failed_posts == 0
     prom = start_prometheus(fleet, ctl.url.removeprefix("http://"),
                             [f"127.0.0.1:{agent_metrics_port(fleet, nodes[0])}"])
     wanted = [(name, title, expr) for name, doc in dashboards().items() for title, expr in queries(doc)]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -141,10 +141,21 @@ def test_an_operator_runs_the_fleet_from_the_browser(fleet: Fleet, browser: Brow
     assert row and all(n in row for n in verdict["affected_nodes"]), (row, verdict)
     browser.screenshot(shots / "verdicts.png")
 
-    # Jobs: the running job, its nodes and the checkpoint it reported.
+    # Jobs: the running job, its nodes and the checkpoint it reported; its goodput timeline.
+    t0 = datetime.now(UTC) - timedelta(minutes=30)
+    ctl.api.post(f"/jobs/{job[0]}/goodput", {"run": "r1", "world": 8, "intervals": [
+        {"start": (t0 + timedelta(minutes=m)).isoformat(), "end": (t0 + timedelta(minutes=m + 10)).isoformat(),
+         "productive_s": 600 - lost, "badput_s": {"lost_progress": lost} if lost else {}}
+        for m, lost in ((0, 0), (10, 120), (20, 0))]})
     browser.goto(f"{base}/ui/jobs")
     job_row = browser.text(f"tr[data-job='{job[0]}']")
     assert job[1] in job_row and all(n in job_row for n in job[2]) and "never reported" not in job_row
+    drawn = browser.js(f"[...document.querySelectorAll('tr[data-goodput-job=\"{job[0]}\"] svg rect')]"
+                       ".map(r => [r.getAttribute('class'), r.getBoundingClientRect().width])")
+    assert [c for c, _ in drawn] == ["gp-productive", "gp-productive", "gp-lost_progress", "gp-productive"], drawn
+    assert all(w > 0 for _, w in drawn), drawn  # laid out by the browser, not just in the markup
+    assert drawn[2][1] == pytest.approx(drawn[0][1] * 120 / 600, rel=0.05)  # 2 of 10 minutes lost
+    assert "93.3 %" in browser.text(f"tr[data-goodput-job='{job[0]}']")  # ETTR 1,680 s of 1,800 s
     browser.screenshot(shots / "jobs.png")
 
     # Signing out ends the session: the next page asks to sign in again.

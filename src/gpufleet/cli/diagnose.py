@@ -1,10 +1,12 @@
-"""``gpufleet diagnose FILE|- [--json] [--policy FILE] [--catalog FILE] [--inventory FILE]``.
+"""``gpufleet diagnose FILE|- [--json] [--policy FILE] [--catalog FILE] [--inventory FILE] [--tz ZONE]
+[--width N]``.
 
 Exit codes: 0 nothing fatal found; 1 something fatal found; 2 usage or input errors.
 """
 
 from __future__ import annotations
 
+from datetime import tzinfo
 from pathlib import Path
 from typing import Annotated
 
@@ -27,6 +29,14 @@ def register(app: typer.Typer) -> None:
         ] = None,
         year: Annotated[
             int | None, typer.Option("--year", help="year of timestamps without one (default: the file's)")
+        ] = None,
+        tz: Annotated[
+            str, typer.Option("--tz", help="zone of timestamps written without one (syslog, journal): "
+                              "UTC, local, or a name such as Europe/Paris")
+        ] = "UTC",
+        width: Annotated[
+            int | None, typer.Option("--width", min=0, help="cut findings to this many columns (0: never cut; "
+                                     "default: the terminal's width, or never when not a terminal)")
         ] = None,
     ) -> None:
         """Decode kernel logs and NVIDIA bug reports into hardware events, worst first."""
@@ -59,7 +69,7 @@ def register(app: typer.Typer) -> None:
             if year is None:
                 mtime = Path(file).stat().st_mtime if file != "-" else None
                 year = datetime.fromtimestamp(mtime, UTC).year if mtime else datetime.now(UTC).year
-            decoder = Decoder(cat, year=year)
+            decoder = Decoder(cat, year=year, tz=_zone(tz))
             with stream:
                 report = analyse(decode_stream(stream, decoder), cat, decoder.stats, inv)
         except GpufleetError as err:
@@ -74,6 +84,28 @@ def register(app: typer.Typer) -> None:
                 typer.echo("gpufleet diagnose: input: " + ", ".join(f"{k}={v}" for k, v in notes.items()),
                            err=True)
         else:
-            typer.echo(render_table(report, file))
+            if width is None and sys.stdout.isatty():
+                import shutil
+
+                width = shutil.get_terminal_size().columns
+            typer.echo(render_table(report, file, width or None, zone=tz))
         if report.fatal:
             raise typer.Exit(EXIT_FOUND_PROBLEM)
+
+
+def _zone(name: str) -> tzinfo:
+    """``--tz``: UTC, local (this machine's zone now), or an IANA zone name."""
+    from datetime import UTC, datetime
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    from gpufleet.domain.errors import InvalidInput
+
+    if name.upper() == "UTC":
+        return UTC
+    if name == "local":
+        local = datetime.now().astimezone().tzinfo
+        return local if local is not None else UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidInput("--tz", name, "UTC, local, or a zone name such as Europe/Paris") from None

@@ -46,6 +46,14 @@ def register(app: typer.Typer) -> None:
         trace: Annotated[Path | None, typer.Option(help="replay a node fault trace (InfiniteHBD format)")] = None,
         trace_nodes: int = typer.Option(None, help="servers the trace covers (default: 400 for InfiniteHBD)"),
         report: Annotated[Path | None, typer.Option(help="write an HTML report comparing policies here")] = None,
+        sweep: bool = typer.Option(False, "--sweep", help="run every policy variant (and --sweep-policy files) "
+                                   "x --replicas seeds; ETTR with 95 % confidence intervals"),
+        sweep_policy: Annotated[list[Path] | None, typer.Option(
+            help="with --sweep: also a variant deciding with this policy file (repeatable)")] = None,
+        workers: int = typer.Option(None, min=1, help="with --sweep: local worker processes (default: one per "
+                                    "CPU; 1: this process)"),
+        ray: str = typer.Option(None, "--ray", help="with --sweep: run on the Ray cluster at this address "
+                                "(ray://host:10001, auto) or on a local Ray instance (local)"),
     ) -> None:
         """Simulate a training campaign: interruptions, ETTR, MTTF and badput over Monte Carlo replicas."""
         from gpufleet.domain.durations import parse_duration
@@ -131,6 +139,14 @@ def register(app: typer.Typer) -> None:
             return LifecycleControl(policy_file, proactive_drain=c.proactive_drain,
                                     operator_response=c.operator_response)
 
+        if sweep:
+            from gpufleet.cli.sim_sweep import sweep_command
+
+            sweep_command(cfg, control, policy, sweep_policy or [], replicas, seed, fault_trace, workers, ray,
+                          as_json)
+            return
+        if sweep_policy or workers is not None or ray is not None:
+            raise InvalidInput("--sweep", False, "--sweep with --sweep-policy, --workers or --ray")
         doc = _run(cfg, replicas, seed, fault_trace, make_control, as_json, "replay" if fault_trace else "")
         if fault_trace is not None:
             rate = fault_trace.rate_per_node_day(Effect.INTERRUPT)

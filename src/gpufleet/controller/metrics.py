@@ -16,7 +16,8 @@ several controllers in one process):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -24,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gpufleet import __version__
+from gpufleet.goodput.rollup import Goodput, JobInterval
 from gpufleet.lifecycle.decisions import ActionKind, DecisionStatus
 from gpufleet.lifecycle.plan import OutboxAction, Plan
 from gpufleet.lifecycle.states import NodeState
@@ -40,6 +42,7 @@ DRAIN_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200)
 PASS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 INGEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
 _DRAINS = frozenset({ActionKind.DRAIN, ActionKind.DRAIN_AFTER_CHECKPOINT})
+MAX_GOODPUT_JOBS = 20  # per-job goodput gauges: the jobs that reported most recently (bounded cardinality)
 
 
 class ControllerMetrics:
@@ -70,6 +73,15 @@ class ControllerMetrics:
                                         buckets=INGEST_BUCKETS, registry=r)
         self.ingest_requests = Counter(f"{PREFIX}ingest_requests", "Agents' report requests by route and HTTP "
                                        "status (4xx/5xx are refusals).", ["route", "code"], registry=r)
+        self.goodput_seconds = Counter(
+            f"{PREFIX}goodput_seconds", "Rank-seconds of training jobs' reported goodput intervals, by category "
+            "(productive or a badput category), counted when received.", ["category"], registry=r)
+        self.goodput_flops = Counter(f"{PREFIX}goodput_model_flops", "Model FLOPs of the steps in reported "
+                                     "intervals (all ranks), for cluster MFU.", registry=r)
+        self.goodput_peak_flops = Counter(f"{PREFIX}goodput_peak_flops", "Peak FLOPs the same steps could have "
+                                          "done (step time x peak FLOP/s x ranks): MFU = rate(model) / rate(peak).",
+                                          registry=r)
+        self.goodput_jobs: OrderedDict[str, tuple[float | None, float | None]] = OrderedDict()  # job -> ettr, mfu
         self.committer: GroupCommitter | None = None
         self.reconciler: Reconciler | None = None
         r.register(_StateCollector(self))
@@ -102,6 +114,23 @@ class ControllerMetrics:
         if outcome == "done" and row.action.kind in _DRAINS:
             self.detect_to_drain.observe(max(0.0, (now - row.created).total_seconds()))
 
+    def on_goodput(self, job: str, accepted: Sequence[JobInterval], total: Goodput | None) -> None:
+        """A job reported goodput: count the new intervals, keep the job's totals for its gauges."""
+        for i in accepted:
+            self.goodput_seconds.labels("productive").inc(i.productive * i.world)
+            for k, v in i.badput.as_dict().items():
+                if v:
+                    self.goodput_seconds.labels(k).inc(v * i.world)
+            if i.flops is not None and i.peak_flops:
+                self.goodput_flops.inc(i.flops * i.world)
+                self.goodput_peak_flops.inc(i.step_s * i.peak_flops * i.world)
+        if total is not None:
+            with self.controller.lock:
+                self.goodput_jobs[job] = (total.ettr, total.mfu)
+                self.goodput_jobs.move_to_end(job)
+                while len(self.goodput_jobs) > MAX_GOODPUT_JOBS:
+                    self.goodput_jobs.popitem(last=False)
+
     def observe_ingest(self, route: str, code: int, seconds: float) -> None:
         self.ingest_requests.labels(route, str(code)).inc()
         self.ingest_seconds.labels(route).observe(seconds)
@@ -131,6 +160,7 @@ class _StateCollector:
             for s in c.verdicts:
                 key = (s.kind, s.action.value)
                 suspects[key] = suspects.get(key, 0) + 1
+            goodput_jobs = list(self.m.goodput_jobs.items())
         info = GaugeMetricFamily(f"{PREFIX}controller_info", "The controller's version (always 1).",
                                  labels=["version"])
         info.add_metric([__version__], 1)
@@ -159,6 +189,19 @@ class _StateCollector:
             verdicts.add_metric([kind, action], n)
         yield verdicts
         yield from self._ingest()
+        ettr = GaugeMetricFamily(f"{PREFIX}goodput_job_ettr", "A job's ETTR over everything it reported (the "
+                                 f"{MAX_GOODPUT_JOBS} jobs that reported most recently since the controller "
+                                 "started).", labels=["job"])
+        mfu = GaugeMetricFamily(f"{PREFIX}goodput_job_mfu", "A job's MFU in steps over everything it reported "
+                                "(jobs that declared their model FLOPs; the same jobs as goodput_job_ettr).",
+                                labels=["job"])
+        for job, (e, m) in goodput_jobs:
+            if e is not None:
+                ettr.add_metric([job], e)
+            if m is not None:
+                mfu.add_metric([job], m)
+        yield ettr
+        yield mfu
         recon = self.m.reconciler
         if recon is not None:
             yield GaugeMetricFamily(f"{PREFIX}scheduler_reachable", "1 when the last scheduler read worked.",

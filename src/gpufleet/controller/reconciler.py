@@ -31,6 +31,7 @@ from gpufleet.schedulers.port import Job, SchedNode, SchedNodeState, Scheduler, 
 
 from .faults import fault_of
 from .fleetjudge import FleetJudge
+from .placement import place_suspects_last
 from .repairer import Repairer
 from .service import Controller
 from .store.repo import ActionStatus
@@ -143,6 +144,7 @@ class Reconciler:
             self.controller.sync(changed)
         if changed:  # a lost drain changes the observation, so only changed nodes need a look
             self._redrain_drift([n for n in nodes if n.name in changed])
+        place_suspects_last(self.controller, self.scheduler, nodes)
         return True
 
     def _redrain_drift(self, nodes: Sequence[SchedNode]) -> None:

@@ -373,6 +373,11 @@ class Controller:
         with self.lock:
             return self.engine.pairing_partners(node, count, idle)
 
+    def states(self) -> dict[str, NodeState]:
+        """Every registered node's lifecycle state (a copy)."""
+        with self.lock:
+            return {name: rec.state for name, rec in self.engine.nodes.items()}
+
     def state_of(self, node: str) -> NodeState:
         with self.lock:
             rec = self.engine.nodes.get(node)

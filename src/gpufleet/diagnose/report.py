@@ -103,8 +103,17 @@ def _when(f: Finding) -> str:
     return "-"
 
 
-def render_table(report: Report, source: str = "") -> str:
-    """The default human-readable output: one block per device, worst first, with the action."""
+# The fixed columns before a finding's text: indent, line, time, kind, code, severity (see render_table).
+_FIXED_COLUMNS = 3 + 6 + 2 + 25 + 1 + 10 + 1 + 6 + 2 + 9 + 1
+_MIN_TEXT = 30  # a narrower terminal still gets this much of each finding (lines wrap instead)
+
+
+def render_table(report: Report, source: str = "", width: int | None = None, zone: str = "UTC") -> str:
+    """The default human-readable output: one block per device, worst first, with the action.
+
+    ``width``: the terminal's width; a finding's text is cut (with ``…``) to fit it, never below
+    ``_MIN_TEXT`` characters. None: nothing is cut (output to a file or a pipe). ``zone``: how
+    timestamps without a zone were read (said in the header when a finding has a clock time)."""
     st = report.stats
     counts = {s: sum(1 for f in report.findings if f.severity is s) for s in Severity}
     lines = [
@@ -118,6 +127,9 @@ def render_table(report: Report, source: str = "") -> str:
     ) if n]
     if notes:
         lines.append("input: " + ", ".join(notes))
+    if any(f.time is not None for f in report.findings):
+        lines.append(f"times: as written in the log; stamps without a zone (syslog, journal) read as {zone} "
+                     "(--tz to change)")
     if not report.groups:
         lines.append("no hardware faults found")
     for g in report.groups:
@@ -132,6 +144,13 @@ def render_table(report: Report, source: str = "") -> str:
             code = "" if f.code is None else str(f.code)
             lines.append(
                 f"{indent}{f.line:>6}  {_when(f):25} {f.kind.value:10} {code:>6}  "
-                f"{f.severity.value:9} {what[:90]}{esc}{mark}"
+                f"{f.severity.value:9} {_fit(f'{what}{esc}{mark}', width)}"
             )
     return "\n".join(lines)
+
+
+def _fit(text: str, width: int | None) -> str:
+    if width is None:
+        return text
+    room = max(width - _FIXED_COLUMNS, _MIN_TEXT)
+    return text if len(text) <= room else text[: room - 1] + "…"

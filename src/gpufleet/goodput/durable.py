@@ -28,6 +28,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -51,7 +53,8 @@ def rank_file(run_dir: str | Path, rank: int) -> Path:
 
 class RunRecorder:
     def __init__(self, run_dir: str | Path, *, rank: int | None = None, world: int | None = None,
-                 launched: float | None = None, fsync: FsyncPolicy = "checkpoint",
+                 launched: float | None = None, fsync: FsyncPolicy = "checkpoint", push: bool | None = None,
+                 host: str | None = None,
                  monotonic: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         if fsync not in ("always", "checkpoint", "never"):
             raise InvalidInput("fsync", fsync, "always, checkpoint or never")
@@ -74,13 +77,16 @@ class RunRecorder:
         launch = launched if launched is not None else _launch_time(self._anchor[0])
         header: dict[str, object] = {"ev": "attempt", "format": FORMAT, "launched": round(launch, 6),
                                      "rank": self.rank, "world": self.world, "pid": os.getpid(),
-                                     "host": socket.gethostname()}
+                                     "host": host or os.environ.get("SLURMD_NODENAME") or socket.gethostname()}
         for key, env in (("job", "SLURM_JOB_ID"), ("slurm_step", "SLURM_STEP_ID")):
             if os.environ.get(env):
                 header[key] = os.environ[env]
         if os.environ.get("LOCAL_RANK", "").isdigit():
             header["local_rank"] = int(os.environ["LOCAL_RANK"])
         self._write(header)
+        self._pusher: subprocess.Popen[bytes] | None = None
+        if self.rank == 0 and (push or (push is None and os.environ.get("GPUFLEET_CONTROLLER"))):
+            self._pusher = _start_pusher(self.path.parent)
 
     # ---- the clock ----------------------------------------------------------------------------
     def now(self) -> float:
@@ -159,6 +165,8 @@ class RunRecorder:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
+        if self._pusher is not None and self._pusher.poll() is None:
+            self._pusher.terminate()  # the pusher pushes once more and exits; nobody waits for it
 
     def __enter__(self) -> RunRecorder:
         return self
@@ -180,6 +188,15 @@ class RunRecorder:
             os.write(self._fd, (json.dumps(doc, separators=(",", ":")) + "\n").encode())
             if self._fsync == "always" or (self._fsync == "checkpoint" and doc["ev"] in _SYNCED):
                 os.fsync(self._fd)
+
+
+def _start_pusher(run_dir: Path) -> subprocess.Popen[bytes]:
+    """The controller push as its own process (:mod:`gpufleet.goodput.push`): its reads, parsing and HTTP
+    never take the training process's CPU or GIL, and it outlives a crash of it for one last push."""
+    period = os.environ.get("GPUFLEET_GOODPUT_PUSH_PERIOD", "60")
+    return subprocess.Popen([sys.executable, "-m", "gpufleet.goodput.push", str(run_dir), "--follow",
+                             "--parent", str(os.getpid()), "--period", period],
+                            stdin=subprocess.DEVNULL, start_new_session=True)
 
 
 def _env_int(*names: str, default: int = 0) -> int:

@@ -25,7 +25,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from enum import Enum, auto
 
-from gpufleet.goodput.timeline import JobTimeline, TimelineEventKind
+from gpufleet.goodput.timeline import JobTimeline, TimelineEvent, TimelineEventKind
 
 K = TimelineEventKind
 
@@ -88,6 +88,18 @@ class GoodputReport:
     by_cause_lost: tuple[tuple[str, float], ...] = field(default=())  # lost progress per cause
 
 
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """The accounting of ``[first event, time]`` at a *settled* point: a time before which no later event
+    can change how a second is counted. Settled points are each (re)start (the interruption before it is
+    accounted), the snapshot of each checkpoint that became durable (the training before it is kept) and
+    the end. ``productive + badput.total`` is the elapsed time up to ``time``."""
+
+    time: float
+    productive: float
+    badput: Badput
+
+
 class _Phase(Enum):
     WAITING = auto()
     STARTING = auto()
@@ -132,6 +144,14 @@ class _Acc:
         self.checkpoints = 0
         self.steps = 0
         self.ignored = 0
+        self.end = 0.0
+        self.marks: list[Settled] = []
+        self.pending: dict[int | None, Settled] = {}  # snapshot marks that become settled when durable
+
+    def mark(self, time: float) -> Settled:
+        buckets = dict(self.buckets)
+        buckets["planned_maintenance" if self.planned_gap else "waiting"] += self.gap
+        return Settled(time, max(0.0, self.work - buckets["lost_progress"]), Badput(**buckets))
 
     def elapse(self, dt: float) -> None:
         if dt <= 0:
@@ -159,6 +179,7 @@ class _Acc:
         self.lost_by_cause[cause] = self.lost_by_cause.get(cause, 0.0) + lost
         self.durable = self.work
         self.snaps.clear()
+        self.pending.clear()
         self.causes[cause] += 1
         if planned:
             self.planned += 1
@@ -183,8 +204,26 @@ class _Acc:
         if snap is None:
             self.ignored += 1
             return
+        mark = self.pending.pop(key, None)
+        if mark is not None:
+            self.marks.append(mark)
         self.durable = max(self.durable, snap)
         self.checkpoints += 1
+
+
+def settled(timeline: JobTimeline) -> tuple[Settled, ...]:
+    """The settled points of ``timeline``, in time order (see :class:`Settled`). Consecutive points bound
+    the intervals a job reports to the controller: an interval between two settled points is final."""
+    if not timeline.events:
+        return ()
+    marks = sorted(_account(timeline.events).marks, key=lambda m: m.time)
+    out: list[Settled] = []
+    for m in marks:  # one point per time: the latest accounting wins (a restart at a checkpoint's time)
+        if out and out[-1].time == m.time:
+            out[-1] = m
+        else:
+            out.append(m)
+    return tuple(out)
 
 
 def compute(timeline: JobTimeline) -> GoodputReport:
@@ -192,10 +231,32 @@ def compute(timeline: JobTimeline) -> GoodputReport:
     ev = timeline.events
     if not ev:
         return GoodputReport(0.0, 0.0, 0.0, None, Interruptions(), Badput())
+    a = _account(ev)
+    elapsed = a.end - ev[0].time
+    badput = Badput(**a.buckets)
+    productive = max(0.0, a.work - badput.lost_progress)
+    ettr = min(1.0, productive / elapsed) if elapsed > 0 else 0.0
+    by_cause = tuple(sorted(a.causes.items(), key=lambda kv: (-kv[1], kv[0])))
+    return GoodputReport(
+        elapsed=elapsed,
+        productive=productive,
+        ettr=ettr,
+        mttf=a.held / a.unexpected if a.unexpected else None,
+        interruptions=Interruptions(a.planned + a.unexpected, a.planned, a.unexpected, by_cause),
+        badput=badput,
+        attempts=a.attempts,
+        checkpoints=a.checkpoints,
+        steps=a.steps,
+        ignored_events=a.ignored,
+        by_cause_lost=tuple(sorted(a.lost_by_cause.items(), key=lambda kv: (-kv[1], kv[0]))),
+    )
+
+
+def _account(ev: tuple[TimelineEvent, ...]) -> _Acc:
+    """One pass of the accounting state machine over ``ev`` (non-empty, time-ordered)."""
     a = _Acc()
-    t0: float = ev[0].time
-    prev: float = t0
-    end: float = ev[-1].time
+    prev: float = ev[0].time
+    a.end = ev[-1].time
     for e in ev:
         if a.phase is _Phase.ENDED:
             a.ignored += 1
@@ -205,13 +266,15 @@ def compute(timeline: JobTimeline) -> GoodputReport:
         ph, k = a.phase, e.kind
         if k in (K.START, K.RESTART):
             a.start()
+            a.marks.append(a.mark(e.time))
         elif k is K.SUBMIT:
             if a.started:
                 a.ignored += 1
         elif k is K.END:
             a.flush_gap()
             a.phase = _Phase.ENDED
-            end = e.time
+            a.end = e.time
+            a.marks.append(a.mark(e.time))
         elif k in (K.FAILURE, K.MAINTENANCE):
             if ph in _RUNNING:
                 planned = k is K.MAINTENANCE
@@ -248,6 +311,7 @@ def compute(timeline: JobTimeline) -> GoodputReport:
         elif k is K.CHECKPOINT_SAVE_START:
             if ph is _Phase.TRAINING:
                 a.snaps[e.checkpoint] = a.work
+                a.pending[e.checkpoint] = a.mark(e.time)
                 a.phase = _Phase.SAVING
             else:
                 a.ignored += 1
@@ -282,21 +346,4 @@ def compute(timeline: JobTimeline) -> GoodputReport:
                 a.ignored += 1
     if a.phase is not _Phase.ENDED:
         a.flush_gap()
-    elapsed = end - t0
-    badput = Badput(**a.buckets)
-    productive = max(0.0, a.work - badput.lost_progress)
-    ettr = min(1.0, productive / elapsed) if elapsed > 0 else 0.0
-    by_cause = tuple(sorted(a.causes.items(), key=lambda kv: (-kv[1], kv[0])))
-    return GoodputReport(
-        elapsed=elapsed,
-        productive=productive,
-        ettr=ettr,
-        mttf=a.held / a.unexpected if a.unexpected else None,
-        interruptions=Interruptions(a.planned + a.unexpected, a.planned, a.unexpected, by_cause),
-        badput=badput,
-        attempts=a.attempts,
-        checkpoints=a.checkpoints,
-        steps=a.steps,
-        ignored_events=a.ignored,
-        by_cause_lost=tuple(sorted(a.lost_by_cause.items(), key=lambda kv: (-kv[1], kv[0]))),
-    )
+    return a

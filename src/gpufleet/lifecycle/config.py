@@ -54,6 +54,8 @@ class PolicyConfig:
     auto_repair: bool = True
     # New nodes start burn-in without an operator.
     auto_burn_in: bool = True
+    # Suspect nodes stay schedulable but are placed last (Slurm: weight; Kubernetes: PreferNoSchedule).
+    place_suspects_last: bool = True
     # Agents' clocks may lag the controller's by this much: evidence stamped up to this long before a
     # node's last transition still counts as new.
     clock_skew: timedelta = timedelta(minutes=5)
@@ -93,6 +95,7 @@ _POLICY_KEYS: dict[str, str] = {
     "gpus_per_node": "count",
     "auto_repair": "bool",
     "auto_burn_in": "bool",
+    "place_suspects_last": "bool",
     "heartbeat_timeout": "duration",
     "clock_skew": "duration",
     "merge_window": "duration",

@@ -24,6 +24,11 @@ Consistency and failure behaviour (the contract):
   checkpoint``). A job that is not running is ``NotFound``; a job that is not asked or ignores the
   request is drained at the deadline (docs/lifecycle.md). The caller records the request before
   making it, so a crash never sends it twice.
+* **Placement preference.** ``place_last(node, True)`` keeps a schedulable node last in placement (a
+  suspect: its jobs go elsewhere while anything else is free, without draining it); ``False`` undoes
+  it. Idempotent; shown as :attr:`SchedNode.placed_last`. Slurm: the node's weight raised by
+  ``PLACE_LAST_WEIGHT`` (restored by subtracting it, so a site's own weights survive); Kubernetes: a
+  ``gpufleet.io/suspect:PreferNoSchedule`` taint.
 * **Reads are snapshots.** ``list_nodes``/``list_jobs`` return what the scheduler says now; a drain
   shows as ``DRAINING`` while jobs still run on the node and ``DRAINED`` once it is empty.
 """
@@ -63,6 +68,7 @@ class SchedNode:
     state: SchedNodeState
     reason: str = ""
     jobs: tuple[str, ...] = ()
+    placed_last: bool = False  # kept last in placement (Scheduler.place_last)
 
     @property
     def drained_by_us(self) -> bool:
@@ -117,3 +123,5 @@ class Scheduler(Protocol):
     def signal(self, job_id: str, signal: str) -> None: ...
 
     def request_checkpoint(self, job_id: str) -> str: ...
+
+    def place_last(self, node: str, last: bool) -> None: ...

@@ -25,6 +25,7 @@ class _Node:
     drain: bool = False
     down: bool = False
     reason: str = ""
+    last: bool = False  # place_last
 
 
 @dataclass(slots=True)
@@ -32,7 +33,8 @@ class _State:
     nodes: dict[str, _Node] = field(default_factory=dict)
     jobs: dict[str, Job] = field(default_factory=dict)
     next_job: int = 1
-    # Every effect that changed the cluster, in order: ("drain"|"resume"|"requeue"|"signal", target, detail)
+    # Every effect that changed the cluster, in order: ("drain"|"resume"|"requeue"|"signal"|"place_last"|
+    # "place_normally", target, detail)
     effects: list[tuple[str, str, str]] = field(default_factory=list)
 
 
@@ -181,10 +183,21 @@ class SimScheduler:
             self._s.jobs[job_id] = replace(job, last_checkpoint=at)
             self._save()
 
+    def place_last(self, node: str, last: bool) -> None:
+        with self._lock:
+            self._check_reachable()
+            n = self._get(node)
+            if n.last == last:
+                return
+            n.last = last
+            self._effect("place_last" if last else "place_normally", node, "")
+
     def schedulable(self) -> list[str]:
+        """Free nodes in placement order: nodes kept last (suspects) after every other."""
         with self._lock:
             busy = {n for j in self._s.jobs.values() if j.state == JobState.RUNNING for n in j.nodes}
-            return [n.name for n in self._s.nodes.values() if not (n.drain or n.down) and n.name not in busy]
+            free = [n for n in self._s.nodes.values() if not (n.drain or n.down) and n.name not in busy]
+            return [n.name for n in sorted(free, key=lambda n: n.last)]
 
     @property
     def effects(self) -> list[tuple[str, str, str]]:
@@ -216,7 +229,7 @@ class SimScheduler:
             state = SchedNodeState.DRAINING if jobs else SchedNodeState.DRAINED
         else:
             state = SchedNodeState.ALLOCATED if jobs else SchedNodeState.IDLE
-        return SchedNode(name=n.name, state=state, reason=n.reason, jobs=jobs)
+        return SchedNode(name=n.name, state=state, reason=n.reason, jobs=jobs, placed_last=n.last)
 
     def _effect(self, what: str, target: str, detail: str) -> None:
         self._s.effects.append((what, target, detail))
@@ -226,7 +239,7 @@ class SimScheduler:
         if self._state_file is None:
             return
         doc = {
-            "nodes": [[n.name, n.drain, n.down, n.reason] for n in self._s.nodes.values()],
+            "nodes": [[n.name, n.drain, n.down, n.reason, n.last] for n in self._s.nodes.values()],
             "jobs": [[j.id, j.name, j.state, list(j.nodes), j.restarts, j.checkpoint_signal]
                      for j in self._s.jobs.values()],
             "next_job": self._s.next_job,
@@ -238,7 +251,8 @@ class SimScheduler:
 
     def _load(self, path: Path) -> None:
         doc = json.loads(path.read_text())
-        self._s.nodes = {r[0]: _Node(r[0], r[1], r[2], r[3]) for r in doc["nodes"]}
+        self._s.nodes = {r[0]: _Node(r[0], r[1], r[2], r[3], bool(r[4]) if len(r) > 4 else False)
+                         for r in doc["nodes"]}
         self._s.jobs = {
             r[0]: Job(id=r[0], name=r[1], state=JobState(r[2]), nodes=tuple(r[3]), restarts=r[4],
                       checkpoint_signal=r[5] if len(r) > 5 else "") for r in doc["jobs"]

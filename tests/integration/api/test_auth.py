@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
+from datetime import datetime, timedelta
 from typing import Any
 
 from fastapi.routing import APIRoute
@@ -46,6 +47,9 @@ ACCESS: dict[tuple[str, str], set[str]] = {
     ("GET", "/v1/mode"): READ,
     ("PUT", "/v1/mode"): OPERATE,
     ("POST", "/v1/jobs/{job_id}/checkpoint"): REPORT,
+    ("POST", "/v1/jobs/{job_id}/goodput"): REPORT,
+    ("GET", "/v1/jobs/{job_id}/goodput"): READ,
+    ("GET", "/v1/goodput"): READ,
     ("GET", "/v1/nodes/{node}/commands"): REPORT,
     ("POST", "/v1/nodes/{node}/commands/{command_id}/result"): REPORT,
 }
@@ -64,6 +68,9 @@ def body_for(method: str, path: str, now: str) -> Any:
         return {"events": [{"id": "auth-e1", "node": "r01-n01", "kind": "ecc_sbe", "time": now}]}
     if path.endswith("/inventory"):
         return {"node": PARAMS["node"], "serial": "NODE-00001"}
+    if path.endswith("/goodput"):
+        hour_ago = (datetime.fromisoformat(now) - timedelta(hours=1)).isoformat()
+        return {"intervals": [{"start": hour_ago, "end": now, "productive_s": 3600}]}
     if path.endswith(("/heartbeat", "/checkpoint")):
         return {"time": now}
     if path == "/v1/mode":

@@ -123,3 +123,23 @@ def test_breaker_trip_and_held_decisions(fleet: Api) -> None:
     assert m["gpufleet_held_decisions{}"] == 0
     assert m["gpufleet_breaker_trips_total{}"] == 1
     assert m["gpufleet_decision_status_changes_total{status=cancelled}"] == len(held)
+
+
+def test_goodput_series_match_what_jobs_reported_and_per_job_gauges_are_bounded(api: Api) -> None:
+    from gpufleet.controller.metrics import MAX_GOODPUT_JOBS
+    from tests.integration.api.test_goodput_api import iv
+
+    api.tick(timedelta(hours=2))
+    first = {**iv(0, 10, 500, startup=100), "steps": 100, "step_s": 500, "flops": 4e16, "peak_flops": 1e15}
+    assert api.post("/v1/jobs/j0/goodput", {"world": 4, "intervals": [first]}, "operator").status_code == 202
+    assert api.post("/v1/jobs/j0/goodput", {"world": 4, "intervals": [first]}, "operator").status_code == 202  # again
+    m = scrape(api)
+    assert m["gpufleet_goodput_seconds_total{category=productive}"] == 500 * 4  # a duplicate counts nothing
+    assert m["gpufleet_goodput_seconds_total{category=startup}"] == 100 * 4
+    assert m["gpufleet_goodput_model_flops_total{}"] / m["gpufleet_goodput_peak_flops_total{}"] == pytest.approx(0.08)
+    assert m["gpufleet_goodput_job_ettr{job=j0}"] == pytest.approx(500 / 600)
+    assert m["gpufleet_goodput_job_mfu{job=j0}"] == pytest.approx(0.08)
+    for n in range(1, MAX_GOODPUT_JOBS + 5):
+        assert api.post(f"/v1/jobs/j{n}/goodput", {"intervals": [iv(0, 10, 600)]}, "operator").status_code == 202
+    jobs = {k for k in scrape(api) if k.startswith("gpufleet_goodput_job_ettr{")}
+    assert len(jobs) == MAX_GOODPUT_JOBS and "gpufleet_goodput_job_ettr{job=j0}" not in jobs  # the oldest left

@@ -169,6 +169,28 @@ def test_jobs_show_their_last_checkpoint(ui: Api) -> None:
     assert "never reported" not in page and ui.clock.now().strftime("%Y-%m-%d %H:%M:%S") in page
 
 
+def test_jobs_show_the_goodput_timeline_of_what_they_reported(ui: Api) -> None:
+    import re
+    from datetime import timedelta
+
+    from tests.integration.api.test_goodput_api import iv
+
+    page = ui.client.get("/ui/jobs", headers=auth("viewer")).text
+    assert "No job has reported goodput" in page
+    ui.tick(timedelta(hours=2))
+    body = {"intervals": [iv(0, 10, 300, startup=300), iv(20, 10, 450, lost_progress=150)]}  # a gap 10-20 min
+    assert ui.post("/v1/jobs/j7/goodput", body, "operator").status_code == 202
+    page = ui.client.get("/ui/jobs", headers=auth("viewer")).text
+    row = page[page.index('data-goodput-job="j7"'):]
+    row = row[:row.index("</tr>")]
+    assert "62.5 %" in row  # 750 s productive of 1,200 s reported
+    rects = [(c, float(x), float(w)) for c, x, w in
+             re.findall(r'<rect class="gp-(\w+)" x="([\d.]+)" y="0" width="([\d.]+)"', row)]
+    # 30 minutes across 600 units: 20 units a minute; the gap from minute 10 to 20 stays empty
+    assert rects == [("productive", 0, 100), ("startup", 100, 100), ("productive", 400, 150),
+                     ("lost_progress", 550, 50)]
+
+
 def test_assets_are_served_from_the_package(ui: Api) -> None:
     js = ui.client.get("/ui/static/live.js")
     assert js.status_code == 200 and "X-Gpufleet-Fragment" in js.text

@@ -116,3 +116,39 @@ def test_policy_file_overrides_judge_offline_as_the_controller_would(tmp_path: P
     bad.write_text('[[override]]\nkind = "xid"\ncode = 31\nseverity = "awful"\n')
     res = runner.invoke(app, ["diagnose", "--policy", str(bad), "-"], input=line)
     assert res.exit_code == 2 and "override[0].severity" in res.output
+
+
+def _rows(output: str) -> list[str]:
+    """The finding rows of the table (they start with a line number, maybe after the ↳ of a consequence)."""
+    return [ln for ln in output.splitlines() if ln.lstrip(" ↳")[:1].isdigit()]
+
+
+def test_width_cuts_findings_to_the_terminal_and_a_pipe_gets_them_whole() -> None:
+    log = str(FIXTURES / "xid79-dgx-h100-dmesg.log")
+    whole = runner.invoke(app, ["diagnose", log])  # CliRunner's stdout is not a terminal: nothing cut
+    json_doc = json.loads(runner.invoke(app, ["diagnose", "--json", log]).stdout)
+    longest = max(json_doc, key=lambda f: len(f["meaning"]))
+    assert longest["meaning"] in whole.output and "…" not in whole.output
+    for width in (120, 100):
+        narrow = runner.invoke(app, ["diagnose", "--width", str(width), log])
+        rows = _rows(narrow.output)
+        assert rows and all(len(r) <= width for r in rows), [len(r) for r in rows]
+        assert any(r.endswith("…") for r in rows)
+        assert len(rows) == len(_rows(whole.output))  # cut, never dropped
+    # a tiny terminal still gets some text of each finding (its lines wrap): more than 20 columns' worth
+    tiny = _rows(runner.invoke(app, ["diagnose", "--width", "20", log]).output)
+    cut_at_100 = _rows(runner.invoke(app, ["diagnose", "--width", "100", log]).output)
+    assert all(20 < len(r) <= len(c) for r, c in zip(tiny, cut_at_100, strict=True))
+    assert runner.invoke(app, ["diagnose", "--width", "0", log]).output == whole.output
+
+
+def test_zone_less_syslog_times_are_read_in_the_zone_given_and_the_table_says_which() -> None:
+    log = str(FIXTURES / "xid-old-format.log")  # "May 10 22:25:01 jambi kernel: ...": no zone, no year
+    utc = json.loads(runner.invoke(app, ["diagnose", "--json", "--year", "2026", log]).stdout)[0]["time"]
+    tokyo = json.loads(runner.invoke(app, ["diagnose", "--json", "--year", "2026", "--tz", "Asia/Tokyo", log]
+                                     ).stdout)[0]["time"]
+    assert utc == "2026-05-10T22:25:01+00:00" and tokyo == "2026-05-10T22:25:01+09:00"
+    assert "read as Asia/Tokyo" in runner.invoke(app, ["diagnose", "--tz", "Asia/Tokyo", log]).output
+    assert "read as UTC" in runner.invoke(app, ["diagnose", log]).output
+    bad = runner.invoke(app, ["diagnose", "--tz", "Mars/Olympus", log])
+    assert bad.exit_code == 2 and "--tz" in bad.output and "Mars/Olympus" in bad.output

@@ -1,5 +1,5 @@
 """topology.conf from a gpufleet topology: hand-built fabrics with known answers, and invariants on the
-generated reference fabrics. (slurmctld reading the result: tests/integration/slurm/test_topology_conf.py.)"""
+generated reference fabrics. (slurmctld reading the result: tests/integration/slurm/test_placement_real.py.)"""
 
 from __future__ import annotations
 

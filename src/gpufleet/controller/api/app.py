@@ -28,6 +28,7 @@ from . import errors, metrics
 from .auth import ADMINISTER, OPERATE, READ, REPORT, Caller, TokenRegistry, require
 from .commands import commands_router
 from .fastpath import FastPathCounts, IngestFastPath
+from .goodput import GoodputObserver, goodput_router
 from .limits import DEFAULT_LIMITS, Limits, RefusedCounts, RequestLimits
 from .schemas import (
     ApproveIn,
@@ -283,9 +284,12 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         c.checkpoint(job_id, body.time)
         return {"status": "recorded"}
 
+    goodput_observers: list[GoodputObserver] = []  # the metrics join below
+    v1.include_router(goodput_router(controller, lambda caller, job: _may_checkpoint(caller, job, reconciler)
+                                     if caller.role == Role.AGENT else None, goodput_observers))
     v1.include_router(commands_router(controller, _may_report))  # the agent command channel (repairs)
     app.include_router(v1)
-    metrics.install(app, controller, committer, reconciler)  # GET /metrics and the ingest timing
+    goodput_observers.append(metrics.install(app, controller, committer, reconciler).on_goodput)  # GET /metrics
     web.install(app, controller, reconciler)  # GET / and /ui/...: the web UI (controller/web)
     _declare_bearer(app)
     if openapi_requires_auth:

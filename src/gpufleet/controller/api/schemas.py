@@ -134,3 +134,51 @@ class ModeIn(_In):
 
 class CheckpointIn(_In):
     time: AwareTime
+
+
+MAX_INTERVALS = 1000  # per goodput post; the sender splits a longer backlog
+_SECONDS = Field(default=0.0, ge=0, le=1e9, allow_inf_nan=False)
+
+
+class BadputIn(_In):
+    """Seconds by category (docs/goodput.md); a category left out is 0."""
+
+    startup: float = _SECONDS
+    checkpoint_save: float = _SECONDS
+    checkpoint_restore: float = _SECONDS
+    lost_progress: float = _SECONDS
+    detection: float = _SECONDS
+    waiting: float = _SECONDS
+    planned_maintenance: float = _SECONDS
+    health_check: float = _SECONDS
+    data_wait: float = _SECONDS
+
+
+class GoodputIntervalIn(_In):
+    start: AwareTime
+    end: AwareTime
+    productive_s: float = Field(ge=0, le=1e9, allow_inf_nan=False)
+    badput_s: BadputIn = Field(default_factory=BadputIn)
+    steps: int = Field(default=0, ge=0, le=MAX_CODE, strict=True)
+    step_s: float = Field(default=0.0, ge=0, le=1e9, allow_inf_nan=False)
+    flops: float | None = Field(default=None, ge=0, le=1e30, allow_inf_nan=False,
+                                description="model FLOPs of the steps completed in the interval (per rank)")
+    peak_flops: float | None = Field(default=None, gt=0, le=1e18, allow_inf_nan=False,
+                                     description="the device's peak FLOP/s (per rank)")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GoodputIntervalIn:
+        length = (self.end - self.start).total_seconds()
+        if length <= 0:
+            raise ValueError("end must be after start")
+        counted = self.productive_s + sum(self.badput_s.model_dump().values())
+        if abs(counted - length) > max(1e-3, 1e-6 * length):
+            raise ValueError(f"productive_s + badput_s ({counted:.6g} s) must equal end - start ({length:.6g} s)")
+        return self
+
+
+class GoodputIn(_In):
+    run: Text = Field(default="", max_length=NAME_MAX,
+                      description="the run within the job (e.g. its run directory name)")
+    world: int = Field(default=1, ge=1, le=1_000_000, strict=True, description="ranks (GPUs) of the run")
+    intervals: list[GoodputIntervalIn] = Field(min_length=1, max_length=MAX_INTERVALS)

@@ -5,7 +5,19 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import JSON, Boolean, DateTime, Dialect, Index, Integer, String, Text, TypeDecorator, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    DateTime,
+    Dialect,
+    Float,
+    Index,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -182,3 +194,25 @@ class RepairRow(Base):
     ok: Mapped[bool] = mapped_column(Boolean)
     detail: Mapped[str] = mapped_column(Text, default="")
     __table_args__ = (Index("ix_repairs_node_time", "node", "time"), UniqueConstraint("key", name="uq_repairs_key"))
+
+
+class GoodputIntervalRow(Base):
+    """One final goodput interval a training job reported (migration 0005, ``POST /v1/jobs/{id}/goodput``).
+    ``(job_id, run, start)`` is the idempotency key; ``badput`` maps category -> seconds."""
+
+    __tablename__ = "goodput_intervals"
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(128))
+    run: Mapped[str] = mapped_column(String(128), default="")
+    start: Mapped[datetime]
+    end: Mapped[datetime]
+    productive: Mapped[float] = mapped_column(Float)
+    badput: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    steps: Mapped[int] = mapped_column(Integer, default=0)
+    step_s: Mapped[float] = mapped_column(Float, default=0.0)
+    flops: Mapped[float | None] = mapped_column(Float, default=None)
+    peak_flops: Mapped[float | None] = mapped_column(Float, default=None)
+    world: Mapped[int] = mapped_column(Integer, default=1)
+    received: Mapped[datetime]
+    __table_args__ = (UniqueConstraint("job_id", "run", "start", name="uq_goodput_job_run_start"),
+                      Index("ix_goodput_intervals_end", "end"))

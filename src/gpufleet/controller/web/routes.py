@@ -28,6 +28,7 @@ from gpufleet.domain.errors import GpufleetError, InvalidInput
 from gpufleet.lifecycle.engine import OperatorOp
 
 from . import pages
+from .goodput import goodput_views
 from .session import CSRF_FIELD, Session, forged, safe_next, session_of, sign_in, sign_out
 
 FRAGMENT_HEADER = "x-gpufleet-fragment"
@@ -110,7 +111,8 @@ def install(app: FastAPI, controller: Controller, reconciler: Reconciler | None)
     page("/ui/breaker", "breaker.html", "breaker and dry run", lambda: {
         "held": len(pages.held_decisions(c)), "audit": c.store.audit(page=Page(15))})
     page("/ui/verdicts", "verdicts.html", "correlation verdicts", lambda: {"verdicts": pages.verdicts(c)})
-    page("/ui/jobs", "jobs.html", "jobs", lambda: {"jobs": pages.jobs(c, reconciler)})
+    page("/ui/jobs", "jobs.html", "jobs", lambda: {"jobs": pages.jobs(c, reconciler),
+                                                   "goodput": goodput_views(c)})
 
     # ---- actions (operator) ------------------------------------------------------------------
     def action(path: str, act: Callable[[Session, dict[str, str], list[str], dict[str, Any]], str]) -> None:

@@ -48,6 +48,7 @@ from gpufleet.schedulers.kubernetes.model import (
     ANN_SIGNAL,
     CONDITION_HEALTHY,
     GPU_RESOURCES,
+    SUSPECT_TAINT_KEY,
     TAINT_KEY,
     NodeMarks,
     is_active,
@@ -216,6 +217,21 @@ class KubernetesScheduler:
             self.set_condition(node, CONDITION_HEALTHY, True, "GpufleetResumed", "returned to service by gpufleet",
                                current=current)
             log.info("%s: uncordoned; taint %s removed (was %r)", node, TAINT_KEY, before.reason)
+
+    def place_last(self, node: str, last: bool) -> None:
+        """Keep ``node`` last in placement with the ``gpufleet.io/suspect:PreferNoSchedule`` taint (the
+        scheduler avoids the node while others fit; running pods stay); ``False`` removes it."""
+
+        def change(current: k8s.V1Node) -> dict[str, Any] | None:
+            if NodeMarks.of(current).placed_last == last:
+                return None
+            taints = [t for t in self._taints(current) if t.get("key") != SUSPECT_TAINT_KEY]
+            if last:
+                taints.append({"key": SUSPECT_TAINT_KEY, "effect": "PreferNoSchedule",
+                               "timeAdded": _iso(self._clock.now())})
+            return {"metadata": {}, "spec": {"taints": taints}}
+
+        self._update_node(node, change)
 
     def set_condition(self, node: str, ctype: str, healthy: bool, reason: str, message: str, *,
                       current: k8s.V1Node | None = None) -> None:

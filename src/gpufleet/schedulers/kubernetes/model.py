@@ -29,6 +29,7 @@ from gpufleet.schedulers.port import REASON_PREFIX, Job, JobState, SchedNode, Sc
 
 DOMAIN = "gpufleet.io"
 TAINT_KEY = f"{DOMAIN}/drain"
+SUSPECT_TAINT_KEY = f"{DOMAIN}/suspect"  # effect PreferNoSchedule: Scheduler.place_last
 ANN_CORDONED = f"{DOMAIN}/cordoned"
 ANN_REASON = f"{DOMAIN}/drain-reason"
 ANN_SIGNAL = f"{DOMAIN}/signal"
@@ -124,6 +125,7 @@ class NodeMarks:
     our_taint: bool
     reason: str  # ours (annotation) or, for a foreign cordon, who/what we can see
     ready: bool
+    placed_last: bool = False  # our gpufleet.io/suspect:PreferNoSchedule taint
 
     @classmethod
     def of(cls, node: V1Node) -> NodeMarks:
@@ -143,7 +145,8 @@ class NodeMarks:
             reason = ""
         conditions = (node.status.conditions if node.status else None) or []
         ready = any(c.type == "Ready" and c.status == "True" for c in conditions)
-        return cls(m.name or "", cordoned, ours, any(t.key == TAINT_KEY for t in taints), reason, ready)
+        return cls(m.name or "", cordoned, ours, any(t.key == TAINT_KEY for t in taints), reason, ready,
+                   any(t.key == SUSPECT_TAINT_KEY for t in taints))
 
 
 def node_view(node: V1Node, jobs: Sequence[str]) -> SchedNode:
@@ -154,7 +157,8 @@ def node_view(node: V1Node, jobs: Sequence[str]) -> SchedNode:
         state = SchedNodeState.DOWN
     else:
         state = SchedNodeState.ALLOCATED if jobs else SchedNodeState.IDLE
-    return SchedNode(name=marks.name, state=state, reason=marks.reason, jobs=tuple(jobs))
+    return SchedNode(name=marks.name, state=state, reason=marks.reason, jobs=tuple(jobs),
+                     placed_last=marks.placed_last)
 
 
 def jobs_of(pods: Iterable[V1Pod], *, restarts: dict[str, int] | None = None,

@@ -43,7 +43,13 @@ from typing import Protocol
 from gpufleet.domain.errors import Conflict, ExternalError, InvalidInput, NotFound
 from gpufleet.schedulers.port import REASON_PREFIX, Job, JobState, SchedNode
 from gpufleet.schedulers.slurm.checkpoint import signal_name, with_checkpoint
-from gpufleet.schedulers.slurm.parse import SlurmNode, jobs_from_squeue, node_from_scontrol, nodes_from_sinfo
+from gpufleet.schedulers.slurm.parse import (
+    PLACE_LAST_WEIGHT,
+    SlurmNode,
+    jobs_from_squeue,
+    node_from_scontrol,
+    nodes_from_sinfo,
+)
 from gpufleet.schedulers.slurm.runner import CommandResult, CommandRunner, SubprocessRunner, raise_for
 
 log = logging.getLogger(__name__)
@@ -200,6 +206,19 @@ class SlurmScheduler:
         if not 0 <= weight < 2**32 - 1:
             raise InvalidInput("weight", weight, "an integer from 0 to 4294967294")
         self._scontrol(["update", f"nodename={node}", f"weight={weight}"], node=node)
+
+    def place_last(self, node: str, last: bool) -> None:
+        """Keep ``node`` last in placement (or not) by its weight (parse.PLACE_LAST_WEIGHT); idempotent.
+
+        Slurm forgets weights set with scontrol at ``scontrol reconfigure`` and restarts; the
+        controller sets it again on its next pass (it compares ``placed_last`` with the node's state)."""
+        n = self.slurm_node(node)
+        if n.placed_last == last:
+            return
+        self.set_weight(node, n.weight + PLACE_LAST_WEIGHT if last else n.weight - PLACE_LAST_WEIGHT)
+        log.info("%s: weight %d -> %d (%s)", node, n.weight,
+                 n.weight + PLACE_LAST_WEIGHT if last else n.weight - PLACE_LAST_WEIGHT,
+                 "placed last: suspect" if last else "placed normally again")
 
     def reconfigure(self) -> None:
         """``scontrol reconfigure``: slurmctld re-reads its configuration files (topology.conf among them)."""

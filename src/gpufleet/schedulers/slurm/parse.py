@@ -49,6 +49,12 @@ _JOB_STATES: Mapping[str, JobState] = {
 }
 
 
+# Scheduler.place_last on Slurm: the node's weight plus this (Slurm allocates the lowest weights first), taken
+# off again to undo it, so the weights a site configured survive. Weights of a million and more read as
+# "placed last by gpufleet"; a site's own weights must stay below it.
+PLACE_LAST_WEIGHT = 1_000_000
+
+
 @dataclass(frozen=True, slots=True)
 class SlurmNode:
     """One node as Slurm reports it (the port's view is :meth:`view`)."""
@@ -89,9 +95,15 @@ class SlurmNode:
         """Slurm's own spelling, e.g. ``MIXED+DRAIN``."""
         return "+".join((self.base_state.upper(), *self.flags))
 
+    @property
+    def placed_last(self) -> bool:
+        """gpufleet raised this node's weight to keep it last in placement (a suspect)."""
+        return self.weight >= PLACE_LAST_WEIGHT
+
     def view(self, jobs: Sequence[str] = ()) -> SchedNode:
         reason = self.reason if (self.drain_flag or self.base_state == "down") else ""
-        return SchedNode(name=self.name, state=self.state, reason=reason, jobs=tuple(jobs))
+        return SchedNode(name=self.name, state=self.state, reason=reason, jobs=tuple(jobs),
+                         placed_last=self.placed_last)
 
 
 def load_json(text: str, what: str) -> Mapping[str, object]:

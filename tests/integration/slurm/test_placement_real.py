@@ -1,5 +1,6 @@
-"""`gpufleet slurm topology-conf` on the real Slurm lab: slurmctld loads the generated topology.conf
-(topology/tree), shows it, and places a job by it."""
+"""Placement on the real Slurm lab: slurmctld loads the topology.conf `gpufleet slurm topology-conf`
+writes (topology/tree) and places a job by it; a suspect node is placed last (its weight), set again
+after `scontrol reconfigure` forgets it, and placed normally once it is cleared."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import pytest
 
 from gpufleet.domain.fleet import ComponentKind as K
 from gpufleet.domain.topology import Component, Link, Topology, dump_topology
+from gpufleet.schedulers.slurm import SlurmScheduler
 from gpufleet.schedulers.slurm.hostlist import expand
+from gpufleet.schedulers.slurm.parse import PLACE_LAST_WEIGHT
+from tests.integration.slurm.controller import LabController
 from tests.integration.slurm.lab import SlurmLab, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.fleetops]
@@ -74,3 +78,41 @@ def test_slurmctld_loads_the_generated_tree_and_places_a_one_switch_job_by_it(la
 
     again = _cli(lab, "--topology", str(tmp_path / "lab.json"), "--out", str(conf), "--reconfigure")
     assert again.returncode == 0 and "unchanged" in again.stderr and "reconfigure" not in again.stderr
+
+
+def _running_on(lab: SlurmLab, job: str) -> str:
+    return lab.cmd("squeue", "-h", "-j", job, "-t", "R", "-o", "%N", check=False).stdout.strip()
+
+
+def test_a_suspect_is_placed_last_by_its_weight_even_after_a_reconfigure(
+        lab: SlurmLab, sched: SlurmScheduler, tmp_path: Path) -> None:
+    ctl = LabController.start(tmp_path, sched, lab.nodes)
+    try:
+        base = sched.slurm_node("n1").weight
+        lab.sbatch("n1")  # a job that never checkpoints: n1 stays suspect until the 10 min deadline
+        wait_for(lambda: ctl.node_state("n1") == "in_service", "the controller sees the job on n1")
+        ctl.post_event("n1", "xid", code=94, component="n1-gpu2", message="contained ECC error")
+        wait_for(lambda: ctl.node_state("n1") == "suspect", "n1 suspect")
+        wait_for(lambda: sched.slurm_node("n1").weight == base + PLACE_LAST_WEIGHT,
+                 lambda: f"n1's weight raised: {sched.slurm_node('n1').weight}")
+        assert sched.node("n1").placed_last and not sched.node("n2").placed_last
+        assert "DRAIN" not in sched.slurm_node("n1").flags  # still schedulable: kept last, not drained
+
+        # n1 still has a free CPU, but a new one-CPU job goes to a node of normal weight
+        job = lab.cmd("sbatch", "--parsable", "-N1", "-n1", "-J", "new", "-o", str(lab.root / "jobs" / "%j.out"),
+                      "--wrap", "sleep 600").stdout.strip().split(";")[0]
+        wait_for(lambda: bool(_running_on(lab, job)), f"job {job} running")
+        assert _running_on(lab, job) != "n1"
+
+        lab.cmd("scontrol", "reconfigure")  # Slurm forgets weights set with scontrol...
+        wait_for(lambda: sum(a["action"] == "place_last" for a in ctl.audit("n1")) == 2,
+                 lambda: f"the controller raising n1's weight again: {ctl.audit('n1')[:4]}")
+        assert sched.slurm_node("n1").weight == base + PLACE_LAST_WEIGHT  # ...the controller sets it again
+
+        r = ctl.admin.post("/nodes/n1/resume", json={"reason": "ECC counters checked: false alarm"})
+        r.raise_for_status()
+        wait_for(lambda: sched.slurm_node("n1").weight == base,
+                 lambda: f"n1's weight back to {base}: {sched.slurm_node('n1').weight}")
+        assert not sched.node("n1").placed_last
+    finally:
+        ctl.stop()
