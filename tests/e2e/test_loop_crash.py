@@ -8,7 +8,8 @@ database; the loop resumes and nothing runs twice.
   once, at that deadline;
 * validation job running in the maintenance reservation: no second validation job is submitted for
   the same action; killed again while the check posts its verdict, the check retries until the
-  restarted controller takes it, and the verdict returns the node to service.
+  restarted controller takes it, and the verdict returns the node to service;
+* a fabric fault's pairing job running: the same partner and the same job after the restart.
 
 (The repair-executor phase: tests/integration/crash/test_repair_crash.py.)
 """
@@ -27,6 +28,7 @@ from gpufleet.schedulers.slurm.validation import COMMENT_PREFIX, reservation_of
 from tests.e2e.harness import AGENT_TOKEN, BASE_POLICY, Controller, Fleet, wait_until
 from tests.integration.slurm.lab import SlurmLab
 from tests.integration.slurm.test_loop import _verdict_script
+from tests.integration.slurm.test_pairing_loop import PairLab
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slurm, pytest.mark.loop]
 
@@ -190,3 +192,39 @@ def test_sigkill_with_a_validation_job_running_submits_no_second_job(
     assert not _drained(lab, "n1")
     assert _validation_jobs(lab, a["id"]) == [job], "one validation job, ever"
     assert len(_audits(ctl, "n1", "validation_job")) == 1
+
+
+def test_sigkill_with_a_pairing_job_running_keeps_its_partner_and_submits_no_second_job(
+        fleet: Fleet, slurm_lab: SlurmLab, tmp_path: Path) -> None:
+    """A fabric fault's validation (decision 0015): the partner is recorded before the reservation;
+    after a SIGKILL the same partner and the same job are followed, and the pass returns the node."""
+    lab = slurm_lab
+    pl = PairLab(lab, tmp_path, partners=1, token=AGENT_TOKEN)
+    pl.gate.unlink()  # hold the check until the controller has been killed and restarted
+    policy = BASE_POLICY.replace("auto_repair = false\n", 'auto_repair = true\nheartbeat_timeout = "0s"\n')
+    ctl = fleet.controller(nodes=lab.nodes, scheduler="slurm", slurm_conf=lab.slurm_conf, policy=policy,
+                           extra_config=pl.config())
+    pl.url_file.write_text(ctl.url)
+    ctl.api.post("/events", {"events": [{"id": "ib-down", "node": "n1", "kind": "link_down", "link": "n1-mlx5_0/1",
+                                         "component": "n1-mlx5_0", "attrs": {"rule": "ib_down"},
+                                         "time": datetime.now(UTC).isoformat()}]})
+    wait_until(lambda: ctl.api.node_state("n1") == "repair", lambda: f"n1 in repair: {ctl.api.node_state('n1')}", 60)
+    ctl.api.post("/nodes/n1/repair-complete", {"reason": "recabled"})
+    a = _waiting(ctl, "n1", "validate", "validation")
+    job, partner = a["progress"]["validation"], a["progress"]["partners"]
+    assert a["progress"]["level"] == "multinode" and partner in ("n2", "n3")
+    wait_until(lambda: lab.job_state(job) == "RUNNING", lambda: f"pairing job {job} running: {lab.job_state(job)}",
+               30)
+
+    fleet.kill_controller()
+    fleet.restart_controller()
+    again = _waiting(ctl, "n1", "validate", "validation")
+    assert (again["progress"]["validation"], again["progress"]["partners"]) == (job, partner)
+    wait_until(lambda: _action(ctl, "n1", "validate") != again, "another pass over the validate action", 30)
+    assert _validation_jobs(lab, a["id"]) == [job]
+
+    pl.gate.touch()  # the check measures the pair and posts its verdict to the restarted controller
+    wait_until(lambda: ctl.api.node_state("n1") == "ready", lambda: f"n1 ready: {ctl.api.node_state('n1')}", 120)
+    assert _validation_jobs(lab, a["id"]) == [job], "one pairing job, ever"
+    assert len(_audits(ctl, "n1", "validation_partners")) == 1
+    wait_until(lambda: ctl.api.node_state(partner) == "ready", f"partner {partner} ready again", 30)

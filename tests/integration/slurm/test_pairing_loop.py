@@ -29,26 +29,38 @@ PAIR_POLICY = POLICY.replace("auto_repair = false\n", 'auto_repair = true\nheart
 
 
 class PairLab:
-    """The lab's validator with a pairing command: one task per node, the real multinode check."""
+    """A pairing command for the lab: one task per node, the real multinode check. ``validator`` gives
+    the in-process controller's validator; ``pair_command`` goes into a controller.toml."""
 
-    def __init__(self, lab: SlurmLab, sched: SlurmScheduler, tmp: Path, partners: int) -> None:
-        self.url_file, self.slow = tmp / "controller-url", tmp / "slow"
-        token = tmp / "check-token"
-        token.write_text(AGENT_TOKEN)
+    def __init__(self, lab: SlurmLab, tmp: Path, partners: int, token: str = AGENT_TOKEN) -> None:
+        self.lab, self.partners = lab, partners
+        self.url_file, self.slow, self.gate = tmp / "controller-url", tmp / "slow", tmp / "go"
+        self.gate.touch()  # remove it to hold the job before it measures anything
+        token_file = tmp / "check-token"
+        token_file.write_text(token)
         script = tmp / "pair.sh"
         # The lab's nodes are all 127.0.0.1: rendezvous there on a free port; each task is the node
         # slurmd runs it for. With ``slow`` present the node under validation plays a bad link.
         script.write_text(
             "#!/bin/bash\nnode=$1 partners=$2\n"
+            f"for _ in $(seq 600); do [ -e {self.gate} ] && break; sleep 0.2; done\n"
             f"export GPUFLEET_NODE_NAME=$SLURMD_NODENAME MASTER_ADDR=127.0.0.1 MASTER_PORT={free_port()}\n"
             f'if [ -e {self.slow} ] && [ "$SLURMD_NODENAME" = "$node" ]; then\n'
             '  export GPUFLEET_CHECK_TEST_DELAY="$SLURM_PROCID=0.1"\nfi\n'
             f"exec {shlex.quote(sys.executable)} -m gpufleet.cli check --level multinode --device cpu --json "
-            f'--known-good "$partners" --controller "$(cat {self.url_file})" --token-file {token}\n')
-        jobs = ValidationJobs("false {node} {level}", "root", time_limit=timedelta(minutes=5),
-                              output=str(lab.root / "jobs" / "validate-%j.out"),
-                              pair_command=f"srun bash {script} {{node}} {{partners}}", pair_partners=partners)
-        self.validator = SlurmValidator(sched, jobs, slurm_conf=lab.slurm_conf)
+            f'--known-good "$partners" --controller "$(cat {self.url_file})" --token-file {token_file}\n')
+        self.pair_command = f"srun bash {script} {{node}} {{partners}}"
+        self.output = str(lab.root / "jobs" / "validate-%j.out")
+
+    def validator(self, sched: SlurmScheduler) -> SlurmValidator:
+        jobs = ValidationJobs("false {node} {level}", "root", time_limit=timedelta(minutes=5), output=self.output,
+                              pair_command=self.pair_command, pair_partners=self.partners)
+        return SlurmValidator(sched, jobs, slurm_conf=self.lab.slurm_conf)
+
+    def config(self) -> str:
+        """The same as a ``[validation]`` table of controller.toml."""
+        return (f"[validation]\ncommand = 'false {{node}} {{level}}'\nuser = \"root\"\ntime_limit = \"5m\"\n"
+                f"output = '{self.output}'\npair_command = '{self.pair_command}'\npair_partners = {self.partners}")
 
 
 @pytest.fixture
@@ -78,8 +90,8 @@ def _ready(ctl: LabController, node: str) -> None:
 
 def test_a_fabric_fault_is_validated_by_pairing_and_a_pass_returns_the_node(
         lab: SlurmLab, sched: SlurmScheduler, tmp_path: Path, cleanup: None) -> None:
-    pl = PairLab(lab, sched, tmp_path, partners=1)
-    ctl = LabController.start(tmp_path, sched, lab.nodes, policy_text=PAIR_POLICY, validator=pl.validator)
+    pl = PairLab(lab, tmp_path, partners=1)
+    ctl = LabController.start(tmp_path, sched, lab.nodes, policy_text=PAIR_POLICY, validator=pl.validator(sched))
     pl.url_file.write_text(ctl.url.removesuffix("/v1"))
     try:
         a, nodes = _to_validation(ctl, sched)
@@ -105,9 +117,9 @@ def test_a_fabric_fault_is_validated_by_pairing_and_a_pass_returns_the_node(
 
 def test_a_slow_node_fails_its_pairing_and_goes_back_to_repair_without_blaming_a_partner(
         lab: SlurmLab, sched: SlurmScheduler, tmp_path: Path, cleanup: None) -> None:
-    pl = PairLab(lab, sched, tmp_path, partners=2)
+    pl = PairLab(lab, tmp_path, partners=2)
     pl.slow.touch()
-    ctl = LabController.start(tmp_path, sched, lab.nodes, policy_text=PAIR_POLICY, validator=pl.validator)
+    ctl = LabController.start(tmp_path, sched, lab.nodes, policy_text=PAIR_POLICY, validator=pl.validator(sched))
     pl.url_file.write_text(ctl.url.removesuffix("/v1"))
     try:
         a, nodes = _to_validation(ctl, sched)
