@@ -33,6 +33,7 @@ from gpufleet.lifecycle.states import NodeState
 if TYPE_CHECKING:
     from gpufleet.controller.ingest import GroupCommitter
     from gpufleet.controller.reconciler import Reconciler
+    from gpufleet.controller.retention import Retention
     from gpufleet.controller.service import Controller
 
 PREFIX = "gpufleet_"
@@ -59,6 +60,10 @@ class ControllerMetrics:
                                         registry=r)
         self.transitions = Counter(f"{PREFIX}node_transitions", "Node lifecycle transitions.",
                                    ["from_state", "to_state"], registry=r)
+        self.events_deleted = Counter(f"{PREFIX}events_deleted", "Events deleted by retention ([retention] "
+                                      "events).", registry=r)
+        self.events_archived = Counter(f"{PREFIX}events_archived", "Events written to the retention archive "
+                                       "before they were deleted.", registry=r)
         self.breaker_trips = Counter(f"{PREFIX}breaker_trips", "Times the blast-radius breaker tripped.", registry=r)
         self.actions = Counter(f"{PREFIX}actions", "Outbox actions the reconciler attempted, by kind and outcome "
                                "(done, waiting, retry, failed).", ["kind", "outcome"], registry=r)
@@ -87,13 +92,20 @@ class ControllerMetrics:
         r.register(_StateCollector(self))
 
     # ---- wiring -----------------------------------------------------------------------------
-    def attach(self, committer: GroupCommitter | None = None, reconciler: Reconciler | None = None) -> None:
+    def attach(self, committer: GroupCommitter | None = None, reconciler: Reconciler | None = None,
+               retention: Retention | None = None) -> None:
         self.controller.on_plan.append(self.on_plan)
+        if retention is not None:
+            retention.on_run.append(self.on_retention)
         self.committer = committer
         if reconciler is not None:
             self.reconciler = reconciler
             reconciler.on_pass.append(self.on_pass)
             reconciler.on_action.append(self.on_action)
+
+    def on_retention(self, deleted: int, archived: int) -> None:
+        self.events_deleted.inc(deleted)
+        self.events_archived.inc(archived)
 
     def on_plan(self, plan: Plan) -> None:
         for d in plan.decisions:

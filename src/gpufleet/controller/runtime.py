@@ -26,6 +26,7 @@ from gpufleet.controller.fleetjudge import FleetJudge
 from gpufleet.controller.ingest import GroupCommitter
 from gpufleet.controller.reconciler import Reconciler, Validator
 from gpufleet.controller.repairer import Repairer
+from gpufleet.controller.retention import Retention, check_horizon
 from gpufleet.controller.service import Controller
 from gpufleet.controller.settings import ControllerSettings
 from gpufleet.controller.store.db import make_engine, migrate
@@ -47,13 +48,20 @@ class Runtime:
     server: uvicorn.Server | None = None
     threads: list[threading.Thread] = field(default_factory=list)
     committer: GroupCommitter | None = None
+    retention: Retention | None = None
 
     def start_reconciler(self, interval: float | None = None) -> None:
+        """The reconciler thread, and the retention thread when ``[retention] events`` is set."""
         t = threading.Thread(target=self.reconciler.run_forever,
                              args=(self.stop, interval or self.settings.reconcile_interval),
                              name="reconciler", daemon=True)
         t.start()
         self.threads.append(t)
+        if self.retention is not None:
+            r = threading.Thread(target=self.retention.run_forever,
+                                 args=(self.stop, self.settings.retention.interval), name="retention", daemon=True)
+            r.start()
+            self.threads.append(r)
 
     def start_api(self, *, in_thread: bool = True, on_started: Callable[[int], None] | None = None) -> None:
         s = self.settings
@@ -61,7 +69,7 @@ class Runtime:
         app = create_app(self.controller, s.tokens, self.reconciler,
                          limits=Limits(lim.max_body_bytes, lim.max_header_bytes, lim.read_timeout_s),
                          max_queued_events=lim.ingest_queue_events, api_docs=s.api_docs,
-                         openapi_requires_auth=s.openapi_requires_auth)
+                         openapi_requires_auth=s.openapi_requires_auth, retention=self.retention)
         self.committer = app.state.ingest
         tls: dict[str, Any] = {}
         if s.tls.enabled:
@@ -112,8 +120,16 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
                        checks=fj.checks, every=fj.every) if fj.every else None
     reconciler = Reconciler(controller, scheduler, validator, fleet_judge=judge,
                             sync_interval=settings.scheduler_sync_interval, repairer=repairer(settings, controller))
+    retention = None
+    rs = settings.retention
+    if rs.events:
+        check_horizon(rs.events, controller.engine.policy.lookback())
+        retention = Retention(controller.store, controller.clock, rs.events, batch=rs.batch,
+                              archive_dir=rs.archive_dir)
+    else:
+        log.info("retention: every event is kept (set [retention] events to delete old ones)")
     heap.settle("start-up")
-    return Runtime(settings, controller, reconciler)
+    return Runtime(settings, controller, reconciler, retention=retention)
 
 
 def repairer(settings: ControllerSettings, controller: Controller) -> Repairer | None:

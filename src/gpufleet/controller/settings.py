@@ -37,6 +37,10 @@ Example ``controller.toml``::
     window = "24h"                              # how far back check results count
     min_samples = 8                             # smaller (SKU, check) groups are not judged
 
+    [retention]                                 # old events deleted in the background (docs/api.md#retention)
+    events = "90d"                              # 0 (default) = keep every event
+    archive_dir = "/var/lib/gpufleet/archive"   # optional: events-YYYY-MM-DD.jsonl.gz before deleting
+
     [tls]                                       # optional: HTTPS (docs/api.md#tls)
     certfile = "/etc/gpufleet/tls/server.crt"
     keyfile = "/etc/gpufleet/tls/server.key"
@@ -137,6 +141,24 @@ def _duration(value: object) -> timedelta:
     if td <= timedelta(0):
         raise ValueError("a positive duration, e.g. 24h")
     return td
+
+
+def _duration_or_zero(value: object) -> timedelta:
+    if value in (0, "0", 0.0):
+        return timedelta(0)
+    return _duration(value)
+
+
+class RetentionSettings(BaseModel):
+    """``[retention]``: events received longer ago than ``events`` are deleted by a background thread,
+    oldest first, in small transactions (controller.retention; docs/api.md#retention). Off while
+    ``events`` is 0."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    events: Annotated[timedelta, BeforeValidator(_duration_or_zero)] = timedelta(0)  # 0 = keep every event
+    archive_dir: Path | None = None  # write them to events-YYYY-MM-DD.jsonl.gz here before deleting them
+    batch: int = Field(default=2000, ge=1, le=100_000)  # rows per transaction (ingest waits at most for one)
+    interval: float = Field(default=300.0, gt=0)  # seconds between runs (each works off at most 50 batches)
 
 
 class FleetJudgeSettings(BaseModel):
@@ -247,6 +269,7 @@ class ControllerSettings(BaseSettings):
     validation: ValidationSettings = ValidationSettings()  # see [validation]
     repair: RepairSettings = RepairSettings()  # see [repair]
     fleet_judge: FleetJudgeSettings = FleetJudgeSettings()  # see [fleet_judge]
+    retention: RetentionSettings = RetentionSettings()  # see [retention]: old events deleted (or archived)
     tls: TlsSettings = TlsSettings()  # see [tls]: HTTPS, optional client certificates
     limits: LimitSettings = LimitSettings()  # see [limits]: what a request may cost before its token is checked
     api_docs: bool = True  # /docs and /redoc (their pages load scripts from a public CDN)

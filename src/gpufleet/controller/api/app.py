@@ -15,6 +15,7 @@ from gpufleet import __version__
 from gpufleet.controller import web
 from gpufleet.controller.ingest import MAX_QUEUED_EVENTS, GroupCommitter
 from gpufleet.controller.reconciler import Reconciler
+from gpufleet.controller.retention import Retention
 from gpufleet.controller.service import Controller, Heartbeat
 from gpufleet.controller.settings import Role, TokenConfig
 from gpufleet.controller.store.repo import ActionStatus, Page
@@ -61,7 +62,8 @@ Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenConfig, ...],
                reconciler: Reconciler | None = None, *, fast_ingest: bool = True,
                limits: Limits = DEFAULT_LIMITS, max_queued_events: int = MAX_QUEUED_EVENTS,
-               api_docs: bool = True, openapi_requires_auth: bool = False) -> FastAPI:
+               api_docs: bool = True, openapi_requires_auth: bool = False,
+               retention: Retention | None = None) -> FastAPI:
     """The API app. ``fast_ingest=False`` leaves every event post to the framework's route (the fast
     path answers exactly alike; the switch exists to show that, and to rule it out when debugging).
     ``api_docs=False`` serves no ``/docs`` or ``/redoc`` (their pages load Swagger UI / ReDoc from a
@@ -289,7 +291,8 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
                                      if caller.role == Role.AGENT else None, goodput_observers))
     v1.include_router(commands_router(controller, _may_report))  # the agent command channel (repairs)
     app.include_router(v1)
-    goodput_observers.append(metrics.install(app, controller, committer, reconciler).on_goodput)  # GET /metrics
+    installed = metrics.install(app, controller, committer, reconciler, retention)  # GET /metrics
+    goodput_observers.append(installed.on_goodput)
     web.install(app, controller, reconciler)  # GET / and /ui/...: the web UI (controller/web)
     _declare_bearer(app)
     if openapi_requires_auth:

@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gpufleet.controller.ingest import GroupCommitter
 from gpufleet.controller.metrics import ControllerMetrics
 from gpufleet.controller.reconciler import Reconciler
+from gpufleet.controller.retention import Retention
 from gpufleet.controller.service import Controller
 
 from .auth import READ, Caller, require
@@ -28,10 +29,10 @@ _HEARTBEAT = re.compile(r"^/v1/nodes/[^/]+/heartbeat$")
 
 
 def install(app: FastAPI, controller: Controller, committer: GroupCommitter,
-            reconciler: Reconciler | None) -> ControllerMetrics:
+            reconciler: Reconciler | None, retention: Retention | None = None) -> ControllerMetrics:
     """Add ``/metrics`` and the ingest timing to ``app``; the metrics are kept on ``app.state.metrics``."""
     metrics = ControllerMetrics(controller)
-    metrics.attach(committer, reconciler)
+    metrics.attach(committer, reconciler, retention)
     app.state.metrics = metrics
 
     @app.get("/metrics", response_class=Response, include_in_schema=False)  # not part of the /v1 API

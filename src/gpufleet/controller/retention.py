@@ -1,0 +1,128 @@
+"""Event retention: the events table is the one that grows with the fleet (every agent's observations),
+so events received longer ago than ``[retention] events`` are deleted — optionally archived first —
+by a background thread, oldest first, in small transactions.
+
+* **Never blocks ingest for long.** Each batch (``batch`` rows, default 2,000) is one short transaction;
+  ingest's group commit waits at most for one. Events are found by the primary key's order, not by a
+  scan: the single ingest writer inserts them in the order it receives them, so the old ones are a
+  prefix of ``seq`` (a batch is the first ``batch`` rows by ``seq``, each checked against the cutoff).
+* **Never deletes what the policy still reads.** The horizon must be longer than the policy's lookback
+  (its evidence window or longest escalation window) and than a week (decisions cite their evidence);
+  :func:`check_horizon` refuses a shorter one at start-up, naming the setting.
+* **Archive.** With ``archive_dir``, each batch is appended to ``events-YYYY-MM-DD.jsonl.gz`` (by the
+  events' receive date, UTC; one JSON object per event, the API's form) and fsynced before the rows are
+  deleted: a crash between the two leaves a duplicate line in the archive, never a lost event.
+* **Bounded per run.** At most ``max_batches`` per run, so a large backlog (retention switched on for
+  an old database) is worked off over several runs while everything else goes on.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import delete, select
+
+from gpufleet.controller.clock import Clock
+from gpufleet.controller.store.models import EventRow
+from gpufleet.controller.store.repo import Store
+from gpufleet.domain.durations import format_duration
+from gpufleet.domain.errors import InvalidInput
+
+log = logging.getLogger(__name__)
+
+MIN_HORIZON = timedelta(days=7)
+
+
+def check_horizon(keep: timedelta, lookback: timedelta) -> None:
+    """Refuse a horizon that would delete evidence the policy still reads (or decisions still cite)."""
+    floor = max(MIN_HORIZON, lookback)
+    if keep < floor:
+        raise InvalidInput("retention.events", format_duration(keep),
+                           f"0 (keep every event) or at least {format_duration(floor)} (the policy's lookback, "
+                           "at least 7d)")
+
+
+class Retention:
+    def __init__(self, store: Store, clock: Clock, keep: timedelta, *, batch: int = 2000, max_batches: int = 50,
+                 archive_dir: Path | None = None) -> None:
+        if batch < 1 or max_batches < 1:
+            raise InvalidInput("retention.batch", batch, "1 or more rows per batch and batches per run")
+        self.store, self.clock, self.keep = store, clock, keep
+        self.batch, self.max_batches = batch, max_batches
+        self.archive_dir = archive_dir
+        self.deleted = 0  # totals since start, for /metrics
+        self.archived = 0
+        self.on_run: list[Callable[[int, int], None]] = []  # observers: (deleted, archived) per run
+
+    def run_once(self) -> int:
+        """Delete (and archive) events received before now - keep, up to ``max_batches`` batches; returns
+        how many were deleted."""
+        cutoff = self.clock.now() - self.keep
+        total = archived = 0
+        for _ in range(self.max_batches):
+            n, a, more = self._batch(cutoff)
+            total, archived = total + n, archived + a
+            if not more:
+                break
+        self.deleted += total
+        self.archived += archived
+        if total:
+            log.info("retention: %d events received before %s deleted%s", total, cutoff.isoformat(timespec="seconds"),
+                     f" ({archived} archived to {self.archive_dir})" if self.archive_dir else "")
+        for observe in self.on_run:
+            observe(total, archived)
+        return total
+
+    def run_forever(self, stop: threading.Event, interval: float) -> None:
+        while not stop.is_set():
+            try:
+                self.run_once()
+            except Exception:  # a failed run (database away) is retried at the next interval
+                log.exception("retention run failed; retrying in %.0f s", interval)
+            stop.wait(interval)
+
+    def _batch(self, cutoff: datetime) -> tuple[int, int, bool]:
+        """One transaction: the first ``batch`` events by seq, those received before ``cutoff`` archived
+        and deleted. Returns (deleted, archived, whether a full batch was old: more may follow)."""
+        with self.store.session.begin() as s:
+            rows = list(s.scalars(select(EventRow).order_by(EventRow.seq).limit(self.batch)))
+            old = [r for r in rows if _utc(r.received) < cutoff]
+            if not old:
+                return 0, 0, False
+            if self.archive_dir is not None:
+                self._archive(old)
+            s.execute(delete(EventRow).where(EventRow.seq.in_([r.seq for r in old])))
+            return len(old), len(old) if self.archive_dir is not None else 0, len(old) == len(rows) == self.batch
+
+    def _archive(self, rows: list[EventRow]) -> None:
+        assert self.archive_dir is not None
+        self.archive_dir.mkdir(parents=True, exist_ok=True)
+        by_day: dict[str, list[str]] = {}
+        for r in rows:
+            by_day.setdefault(_utc(r.received).strftime("%Y-%m-%d"), []).append(json.dumps(_doc(r), default=str))
+        for day, lines in by_day.items():
+            path = self.archive_dir / f"events-{day}.jsonl.gz"
+            with open(path, "ab") as raw:  # one gzip member per batch: gzip readers read them as one stream
+                with gzip.GzipFile(fileobj=raw, mode="wb") as gz:
+                    gz.write(("\n".join(lines) + "\n").encode())
+                raw.flush()
+                os.fsync(raw.fileno())
+
+
+def _doc(r: EventRow) -> dict[str, Any]:
+    return {"seq": r.seq, "id": r.id, "node": r.node, "kind": r.kind, "time": _utc(r.time).isoformat(),
+            "component": r.component, "code": r.code, "severity": r.severity, "link": r.link,
+            "message": r.message, "source": r.source, "attrs": r.attrs, "received": _utc(r.received).isoformat(),
+            "fault_of": r.fault_of}
+
+
+def _utc(t: datetime) -> datetime:
+    return t if t.tzinfo is not None else t.replace(tzinfo=UTC)

@@ -1,0 +1,106 @@
+"""Event retention on both databases: old events deleted oldest first in bounded batches, archived
+first when asked, new ones and everything else kept; a horizon shorter than the policy reads is refused."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, func, select
+
+from gpufleet.controller.clock import ManualClock
+from gpufleet.controller.retention import Retention, check_horizon
+from gpufleet.controller.runtime import build
+from gpufleet.controller.settings import ControllerSettings, RetentionSettings
+from gpufleet.controller.store.models import EventRow
+from gpufleet.controller.store.repo import Store
+from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.events import EventKind, HealthEvent
+from gpufleet.lifecycle.plan import Plan
+from gpufleet.schedulers.sim import SimScheduler
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+KEEP = timedelta(days=30)
+
+
+def _store_events(store: Store, n: int, received: datetime, tag: str) -> None:
+    events = [HealthEvent(f"{tag}-{i}", f"n{i % 3}", EventKind.XID, received - timedelta(seconds=5), f"n{i % 3}-gpu0",
+                          13, message=tag) for i in range(n)]
+    store.commit(Plan(), events=events, received=received)
+
+
+def _ids(store: Store) -> list[str]:
+    with store.session() as s:
+        return list(s.scalars(select(EventRow.id).order_by(EventRow.seq)))
+
+
+def test_old_events_go_oldest_first_archived_and_new_ones_stay(engine: Engine, tmp_path: Path) -> None:
+    store = Store(engine)
+    _store_events(store, 7, T0, "old")  # 40 days before "now"
+    _store_events(store, 4, T0 + timedelta(days=9), "older-than-30d")
+    _store_events(store, 5, T0 + timedelta(days=20), "new")  # 20 days old at "now": kept
+    clock = ManualClock(T0 + timedelta(days=40))
+    archive = tmp_path / "archive"
+    r = Retention(store, clock, KEEP, batch=3, archive_dir=archive)
+    assert r.run_once() == 11
+    assert _ids(store) == [f"new-{i}" for i in range(5)]
+    lines = []
+    for f in sorted(archive.glob("events-*.jsonl.gz")):
+        with gzip.open(f, "rt") as fh:  # one gzip member per batch, read as one stream
+            lines += [json.loads(x) for x in fh.read().splitlines()]
+    expected = [f"old-{i}" for i in range(7)] + [f"older-than-30d-{i}" for i in range(4)]
+    assert sorted(d["id"] for d in lines) == sorted(expected)
+    assert {p.name for p in archive.iterdir()} == {"events-2026-11-01.jsonl.gz", "events-2026-11-10.jsonl.gz"}
+    assert all(d["kind"] == "xid" and d["code"] == 13 and d["node"].startswith("n") for d in lines)
+    assert r.deleted == 11 and r.archived == 11
+    assert r.run_once() == 0  # nothing more to do
+
+
+def test_a_backlog_is_worked_off_over_several_bounded_runs(engine: Engine) -> None:
+    store = Store(engine)
+    _store_events(store, 25, T0, "old")
+    _store_events(store, 2, T0 + timedelta(days=39), "new")
+    r = Retention(store, ManualClock(T0 + timedelta(days=40)), KEEP, batch=4, max_batches=3)
+    seen: list[tuple[int, int]] = []
+    r.on_run.append(lambda d, a: seen.append((d, a)))
+    assert r.run_once() == 12  # 3 batches of 4
+    assert r.run_once() == 12
+    assert r.run_once() == 1
+    assert seen == [(12, 0), (12, 0), (1, 0)]
+    with store.session() as s:
+        assert s.scalar(select(func.count()).select_from(EventRow)) == 2
+
+
+def test_a_horizon_shorter_than_the_policy_reads_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput) as err:
+        check_horizon(timedelta(days=3), timedelta(hours=24))
+    assert err.value.field == "retention.events" and "7d" in err.value.expected
+    with pytest.raises(InvalidInput) as err:
+        check_horizon(timedelta(days=10), timedelta(days=14))  # an escalation window of 14 days
+    assert "14d" in err.value.expected
+    check_horizon(timedelta(days=14), timedelta(days=14))
+    settings = ControllerSettings(database_url=f"sqlite:///{tmp_path / 'c.db'}", scheduler="sim",
+                                  retention=RetentionSettings(events="2d"))
+    with pytest.raises(InvalidInput):
+        build(settings, SimScheduler())
+    ok = build(settings.model_copy(update={"retention": RetentionSettings(events="30d")}), SimScheduler())
+    assert ok.retention is not None and ok.retention.keep == KEEP
+    assert build(settings.model_copy(update={"retention": RetentionSettings()}), SimScheduler()).retention is None
+
+
+def test_each_run_is_counted_on_the_controller_metrics(tmp_path: Path) -> None:
+    from gpufleet.controller.metrics import ControllerMetrics
+
+    settings = ControllerSettings(database_url=f"sqlite:///{tmp_path / 'c.db'}", scheduler="sim",
+                                  retention=RetentionSettings(events="30d", archive_dir=tmp_path / "a"))
+    rt = build(settings, SimScheduler())
+    assert rt.retention is not None
+    metrics = ControllerMetrics(rt.controller)
+    metrics.attach(retention=rt.retention)
+    _store_events(rt.controller.store, 3, rt.controller.clock.now() - timedelta(days=31), "old")
+    assert rt.retention.run_once() == 3
+    assert metrics.registry.get_sample_value("gpufleet_events_deleted_total") == 3
+    assert metrics.registry.get_sample_value("gpufleet_events_archived_total") == 3
