@@ -9,6 +9,7 @@ database; the loop resumes and nothing runs twice.
 * validation job running in the maintenance reservation: no second validation job is submitted for
   the same action; killed again while the check posts its verdict, the check retries until the
   restarted controller takes it, and the verdict returns the node to service;
+* validation job still queued (its partition down): the same queued job is followed, then returns the node;
 * a fabric fault's pairing job running: the same partner and the same job after the restart.
 
 (The repair-executor phase: tests/integration/crash/test_repair_crash.py.)
@@ -190,6 +191,43 @@ def test_sigkill_with_a_validation_job_running_submits_no_second_job(
     assert lab.cmd("scontrol", "show", "reservation", reservation_of("n1"), check=False).returncode != 0, \
         "the reservation is gone"
     assert not _drained(lab, "n1")
+    assert _validation_jobs(lab, a["id"]) == [job], "one validation job, ever"
+    assert len(_audits(ctl, "n1", "validation_job")) == 1
+
+
+def test_sigkill_with_the_validation_job_still_queued_submits_no_second_job(
+        fleet: Fleet, slurm_lab: SlurmLab, tmp_path: Path) -> None:
+    """The validation job pends (its partition is down: Slurm queues it, allocates nothing) when the
+    controller dies; after the restart the same queued job is followed and, once it runs, returns the node."""
+    lab = slurm_lab
+    url_file, verdict = _verdict_script(tmp_path, AGENT_TOKEN)
+    verdict.write_text("pass")
+    command = (tmp_path / "command").read_text()
+    validation = (f"[validation]\ncommand = {command!r}\nuser = \"root\"\npartition = \"high\"\n"
+                  f"time_limit = \"5m\"\noutput = \"{lab.root / 'jobs' / 'validate-%j.out'}\"")
+    lab.cmd("scontrol", "update", "PartitionName=high", "State=DOWN")
+    try:
+        ctl = fleet.controller(nodes=lab.nodes, scheduler="slurm", slurm_conf=lab.slurm_conf,
+                               extra_config=validation)
+        url_file.write_text(ctl.url)
+        ctl.api.post("/events", {"events": [{"id": "xid79q", "node": "n1", "kind": "xid", "code": 79,
+                                             "component": "n1-gpu0", "time": datetime.now(UTC).isoformat()}]})
+        wait_until(lambda: ctl.api.node_state("n1") == "drained", lambda: f"n1 drained: {ctl.api.node_state('n1')}",
+                   30)
+        ctl.api.post("/nodes/n1/resume", {"reason": "crash test: revalidate while the partition is down"})
+        a = _waiting(ctl, "n1", "validate", "validation")
+        job = a["progress"]["validation"]
+        wait_until(lambda: lab.job_state(job) == "PENDING", lambda: f"job {job} pending: {lab.job_state(job)}", 30)
+
+        fleet.kill_controller()
+        fleet.restart_controller()
+        again = _waiting(ctl, "n1", "validate", "validation")
+        assert again["progress"]["validation"] == job, "the restarted controller follows the same queued job"
+        wait_until(lambda: _action(ctl, "n1", "validate") != again, "another pass over the validate action", 30)
+        assert lab.job_state(job) == "PENDING" and _validation_jobs(lab, a["id"]) == [job]
+    finally:
+        lab.cmd("scontrol", "update", "PartitionName=high", "State=UP")
+    wait_until(lambda: ctl.api.node_state("n1") == "ready", lambda: f"n1 ready: {ctl.api.node_state('n1')}", 90)
     assert _validation_jobs(lab, a["id"]) == [job], "one validation job, ever"
     assert len(_audits(ctl, "n1", "validation_job")) == 1
 
