@@ -156,9 +156,9 @@ def test_zone_less_syslog_times_are_read_in_the_zone_given_and_the_table_says_wh
 
 # A log a syslog server gathered from two hosts: the same GPU address on both, one XID 94 each (two on gpu-b).
 GATHERED = """\
-Nov 20 10:00:01 gpu-a kernel: NVRM: Xid (PCI:0000:18:00): 94, pid=11, name=python3, Contained: SM (0x1). RST: No, D-RST: No
-Nov 20 10:00:02 gpu-b kernel: NVRM: Xid (PCI:0000:18:00): 94, pid=12, name=python3, Contained: SM (0x1). RST: No, D-RST: No
-Nov 20 10:05:02 gpu-b kernel: NVRM: Xid (PCI:0000:18:00): 94, pid=12, name=python3, Contained: SM (0x1). RST: No, D-RST: No
+Nov 20 10:00:01 gpu-a kernel: NVRM: Xid (PCI:0000:18:00): 94, pid=11, name=python3, Contained: SM (0x1).
+Nov 20 10:00:02 gpu-b kernel: NVRM: Xid (PCI:0000:18:00): 94, pid=12, name=python3, Contained: SM (0x1).
+Nov 20 10:05:02 gpu-b kernel: NVRM: Xid (PCI:0000:18:00): 94, pid=12, name=python3, Contained: SM (0x1).
 """
 
 
