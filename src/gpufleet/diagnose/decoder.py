@@ -9,7 +9,7 @@
 ``feed`` takes ``str`` or ``bytes`` (undecodable bytes are replaced and counted, never raised), returns
 the findings completed so far, and keeps at most one multi-line event open, so memory does not grow
 with the log. Lines that do not contain one of :data:`rules.CANDIDATE_WORDS` are rejected by one
-regular-expression scan before any parsing (see ``reader.decode_stream`` for the block-level version
+multi-word scan (:mod:`candidates`) before any parsing (see ``reader.decode_stream`` for the block-level version
 of the same test that the CLI uses).
 """
 
@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 
-from gpufleet.diagnose import rules, rules_host, rules_kernel
+from gpufleet.diagnose import candidates, rules, rules_host, rules_kernel
 from gpufleet.diagnose.finding import Finding, FindingKind, normalise_pci
 from gpufleet.diagnose.prefix import PrefixParser
 from gpufleet.domain.catalog import Action, Catalog
@@ -143,7 +143,7 @@ class Decoder:
         if len(text) > MAX_LINE:
             st.truncated += 1
             text = text[:MAX_LINE]
-        candidate = rules.CANDIDATE.search(text) is not None
+        candidate = candidates.in_line(text)
         out: list[Finding] = []
         if candidate and "SXid" in text:
             key = rules.sxid_key(text)
@@ -174,9 +174,11 @@ class Decoder:
             # prefix only for a hit: most candidate lines are benign driver chatter.
             st.candidates += 1
             pend = self._recognise(text, n)
-            if pend is None:
+            if pend is None or isinstance(pend, rules_host.LinkUp):  # no event: skip the prefix
                 if self._prefix.relative_mode:
                     self._prefix.relative_delta(text)
+                if pend is not None:
+                    self._link_up(pend)
                 return out
             parsed = self._prefix.parse(text)
         if pend is None:
@@ -185,8 +187,7 @@ class Decoder:
             self._oom_start = (n, parsed.time, parsed.uptime)
             return out
         if isinstance(pend, rules_host.LinkUp):
-            if self._links.get(pend.key) == "down":
-                self._links[pend.key] = "up_after_down"
+            self._link_up(pend)
             return out
         self._open = _Open(pend, n, parsed.time, parsed.uptime, [text])
         if type(pend) is rules.Pending:  # takes no further lines: complete now
@@ -272,6 +273,10 @@ class Decoder:
         if key in self._links or len(self._links) < _CAP:
             self._links[key] = "down"
         return pend
+
+    def _link_up(self, pend: rules_host.LinkUp) -> None:
+        if self._links.get(pend.key) == "down":
+            self._links[pend.key] = "up_after_down"
 
     def _remember_uuid(self, msg: str) -> None:
         head, _, uuid = msg.partition("NVRM: GPU at ")[2].removeprefix("PCI:").partition(": ")
