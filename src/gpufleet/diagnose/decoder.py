@@ -314,11 +314,11 @@ class Decoder:
         # Judged here only for offline use (gpufleet diagnose); the agent decodes without a catalog and
         # the controller judges what it reports (domain.judgement: one function, one place).
         if self.catalog is not None:
-            j = judge(self.catalog, hit.catalog_kind, hit.code, stated=stated)
+            j = judge(self.catalog, hit.catalog_kind, hit.code, stated=stated, subcode=detail.get("nvl5_row", ""))
             sev, action, collateral, entry_name = j.severity, j.action, j.collateral, j.name
             if j.basis == "stated by the source" and hit.stated is not None:
                 action = hit.stated[1]  # the line decided: its recommended action goes with it
-            entry = self.catalog.lookup(hit.catalog_kind, hit.code)
+            entry = self.catalog.lookup(hit.catalog_kind, hit.code, subcode=detail.get("nvl5_row", ""))
             coded = hit.code is not None and entry.code == hit.code
             meaning, component = (entry.meaning if coded or not hit.meaning else hit.meaning), entry.component
         else:

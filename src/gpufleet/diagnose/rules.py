@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gpufleet.diagnose import nvlink5
+from gpufleet.domain import nvlink5
 from gpufleet.diagnose.finding import FindingKind
 from gpufleet.domain.catalog import Action
 from gpufleet.domain.events import Severity
@@ -147,9 +147,10 @@ def xid(msg: str) -> Pending | None:
 
 
 def _nvlink5(hit: Hit, code: int, rest: str) -> None:
-    """Xid 144-150: the line's unit, link and registers, decoded by NVIDIA's subcode table; the table's
-    severity is what the line states (it settles a ``Fatal`` word the table calls non-fatal). Without
-    a table row the line's own word counts, and a line with no word at all is degraded: look at it."""
+    """Xid 144-150: the line's unit, link and registers, decoded by NVIDIA's subcode table. The row
+    (``nvl5_row``) is what the catalog judges the line by (decision 0031), and its severity is what
+    the line states (it settles a ``Fatal`` word the table calls non-fatal). Without a table row the
+    line's own word counts, and a line with no word at all is degraded: look at it."""
     nvl = _NVL5.match(rest)
     if nvl is None:
         hit.stated = (Severity.DEGRADED, Action.RESET_GPU)
@@ -165,8 +166,8 @@ def _nvlink5(hit: Hit, code: int, rest: str) -> None:
     rule = nvlink5.decode(code, unit, regs)
     if rule is not None:
         hit.stated = (rule.stated, Action.RESET_GPU if rule.stated is Severity.FATAL else Action.NONE)
-        hit.detail += [("nvl5_rule", f"{rule.unit} {rule.severity} {rule.resolution}"), ("hw_sw", rule.hw_sw),
-                       ("effect", rule.effect)]
+        hit.detail += [("nvl5_rule", f"{rule.unit} {rule.severity} {rule.resolution}"), ("nvl5_row", rule.key),
+                       ("hw_sw", rule.hw_sw), ("effect", rule.effect)]
         if rule.suspect:
             hit.detail.append(("suspect", rule.suspect))
         hit.meaning = f"{rule.unit}: {rule.severity}, NVIDIA resolution {rule.resolution}, " \
