@@ -22,6 +22,7 @@ from datetime import UTC, datetime, tzinfo
 
 from gpufleet.diagnose import candidates, rules, rules_host, rules_kernel
 from gpufleet.diagnose.finding import Finding, FindingKind, normalise_pci
+from gpufleet.diagnose.nvlink_remote import SwitchPorts
 from gpufleet.diagnose.prefix import PrefixParser
 from gpufleet.domain.catalog import Action, Catalog
 from gpufleet.domain.events import Severity
@@ -67,7 +68,9 @@ class Decoder:
 
     ``year`` is assumed for timestamps that carry none (journal short format, ``dmesg -H``);
     ``tz`` for timestamps without an offset; ``boot_time`` converts seconds-since-boot (plain dmesg,
-    ``/dev/kmsg``) into wall-clock ``time``.
+    ``/dev/kmsg``) into wall-clock ``time``; ``switch_ports`` (``nvidia-smi nvlink -R`` read backwards,
+    :mod:`nvlink_remote`) names the GPU on the far end of an SXid's switch port (``peer_gpu``,
+    ``peer_nvlink``).
     """
 
     def __init__(
@@ -77,8 +80,10 @@ class Decoder:
         year: int | None = None,
         tz: tzinfo = UTC,
         boot_time: datetime | None = None,
+        switch_ports: SwitchPorts | None = None,
     ) -> None:
         self.catalog = catalog
+        self.switch_ports = switch_ports
         self.stats = DecoderStats()
         self._prefix = PrefixParser(year=year, tz=tz, boot_time=boot_time)
         self._open: _Open | None = None
@@ -311,6 +316,11 @@ class Decoder:
         pci = normalise_pci(hit.pci_raw) if hit.pci_raw else None
         if pci and pci in self._uuid:
             hit.detail.append(("uuid", self._uuid[pci]))
+        if hit.kind is FindingKind.SXID and pci and self.switch_ports is not None and detail.get("link", "").isdigit():
+            peer = self.switch_ports.peer(pci, int(detail["link"]))
+            if peer is not None:  # the GPU on the far end of the switch port
+                hit.detail += [("peer_gpu", str(peer[0])), ("peer_nvlink", str(peer[1]))]
+                hit.name = f"{hit.name or ''} [port {detail['link']}: GPU {peer[0]} link {peer[1]}]".lstrip()
         # Judged here only for offline use (gpufleet diagnose); the agent decodes without a catalog and
         # the controller judges what it reports (domain.judgement: one function, one place).
         if self.catalog is not None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gpufleet.domain import nvlink5
 from gpufleet.diagnose.finding import FindingKind
+from gpufleet.domain import nvlink5
 from gpufleet.domain.catalog import Action
 from gpufleet.domain.events import Severity
 

@@ -29,8 +29,8 @@ from enum import StrEnum
 from importlib import resources
 from typing import Any, TypeVar
 
-from gpufleet.domain.durations import parse_duration
 from gpufleet.domain import nvlink5
+from gpufleet.domain.durations import parse_duration
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.events import EventKind, Severity
 
@@ -269,7 +269,9 @@ def load_default_catalog() -> Catalog:
     return Catalog(entries=entries, rules=rules, subcodes=_subcode_entries(entries))
 
 
-def _subcode_entries(entries: Mapping[tuple[str, int | None], CatalogEntry]) -> dict[tuple[str, int, str], CatalogEntry]:
+def _subcode_entries(
+    entries: Mapping[tuple[str, int | None], CatalogEntry],
+) -> dict[tuple[str, int, str], CatalogEntry]:
     """NVIDIA's "Xid 144-150 Decode" rows as entries under their Xid: a fatal row (any fatal word) is
     fatal, reset_gpu (NVIDIA's resolution of every fatal row); a non-fatal row is info, none (NVIDIA's
     immediate resolution for each is IGNORE, or "evaluate the Xid 154 that follows", which carries its
