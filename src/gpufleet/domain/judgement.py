@@ -13,8 +13,9 @@ The rules, in order (docs/policy.md, "How an event is judged"):
    names one (``attrs.nvl5_row``: NVIDIA's "Xid 144-150 Decode" row, decision 0031), else for
    (kind, code), else for the agent rule (kind, rule), else for the kind. When the source itself
    *stated* a severity (a kernel line's ``Fatal`` / ``Non-fatal`` word, an uncorrectable-error line,
-   a failed check that found wrong answers), the worse of the two counts — except for a code the catalog does not know, where the source's word is
-   the best information there is (an unknown SXID the switch calls non-fatal stays informational).
+   a failed check that found wrong answers), the worse of the two counts — except for a code the
+   catalog does not know, where the source's word is the best information there is (an unknown SXID
+   the switch calls non-fatal stays informational).
 3. Collateral entries (XID 45 and the like: a consequence of another error) are marked, so the
    policy ignores them and the correlation engine folds them under the root cause.
 """
