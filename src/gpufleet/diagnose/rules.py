@@ -3,7 +3,7 @@
 Each recogniser looks at one message (the line without its timestamp/host prefix) and returns a
 :class:`Hit`, or a :class:`Pending` event that later lines complete (AER detail lines, the
 three-line "fallen off the bus" notice, SXid detail lines, register dumps). Every regular expression
-here runs only on lines that passed the cheap :data:`CANDIDATE` test first.
+here runs only on lines that hold one of :data:`CANDIDATE_WORDS` (the cheap test, candidates.py).
 """
 
 from __future__ import annotations
@@ -16,20 +16,20 @@ from gpufleet.domain import nvlink5
 from gpufleet.domain.catalog import Action
 from gpufleet.domain.events import Severity
 
-# A line can only be (the start of) an event if it contains one of these. Each word is long or made
-# of rare characters, because ``bytes.find`` skips fastest over text that shares few characters with
-# the word: this is the test every line of a multi-GB log pays (measured in bench/bench_diagnose.py).
-# Every word costs one pass over each block of a benign log, so host lines are found by their longest
-# fixed text ("Kernel panic - not syncing", "soft lockup - CPU#"), not by a short word.
+# A line can only be (the start of) an event if it contains one of these: the test every line of a
+# multi-GB log pays. All words are found in one Aho-Corasick pass (diagnose/candidates.py), so a new
+# word costs little (bench/bench_diagnose.py); keep each one specific enough that benign lines rarely
+# contain it, because every line that does is decoded (and rejected) by the recognisers.
 CANDIDATE_WORDS = (
     "NVRM:", "SXid (PCI:", "AER:", "PCIe Bus Error", "mlx5_core", "EDAC", "Hardware Error",
     "hardware memory error", "Memory failure", "Killed process", "oom-kill", "nvidia: probe of",
     "detected NVSwitch", "Port module event", "Unable to determine the device handle",
     "Kernel panic - not syncing", "blocked for more than", "soft lockup - CPU#", "hard LOCKUP",
     "NETDEV WATCHDOG", "nvidia-peermem",
+    "self-detected stall on CPU", "detected stalls on CPUs", "detected expedited stalls", "BUG: kernel NULL pointer",
+    "BUG: unable to handle", "Unable to handle kernel", "kernel BUG at", "Oops: ", "general protection fault",
+    "Error records from previous boot",
 )
-CANDIDATE = re.compile("|".join(re.escape(w) for w in CANDIDATE_WORDS))
-CANDIDATE_BYTES = tuple(w.encode() for w in CANDIDATE_WORDS)
 
 
 
