@@ -172,6 +172,7 @@ def compare(rev: str, path: Path, rounds: int, tmp: Path) -> dict[str, object]:
             "new_lines_per_cpu_s": [r["lines_per_cpu_s"] for r in new_runs],
             "old_lines_per_cpu_s": [r["lines_per_cpu_s"] for r in old_runs],
             "new_over_old": round(float(best_new["lines_per_cpu_s"]) / float(best_old["lines_per_cpu_s"]), 2),  # type: ignore[arg-type]
+            "peak_rss_mb_new_old": [best_new["peak_rss_mb"], best_old["peak_rss_mb"]],
             "findings_equal": best_new["findings"] == best_old["findings"],
             "findings_new_old": [best_new["findings"], best_old["findings"]],
         }

@@ -205,7 +205,8 @@ def kernel(msg: str) -> Pending | None:
                       detail=[("event", "rcu_stall"), ("flavor", m[1])])
             _rcu_cpus(hit, msg[m.end():])
             return RcuStall(hit)
-    m = _OOPS.search(msg)
+    m = _OOPS.search(msg) if ("BUG" in msg or "Oops" in msg or "Unable to handle" in msg
+                             or "protection fault" in msg) else None
     if m:
         head = m[1]
         return Oops(Hit(FindingKind.KERNEL, None, None, "kernel_oops", stated=_DEGRADED, name="kernel oops",
