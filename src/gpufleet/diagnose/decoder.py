@@ -316,11 +316,12 @@ class Decoder:
         pci = normalise_pci(hit.pci_raw) if hit.pci_raw else None
         if pci and pci in self._uuid:
             hit.detail.append(("uuid", self._uuid[pci]))
+        peer_note = ""
         if hit.kind is FindingKind.SXID and pci and self.switch_ports is not None and detail.get("link", "").isdigit():
             peer = self.switch_ports.peer(pci, int(detail["link"]))
             if peer is not None:  # the GPU on the far end of the switch port
                 hit.detail += [("peer_gpu", str(peer[0])), ("peer_nvlink", str(peer[1]))]
-                hit.name = f"{hit.name or ''} [port {detail['link']}: GPU {peer[0]} link {peer[1]}]".lstrip()
+                peer_note = f" [port {detail['link']}: GPU {peer[0]} link {peer[1]}]"
         # Judged here only for offline use (gpufleet diagnose); the agent decodes without a catalog and
         # the controller judges what it reports (domain.judgement: one function, one place).
         if self.catalog is not None:
@@ -344,7 +345,8 @@ class Decoder:
             uptime=uptime,
             severity=sev,
             action=action,
-            name=hit.name or entry_name or f"{hit.catalog_kind} {hit.code if hit.code is not None else ''}".strip(),
+            name=(hit.name or entry_name or f"{hit.catalog_kind} {hit.code if hit.code is not None else ''}".strip())
+            + peer_note,
             meaning=meaning,
             component=component,
             line=line,

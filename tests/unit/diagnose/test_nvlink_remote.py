@@ -43,7 +43,7 @@ def test_an_sxid_names_the_gpu_behind_its_port() -> None:
     found = [f for n, ln in enumerate(lines, 1) for f in dec.feed(ln, n)] + dec.flush()
     mapped, unmapped = found
     assert (mapped.get("peer_gpu"), mapped.get("peer_nvlink"), mapped.get("link")) == ("1", "5", "29")
-    assert "GPU 1 link 5" in mapped.name
+    assert mapped.name.endswith("[port 29: GPU 1 link 5]") and len(mapped.name) > len("[port 29: GPU 1 link 5]")
     assert unmapped.get("peer_gpu") == "" and unmapped.get("link") == "40"  # port 40 is not in the capture
 
 
