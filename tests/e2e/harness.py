@@ -325,6 +325,28 @@ class Fleet:
         self.ctl = Controller(proc, api, root, token_file, list(racks))
         return self.ctl
 
+    def kill_controller(self) -> None:
+        """SIGKILL the controller (no shutdown of any kind: what a crash or the OOM killer does)."""
+        assert self.ctl is not None
+        proc = self.ctl.proc.popen
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+    def restart_controller(self, timeout: float = 30.0) -> Controller:
+        """Start the controller again with the same config, database and port (after :meth:`kill_controller`)."""
+        assert self.ctl is not None and not self.ctl.proc.alive, "kill the controller first"
+        old = self.ctl.proc
+        proc = Proc.spawn("controller", old.argv, old.log, cwd=self.ctl.root)
+        self.procs.append(proc)
+        self.ctl.proc = proc
+        api = self.ctl.api
+        wait_until(lambda: api.answers() or not proc.alive,
+                   lambda: f"restarted controller answering /v1/health; log:\n{proc.text(4000)}", timeout)
+        if not proc.alive:
+            raise AssertionError(f"restarted controller exited {proc.popen.returncode}; log:\n{proc.text(6000)}")
+        return self.ctl
+
     def sim_scheduler_effects(self) -> list[tuple[str, str, str]]:
         """The simulated scheduler's effects so far (``("drain", node, reason)`` ...), from its state file."""
         assert self.ctl is not None

@@ -112,9 +112,11 @@ def run_multinode(
     tolerance: float | None = None,
     progress: Progress | None = None,
     environ: Mapping[str, str] | None = None,
+    known_good: Sequence[str] = (),
 ) -> Report:
     """Run the multi-node level as rank ``env.rank`` of ``env.world_size``. ``tolerance``: how far
-    below the best pair a pair may be (default: ``PAIR_TOLERANCE`` or the SKU's wider tolerance)."""
+    below the best pair a pair may be (default: ``PAIR_TOLERANCE`` or the SKU's wider tolerance).
+    ``known_good``: nodes of the allocation known to be healthy (``pairing.localise``)."""
     torch = require_torch()
     dist = torch.distributed
     environ = os.environ if environ is None else environ
@@ -195,7 +197,8 @@ def run_multinode(
 
             bar = baselines.lookup(sku, "multinode_pair", sizes.pair_bytes)
             tol = tolerance if tolerance is not None else max(PAIR_TOLERANCE, baselines.tolerance(sku))
-            loc = localise(nodes, measure, floor=bar.floor if bar else 0.0, tolerance=tol)
+            loc = localise(nodes, measure, floor=bar.floor if bar else 0.0, tolerance=tol,
+                           known_good=[n for n in known_good if n in nodes])
             results += node_results(loc, nodes)
             if progress:
                 progress("pairwise localisation", 2, total)

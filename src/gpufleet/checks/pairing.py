@@ -17,6 +17,11 @@ Google's cluster-health-scanner runs NCCL in two passes; we do the same:
    not-yet-measured pairs among the suspects look for one; if none is found (two nodes, or every
    node slow) the suspects stay *inconclusive*.
 
+**Known-good nodes** (``known_good``, e.g. the in-service partners a validation job pairs a repaired
+node with) are good from the start: never suspects, never blamed, always available as partners. So
+a node paired with one known-good node is blamed when their pair fails; with a single pair the bar
+is the SKU's floor (a pair is its own best pair), with two or more partners also the best pair.
+
 ``measure`` is injected: the torch side runs real all-reduces; tests pass a function.
 """
 
@@ -118,17 +123,21 @@ def localise(
     floor: float = 0.0,
     tolerance: float = 0.25,
     bootstrap_rounds: int = 2,
+    known_good: Sequence[str] = (),
 ) -> Localisation:
     """Run both passes through ``measure`` and say which nodes or links are slow."""
     if not 0 <= tolerance < 1:
         raise InvalidInput("tolerance", tolerance, "a fraction in [0, 1)")
+    unknown = sorted(set(known_good) - set(nodes))
+    if unknown:
+        raise InvalidInput("known_good", unknown, f"nodes of the allocation {list(nodes)}")
     if floor < 0:
         raise InvalidInput("floor", floor, "a non-negative bandwidth")
     first = _run(first_pass_rounds(nodes), measure)
     reference = max(first.values())
     bar = max(floor, (1.0 - tolerance) * reference)
     results = [PairResult(a, b, bw, bw >= bar, "first") for (a, b), bw in first.items()]
-    good = [n for n in nodes if any(r.ok and n in (r.a, r.b) for r in results)]
+    good = [n for n in nodes if n in known_good or any(r.ok and n in (r.a, r.b) for r in results)]
     tested = {frozenset(p) for p in first}
     for _ in range(bootstrap_rounds):
         if good:
@@ -139,7 +148,7 @@ def localise(
         extra = _run([pairs], measure)
         tested |= {frozenset(p) for p in extra}
         results += [PairResult(a, b, bw, bw >= bar, "bootstrap") for (a, b), bw in extra.items()]
-        good = [n for n in nodes if any(r.ok and n in (r.a, r.b) for r in results)]
+        good = [n for n in nodes if n in known_good or any(r.ok and n in (r.a, r.b) for r in results)]
     suspects = [n for n in nodes if n not in good]
     second = _run(second_pass_rounds(suspects, good), measure)
     results += [PairResult(a, b, bw, bw >= bar, "second") for (a, b), bw in second.items()]

@@ -71,10 +71,17 @@ def register(app: typer.Typer) -> None:
         tolerance: Annotated[
             float | None, typer.Option(help="multinode: how far below the best pair a pair may be (0.25)")
         ] = None,
+        known_good: Annotated[
+            str, typer.Option(help="multinode: comma-separated nodes known to be healthy (never blamed)")
+        ] = "",
         controller: Annotated[str | None, typer.Option(help="post results to this controller URL")] = None,
         token_file: Annotated[
             Path | None, typer.Option(help="file holding the controller's bearer token")
         ] = None,
+        retry_for: Annotated[
+            str,
+            typer.Option(help="keep retrying an unreachable controller this long (e.g. 2m; 0s = no retry)"),
+        ] = "2m",
     ) -> None:
         """Run the active validation suite on this node (or, with --level multinode, an allocation)."""
         from gpufleet.checks.baselines import load_baselines
@@ -93,6 +100,7 @@ def register(app: typer.Typer) -> None:
         started = datetime.now(UTC)
         bars = load_baselines(baselines)
         soak_s = None if soak is None else parse_duration(soak, "--soak").total_seconds()
+        retry_s = parse_duration(retry_for, "--retry-for").total_seconds()
         name = node or socket.gethostname()
         progress = _progress_printer(quiet=json_out and not sys.stderr.isatty())
         rank = 0
@@ -102,8 +110,14 @@ def register(app: typer.Typer) -> None:
 
             env = launch_env(os.environ, name)
             rank = env.rank
+            good = [n.strip() for n in known_good.split(",") if n.strip()]
             report = run_multinode(
-                env, bars, device=device, tolerance=tolerance, progress=progress if rank == 0 else None
+                env,
+                bars,
+                device=device,
+                tolerance=tolerance,
+                progress=progress if rank == 0 else None,
+                known_good=good,
             )
         else:
             from gpufleet.checks.runner import CheckOptions, run_node_checks
@@ -128,7 +142,7 @@ def register(app: typer.Typer) -> None:
                 result_to_event(r, node=report.node, run_id=run_id, time=started, sku=report.sku)
                 for r in report.results
             ]
-            sent = post_events(controller, read_token(token_file), events)
+            sent = post_events(controller, read_token(token_file), events, retry_for_s=retry_s)
             typer.echo(f"posted {sent} check events to {controller} (run {run_id})", err=True)
         raise typer.Exit(1 if report.status is Status.FAIL else 0)
 

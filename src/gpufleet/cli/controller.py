@@ -148,7 +148,8 @@ def _validator(settings: ControllerSettings, scheduler: Scheduler) -> SlurmValid
         return None
     if not isinstance(scheduler, SlurmScheduler):
         raise InvalidInput("validation.command", v.command, 'nothing unless scheduler = "slurm"')
-    jobs = ValidationJobs(v.command, v.user or getpass.getuser(), v.partition, v.time_limit, v.output)
+    jobs = ValidationJobs(v.command, v.user or getpass.getuser(), v.partition, v.time_limit, v.output,
+                          v.pair_command, v.pair_partners)
     conf = str(settings.slurm_conf) if settings.slurm_conf else None
     return SlurmValidator(scheduler, jobs, slurm_conf=conf)
 

@@ -26,13 +26,12 @@ from datetime import datetime, timedelta
 from functools import partial
 
 from gpufleet.domain.catalog import Catalog
-from gpufleet.domain.events import EventKind, HealthEvent, Severity
+from gpufleet.domain.events import LINK_KINDS, EventKind, HealthEvent, Severity
 from gpufleet.domain.judgement import Judgement, judge_event
 from gpufleet.domain.topology import Topology
 
 log = logging.getLogger(__name__)
 
-_LINK_KINDS = frozenset({EventKind.LINK_DOWN, EventKind.LINK_FLAP, EventKind.LINK_ERROR})
 _SHARED_KINDS = frozenset({"leaf_switch", "spine_switch", "core_switch", "nvswitch", "switch_tray"})
 _UNMERGED = frozenset({EventKind.MOVED, EventKind.HEARTBEAT_LOST, EventKind.CHECK_PASSED})
 
@@ -165,7 +164,7 @@ class Admission:
 
     # ---- internals --------------------------------------------------------------------------
     def _holds(self, e: HealthEvent) -> bool:
-        if self.topology is None or not self.hold or e.kind not in _LINK_KINDS or not e.link:
+        if self.topology is None or not self.hold or e.kind not in LINK_KINDS or not e.link:
             return False
         return self.shared_end(e.link) is not None
 

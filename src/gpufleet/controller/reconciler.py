@@ -26,8 +26,10 @@ from gpufleet.lifecycle.decisions import ActionKind
 from gpufleet.lifecycle.engine import SchedObservation
 from gpufleet.lifecycle.plan import OutboxAction
 from gpufleet.lifecycle.states import NodeState
+from gpufleet.lifecycle.validation import plan_validation
 from gpufleet.schedulers.port import Job, SchedNode, SchedNodeState, Scheduler, drain_reason
 
+from .faults import fault_of
 from .fleetjudge import FleetJudge
 from .placement import place_suspects_last
 from .repairer import Repairer
@@ -47,14 +49,20 @@ class Validator(Protocol):
 
     * ``request`` starts a run for the outbox action ``key`` and returns a handle to follow (a Slurm
       job id), or ``""`` when there is nothing to follow (the results simply arrive). Idempotent on
-      ``key``: asked again after a crash, it returns the run already started.
+      ``key``: asked again after a crash, it returns the run already started. With ``partners`` (a
+      ``multinode`` level) the run spans the node and those known-good nodes.
+    * ``partners`` is how many known-good nodes a fabric fault's validation pairs the node with
+      (0: this validator cannot pair; fabric faults get their single-node level).
     * ``ended`` says how a run ended (one line), or None while it is queued or running.
     * ``release`` ends any hold the validator put on the node (a maintenance reservation); a no-op
       when there is none. ``holds`` says whether there is one (such a node may look schedulable).
     * Failures: ExternalError (retried), Conflict (a node drained by someone else: not touched).
     """
 
-    def request(self, node: str, level: str, key: str) -> str: ...
+    @property
+    def partners(self) -> int: ...
+
+    def request(self, node: str, level: str, key: str, partners: Sequence[str] = ()) -> str: ...
 
     def ended(self, handle: str) -> str | None: ...
 
@@ -219,19 +227,44 @@ class Reconciler:
 
     def _validate(self, row: OutboxAction, now: datetime) -> str | None:
         """Start the validation run, follow it while the node is validating, and if the run ends
-        without a verdict, say so as a failed check (the node goes back to repair, never stays stuck)."""
-        node, level = row.action.node, row.action.level
+        without a verdict, say so as a failed check (the node goes back to repair, never stays stuck).
+
+        The run is planned once (``lifecycle.validation.plan_validation``: a fabric fault is validated
+        by pairing with known-good partners) and the plan, then the partners, are recorded in the
+        action's progress before anything is reserved or submitted: a restart resumes the same run."""
+        node = row.action.node
         if self.validator is None:
-            return f"{level} validation requested: awaiting check results from the node"
-        handle = row.progress.get("validation", "")
+            return f"{row.action.level} validation requested: awaiting check results from the node"
+        p = dict(row.progress)
+        handle = p.get("validation", "")
         state = self.controller.state_of(node)
         if state not in VALIDATING:
             return f"node is {state}" + (f" (validation job {handle})" if handle else ": nothing to validate")
+        if not p.get("level"):
+            plan = plan_validation(row.action.level, fabric=fault_of(self.controller, node).fabric,
+                                   partners=self.validator.partners)
+            p = {"level": plan.level, "pairs": str(plan.partners)}
+        level = p["level"]
         if not handle:
-            handle = self.validator.request(node, level, row.id)
+            partners = tuple(x for x in p.get("partners", "").split(",") if x)
+            if int(p.get("pairs", "0")) and not partners:
+                partners = self._partners(node, int(p["pairs"]))
+                if not partners:
+                    self.controller.store.update_action(
+                        row.id, status=ActionStatus.WAITING, now=now, next_attempt=now + self.cfg.checkpoint_poll,
+                        progress=p, result=f"fabric fault: waiting for {p['pairs']} idle known-good partner(s) "
+                                           "within the blast-radius budget")
+                    return None
+                p["partners"] = ",".join(partners)
+                self.controller.store.update_action(row.id, status=ActionStatus.WAITING, now=now, next_attempt=now,
+                                                    progress=p, result=f"pairing with {p['partners']}")
+                self.controller.audit(node, "validation_partners", f"{level} validation pairs {node} with "
+                                      f"known-good {p['partners']} (fabric fault)")
+            handle = self.validator.request(node, level, row.id, partners)
             if not handle:
                 return f"{level} validation started"
-            self.controller.audit(node, "validation_job", f"{level} validation: job {handle} submitted")
+            with_ = f" with {p['partners']}" if p.get("partners") else ""
+            self.controller.audit(node, "validation_job", f"{level} validation{with_}: job {handle} submitted")
         else:
             ended = self.validator.ended(handle)
             if ended is not None:
@@ -241,9 +274,14 @@ class Reconciler:
                 return f"validation {ended}; no result: back to repair"
         self.controller.store.update_action(row.id, status=ActionStatus.WAITING, now=now,
                                             next_attempt=now + self.cfg.checkpoint_poll,
-                                            progress={"validation": handle, "level": level},
+                                            progress={**p, "validation": handle},
                                             result=f"{level} validation job {handle} running")
         return None
+
+    def _partners(self, node: str, count: int) -> tuple[str, ...]:
+        """Known-good partners that are idle in the scheduler now (LifecycleEngine.pairing_partners)."""
+        idle = {n.name for n in self.scheduler.list_nodes() if n.state == SchedNodeState.IDLE and not n.jobs}
+        return self.controller.pairing_partners(node, count, idle)
 
     def _drain_after_checkpoint(self, row: OutboxAction, reason: str, now: datetime) -> str | None:
         """Ask the node's job(s) to checkpoint, wait for the report within the GPU-hours budget

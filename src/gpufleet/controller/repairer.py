@@ -24,19 +24,18 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from gpufleet.domain.catalog import Action
-from gpufleet.domain.events import HealthEvent
-from gpufleet.domain.judgement import judgement_of
 from gpufleet.lifecycle.plan import OutboxAction
-from gpufleet.lifecycle.repair import AGENT_STEPS, VALIDATION_LEVEL, Fault, RepairStep, next_step
+from gpufleet.lifecycle.repair import AGENT_STEPS, Fault, RepairStep, next_step
 from gpufleet.lifecycle.states import NodeState
+from gpufleet.lifecycle.validation import level_after
 
 from .executors.port import Executor, StepOutcome, StepRequest
+from .faults import fault_of
 from .service import Controller
 from .store.repairs import RepairStore
-from .store.repo import ActionStatus, Page
+from .store.repo import ActionStatus
 
 log = logging.getLogger(__name__)
-_OUT = frozenset({NodeState.SUSPECT.value, NodeState.DRAINING.value})
 _WITH_PEOPLE = "with people: POST /v1/nodes/{node}/repair-complete when fixed, or retire it"
 
 
@@ -81,7 +80,7 @@ class Repairer:
     # ---- one rung ---------------------------------------------------------------------------
     def _choose(self, row: OutboxAction, p: dict[str, str], now: datetime) -> dict[str, str]:
         node = row.action.node
-        fault = self.fault_of(node)
+        fault = fault_of(self.c, node)
         since = now - max(self.cfg.lemon_window, self.cfg.reboot_window)
         nxt = next_step(fault, self.repairs.history(node, since), now, self.cfg)
         attempt = int(p.get("attempt", "0")) + 1
@@ -109,37 +108,13 @@ class Repairer:
             return f"{what} ({key}): {p['why']}; {outcome.detail}; {_WITH_PEOPLE.format(node=node)}"
         if outcome.ok:
             log.info("%s: %s succeeded (%s): revalidating", node, step, outcome.detail)
-            self.c.repair_succeeded(node, step.value, VALIDATION_LEVEL[step], key)
+            self.c.repair_succeeded(node, step.value, level_after(step), key)
             return f"{step} succeeded ({outcome.detail}): revalidating"
         log.warning("%s: %s failed (%s): next rung", node, step, outcome.detail)
         self._wait(row.id, {"attempt": p["attempt"]}, now, f"{step} failed: {outcome.detail}; choosing the next step")
         return None
 
     # ---- helpers ----------------------------------------------------------------------------
-    def fault_of(self, node: str) -> Fault:
-        """What the node is in repair for: the worst evidence of the decision that took it out of
-        service (a failed validation since then means that fault came back); a node that failed
-        burn-in or was never out is in for its validation failure."""
-        fallback = None
-        chosen = None
-        for d in self.c.store.decisions(node=node, status="applied", page=Page(200)):
-            if d.rule == "validation_passed":
-                break
-            if d.rule == "validation_failed":
-                fallback = fallback or d
-            elif d.to_state in _OUT:
-                chosen = d
-                break
-        basis = chosen or fallback
-        if basis is None:
-            return Fault("unknown", Action.CONTACT_SUPPORT, "no decision names the fault")
-        events = self.repairs.evidence(node, [str(x) for x in basis.evidence])
-        if not events:
-            return Fault(basis.rule, Action.CONTACT_SUPPORT, basis.reason)
-        catalog = self.c.policy_file.catalog
-        worst = max(events, key=lambda e: (judgement_of(catalog, e).severity.rank, e.time))
-        return Fault(_key(worst), judgement_of(catalog, worst).action, basis.reason)
-
     def _executor(self, step: RepairStep) -> Executor | None:
         return self.executors.get("agent" if step in AGENT_STEPS else "ticket")
 
@@ -158,6 +133,3 @@ class Repairer:
 def _kind(step: RepairStep) -> str:
     return "agent" if step in AGENT_STEPS else "ticket"
 
-
-def _key(e: HealthEvent) -> str:
-    return f"{e.kind}:{e.code}" if e.code is not None else str(e.kind)

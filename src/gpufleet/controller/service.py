@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence, Set
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -367,6 +367,11 @@ class Controller:
     @property
     def dry_run(self) -> bool:
         return self.engine.dry_run
+
+    def pairing_partners(self, node: str, count: int, idle: Set[str]) -> tuple[str, ...]:
+        """Known-good partners for a pairing validation of ``node`` (``LifecycleEngine.pairing_partners``)."""
+        with self.lock:
+            return self.engine.pairing_partners(node, count, idle)
 
     def states(self) -> dict[str, NodeState]:
         """Every registered node's lifecycle state (a copy)."""

@@ -23,6 +23,9 @@ Example ``controller.toml``::
     user = "gpufleet"                          # the reservation's user: the user the controller submits as
     partition = ""                             # optional
     time_limit = "2h"
+    # a fabric fault's validation: one job over the node and known-good partners ("" = no pairing)
+    pair_command = "srun gpufleet check --level multinode --known-good {partners} --controller http://ctl:8470 ..."
+    pair_partners = 1                          # known-good partners the node is paired with
 
     [repair]                                    # repair executors (docs/lifecycle.md); off by default
     agent = true                               # GPU reset / reboot / fabric-manager restart by the node's agent
@@ -184,6 +187,10 @@ class ValidationSettings(BaseModel):
     # a validation job still running after this is cancelled by Slurm and counts as a failed check
     time_limit: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=2)
     output: str = "/tmp/gpufleet-validate-%j.out"  # the job's stdout/stderr on the node (%j = job id)
+    # a fabric fault's validation: one job over the node and known-good partners; {node}, {partners},
+    # {nodes} are filled in ("" = no pairing: fabric faults get the single-node check)
+    pair_command: str = ""
+    pair_partners: int = Field(default=1, ge=1)  # known-good partners the node is paired with
 
 
 class RepairSettings(BaseModel):

@@ -9,6 +9,7 @@ code; only the cluster (scheduler, GPUs, fabric, people) is simulated. The fleet
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -53,8 +54,9 @@ class Validator:
     """Simulated active checks: a node passes unless the world says it is still broken."""
 
     world: World
+    partners: int = 0  # the simulated checks do not pair nodes
 
-    def request(self, node: str, level: str, key: str) -> str:
+    def request(self, node: str, level: str, key: str, partners: Sequence[str] = ()) -> str:
         delay = timedelta(minutes=30 if level == "burnin" else 15)
         self.world.later(self.world.clock.now() + delay, "validate", node)
         return ""  # nothing to follow: the results arrive as check events

@@ -23,7 +23,7 @@ from datetime import UTC, datetime, tzinfo
 from gpufleet.diagnose import candidates, rules, rules_host, rules_kernel
 from gpufleet.diagnose.finding import Finding, FindingKind, normalise_pci
 from gpufleet.diagnose.nvlink_remote import SwitchPorts
-from gpufleet.diagnose.prefix import PrefixParser
+from gpufleet.diagnose.prefix import Parsed, PrefixParser
 from gpufleet.domain.catalog import Action, Catalog
 from gpufleet.domain.events import Severity
 from gpufleet.domain.judgement import judge
@@ -60,6 +60,7 @@ class _Open:
     time: datetime | None
     uptime: float | None
     raw: list[str]
+    host: str | None = None  # the syslog host of the line that opened it
 
 
 class Decoder:
@@ -87,6 +88,7 @@ class Decoder:
         self.stats = DecoderStats()
         self._prefix = PrefixParser(year=year, tz=tz, boot_time=boot_time)
         self._open: _Open | None = None
+        self._last_host: str | None = None
         self._next = 1
         self._oom_start: tuple[int, datetime | None, float | None] | None = None
         self._uuid: dict[str, str] = {}
@@ -194,7 +196,7 @@ class Decoder:
         if isinstance(pend, rules_host.LinkUp):
             self._link_up(pend)
             return out
-        self._open = _Open(pend, n, parsed.time, parsed.uptime, [text])
+        self._open = _Open(pend, n, parsed.time, parsed.uptime, [text], self._host_of(parsed))
         if type(pend) is rules.Pending:  # takes no further lines: complete now
             out += self._close()
         return out
@@ -229,9 +231,9 @@ class Decoder:
         parsed = self._prefix.parse(text)
         pend = rules.sxid(parsed.message)
         if pend is not None and (key in self._sxids or len(self._sxids) < 64):
-            self._sxids[key] = _Open(pend, n, parsed.time, parsed.uptime, [text])
+            self._sxids[key] = _Open(pend, n, parsed.time, parsed.uptime, [text], self._host_of(parsed))
         elif pend is not None:
-            out += self._finish(_Open(pend, n, parsed.time, parsed.uptime, [text]))
+            out += self._finish(_Open(pend, n, parsed.time, parsed.uptime, [text], self._host_of(parsed)))
         return out
 
     def _close_sxids(self) -> list[Finding]:
@@ -289,6 +291,13 @@ class Decoder:
         if pci and uuid.startswith("GPU-") and (pci in self._uuid or len(self._uuid) < _CAP):
             self._uuid[pci] = uuid.strip()
 
+    def _host_of(self, parsed: Parsed) -> str | None:
+        """The line's syslog host; a line without one (a continuation, a dmesg line pasted in) belongs
+        to the last host named before it."""
+        if parsed.host:
+            self._last_host = parsed.host
+        return self._last_host
+
     def _close(self) -> list[Finding]:
         op, self._open = self._open, None
         return [] if op is None else self._finish(op)
@@ -304,6 +313,8 @@ class Decoder:
                 line, time, uptime = start, t0 or time, u0 if u0 is not None else uptime
             self._oom_start = None
         self.stats.findings += 1
+        if op.host:
+            hit.detail.append(("host", op.host))
         return [self._judge(hit, line, time, uptime, "\n".join(op.raw)[:MAX_RAW])]
 
     def _judge(

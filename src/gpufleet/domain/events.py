@@ -55,6 +55,10 @@ class Severity(StrEnum):
 
 _SEVERITY_RANK = {Severity.INFO: 0, Severity.DEGRADED: 1, Severity.FATAL: 2}
 
+# Link events (InfiniBand ports, NVLink links): held for the correlator (controller.admission) and,
+# as a repair's cause, what makes a fault a fabric fault (lifecycle.validation).
+LINK_KINDS = frozenset({EventKind.LINK_DOWN, EventKind.LINK_FLAP, EventKind.LINK_ERROR})
+
 
 def worst(severities: list[Severity]) -> Severity:
     """The most severe of ``severities`` (INFO for an empty list)."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
@@ -31,6 +31,7 @@ from gpufleet.lifecycle.decisions import (
 from gpufleet.lifecycle.plan import AuditEntry, OutboxAction, Plan
 from gpufleet.lifecycle.policy import TIMED_STATES, NodeView, Policy, Sighting, sighting
 from gpufleet.lifecycle.states import SCHEDULABLE, UNAVAILABLE, Actor, NodeState, transition
+from gpufleet.lifecycle.validation import Situation, level_after
 
 log = logging.getLogger(__name__)
 S = NodeState
@@ -315,7 +316,8 @@ class LifecycleEngine:
                 to = S.IN_SERVICE if rec.has_jobs else S.READY
             elif st in (S.DRAINED, S.REPAIR):
                 to = S.REVALIDATE
-                acts = (PlannedAction(ActionKind.VALIDATE, node, "revalidate before service", level="full"),)
+                acts = (PlannedAction(ActionKind.VALIDATE, node, "revalidate before service",
+                                      level=level_after(Situation.PEOPLE)),)
             else:
                 raise Conflict(f"node {node} is {st}: resume applies to suspect, drained or repair nodes "
                                "(a drained node is revalidated before it returns)")
@@ -323,7 +325,8 @@ class LifecycleEngine:
             if st != S.REPAIR:
                 raise Conflict(f"node {node} is {st}, not in repair")
             to = S.REVALIDATE
-            acts = (PlannedAction(ActionKind.VALIDATE, node, "revalidate after repair", level="full"),)
+            acts = (PlannedAction(ActionKind.VALIDATE, node, "revalidate after repair",
+                                  level=level_after(Situation.PEOPLE)),)
         elif op == OperatorOp.RETIRE:
             to = S.RETIRED
             if st not in (S.DRAINING, S.DRAINED, S.REPAIR, S.RETIRED):
@@ -333,7 +336,7 @@ class LifecycleEngine:
                 raise Conflict(f"node {node} is {st}: only new nodes start burn-in")
             to = S.BURN_IN
             acts = (PlannedAction(ActionKind.DRAIN, node, "burn-in before first use"),
-                    PlannedAction(ActionKind.VALIDATE, node, "burn-in", level="burnin"))
+                    PlannedAction(ActionKind.VALIDATE, node, "burn-in", level=level_after(Situation.BURN_IN)))
         else:  # pragma: no cover - exhaustive over OperatorOp
             raise InvalidInput("op", op, f"one of {[o.value for o in OperatorOp]}")
         did = decision_id(node, f"operator_{op}", st, to, (actor_id, now.isoformat()))
@@ -386,6 +389,31 @@ class LifecycleEngine:
         return Plan(dry_run=on, audit=[AuditEntry(now, Actor.OPERATOR, actor_id, "dry_run", "mode",
                                                   "dry-run on: decide and record, act on nothing" if on
                                                   else "dry-run off: decisions are carried out")])
+
+    def pairing_partners(self, node: str, count: int, idle: Set[str]) -> tuple[str, ...]:
+        """``count`` known-good partners for validating ``node`` by pairing, or () if there are not
+        enough now. A partner is ``ready`` in gpufleet (not in service: no job is taken from), idle in
+        the scheduler (``idle``), not held or committed to a drain, and fits the blast-radius budget
+        together with the nodes already out and the other partners (it is unavailable while the
+        validation job holds it); none while the breaker is tripped. Nodes sharing a failure domain
+        (a leaf switch) with ``node`` come first: the shortest path leaves only ``node``'s own links
+        to blame."""
+        rec = self._node(node)
+        if self.breaker.tripped or count <= 0:
+            return ()
+        candidates = sorted(
+            (n for n in idle if n != node and n in self.nodes and n not in self.held and n not in self._out
+             and self.nodes[n].state == S.READY and not self.nodes[n].committed and not self.nodes[n].has_jobs),
+            key=lambda n: (not (self.nodes[n].domains & rec.domains), n))
+        out = set(self._out) | {node}
+        chosen: list[str] = []
+        for n in candidates:
+            if len(chosen) == count:
+                break
+            if self._violation(n, out) is None:
+                chosen.append(n)
+                out.add(n)
+        return tuple(chosen) if len(chosen) == count else ()
 
     # ---- internals --------------------------------------------------------------------------
     def unavailable(self) -> set[str]:

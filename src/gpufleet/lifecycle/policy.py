@@ -27,6 +27,7 @@ from gpufleet.domain.judgement import judgement_of
 from gpufleet.lifecycle.config import PolicyConfig
 from gpufleet.lifecycle.decisions import ActionKind, Decision, PlannedAction, decision_id
 from gpufleet.lifecycle.states import NodeState
+from gpufleet.lifecycle.validation import Situation, level_after
 
 S = NodeState
 TIMED_STATES = frozenset({S.DRAINED, S.NEW})  # the states on_tick has rules for
@@ -173,7 +174,7 @@ class Policy:
         if view.state == S.NEW and self.config.auto_burn_in:
             acts = (
                 PlannedAction(ActionKind.DRAIN, view.node, "burn-in before first use"),
-                PlannedAction(ActionKind.VALIDATE, view.node, "burn-in", level="burnin"),
+                PlannedAction(ActionKind.VALIDATE, view.node, "burn-in", level=level_after(Situation.BURN_IN)),
             )
             return self._decide_plain(view, S.BURN_IN, "auto_burn_in", "new node: burn-in", acts, now)
         return None

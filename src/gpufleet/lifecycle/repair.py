@@ -36,11 +36,6 @@ class RepairStep(StrEnum):
 
 # Steps the node's agent carries out (the agent command channel); the rest go elsewhere.
 AGENT_STEPS = frozenset({RepairStep.GPU_RESET, RepairStep.RESTART_FABRIC_MANAGER, RepairStep.REBOOT})
-# After which step the node is validated how: a reset or a service restart gets a quick check, a
-# reboot a full one (docs/lifecycle.md, "Validation without an operator").
-VALIDATION_LEVEL: Mapping[RepairStep, str] = {RepairStep.GPU_RESET: "quick",
-                                               RepairStep.RESTART_FABRIC_MANAGER: "quick",
-                                               RepairStep.REBOOT: "full"}
 
 S = RepairStep
 LADDERS: Mapping[Action, tuple[RepairStep, ...]] = {
@@ -59,6 +54,7 @@ class Fault:
     key: str
     action: Action
     text: str = ""
+    fabric: bool = False  # the evidence points at the fabric (lifecycle.validation.is_fabric)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,22 +20,12 @@ from gpufleet.controller.runtime import Runtime, build
 from gpufleet.controller.settings import ControllerSettings, RepairSettings, SchedulerKind, TokenConfig
 from gpufleet.schedulers.port import Scheduler
 from gpufleet.schedulers.slurm import SlurmScheduler
+from tests.e2e.harness import ADMIN_TOKEN, AGENT_TOKEN, BASE_POLICY
 
-ADMIN_TOKEN = "admin-" + "a" * 26
-AGENT_TOKEN = "agent-" + "b" * 26
+__all__ = ["ADMIN_TOKEN", "AGENT_TOKEN", "POLICY", "LabController"]
 
-POLICY = """\
-[policy]
-checkpoint_poll = "0.2s"
-checkpoint_wait_timeout = "10m"
-auto_repair = false
-[breaker]
-max_unavailable_fleet = 1.0
-max_unavailable_domain = 1.0
-[reconciler]
-retry_base = "0.2s"
-retry_cap = "1s"
-"""
+# The end-to-end harness's policy (tests/e2e/harness.py), with a shorter checkpoint wait.
+POLICY = BASE_POLICY.replace("auto_repair = false\n", 'checkpoint_wait_timeout = "10m"\nauto_repair = false\n')
 
 
 @dataclass

@@ -102,12 +102,14 @@ def test_a_job_that_did_not_opt_in_is_not_signalled_and_survives_until_the_deadl
         ctl.stop()
 
 
-def _verdict_script(tmp_path: Path) -> tuple[Path, Path]:
+def _verdict_script(tmp_path: Path, agent_token: str = AGENT_TOKEN) -> tuple[Path, Path]:
     """A stand-in for ``gpufleet check --controller ...`` on a GPU-less lab: posts the verdict named in
-    ``verdict`` through the check poster. The controller's URL is known only once its API listens, so
-    the script reads it from a file the test writes then (and waits for it)."""
+    ``verdict`` through the check poster (retrying, like ``gpufleet check``). The controller's URL is
+    known only once its API listens, so the script reads it from a file the test writes then (and
+    waits for it); it also waits for the verdict file, so a test can keep the job running (up to
+    120 s) until it writes one."""
     token = tmp_path / "check-token"
-    token.write_text(AGENT_TOKEN)
+    token.write_text(agent_token)
     url_file = tmp_path / "controller-url"
     script = tmp_path / "validate.py"
     script.write_text(
@@ -115,13 +117,14 @@ def _verdict_script(tmp_path: Path) -> tuple[Path, Path]:
         "from gpufleet.checks.poster import post_events, read_token\n"
         "from gpufleet.domain.events import EventKind, HealthEvent\n"
         "node, level, url_file, tok, verdict = sys.argv[1:6]\n"
-        "deadline = time.monotonic() + 30\n"
-        "while not Path(url_file).exists() and time.monotonic() < deadline:\n    time.sleep(0.1)\n"
+        "deadline = time.monotonic() + 120\n"
+        "while not (Path(url_file).exists() and Path(verdict).exists()) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.1)\n"
         "kind = EventKind.CHECK_PASSED if Path(verdict).read_text().strip() == 'pass' else EventKind.CHECK_FAILED\n"
         "job = os.environ.get('SLURM_JOB_ID', '?')\n"
         "e = HealthEvent(f'check-{uuid.uuid4().hex[:8]}', node, kind, datetime.now(UTC), source='check',\n"
         "                message=f'{level} check in job {job}', attrs={'check': 'gemm_bf16', 'level': level})\n"
-        "post_events(Path(url_file).read_text().strip(), read_token(Path(tok)), [e])\n")
+        "post_events(Path(url_file).read_text().strip(), read_token(Path(tok)), [e], retry_for_s=120)\n")
     verdict = tmp_path / "verdict"
     command = f"{shlex.quote(sys.executable)} {script} {{node}} {{level}} {url_file} {token} {verdict}"
     (tmp_path / "command").write_text(command)

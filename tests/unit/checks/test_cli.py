@@ -88,9 +88,12 @@ def test_unreachable_controller_exits_5(tmp_path: Path) -> None:
         f"http://127.0.0.1:{free_port()}",
         "--token-file",
         str(token),
+        "--retry-for",
+        "1s",
     )
     assert proc.returncode == 5, proc.stderr
     assert "controller: cannot reach" in proc.stderr
+    assert "retrying in 0.5 s" in proc.stderr  # tried again within --retry-for, then gave up
     assert json.loads(proc.stdout)["results"]  # the report is still printed before posting fails
 
 

@@ -111,3 +111,27 @@ def test_exactly_the_injected_slow_node_is_blamed(n: int, slow: st.DataObject, f
     loc = localise(nodes, FakeFabric(speed))
     assert loc.blamed == (bad,)
     assert loc.inconclusive == () and loc.blamed_links == ()
+
+
+def test_a_node_paired_with_one_known_good_partner_is_blamed_below_the_floor_the_partner_never() -> None:
+    """Two nodes: without known-good knowledge a slow pair is inconclusive; with the partner known
+    good, the node under test is blamed and the partner is not even a suspect."""
+    fabric = FakeFabric({"fixed": 5.0, "partner": 100.0})
+    plain = localise(["fixed", "partner"], fabric, floor=20.0)
+    assert plain.inconclusive == ("fixed", "partner") and plain.blamed == ()
+    loc = localise(["fixed", "partner"], FakeFabric({"fixed": 5.0, "partner": 100.0}), floor=20.0,
+                   known_good=["partner"])
+    assert loc.blamed == ("fixed",) and loc.good == ("partner",) and loc.inconclusive == ()
+    healthy = localise(["fixed", "partner"], FakeFabric({"fixed": 90.0, "partner": 100.0}), floor=20.0,
+                       known_good=["partner"])
+    assert healthy.ok and healthy.blamed == ()
+
+
+def test_known_good_partners_are_never_blamed_even_when_every_pair_is_slow() -> None:
+    # Two partners: their own pair is the reference; the fixed node's pairs are far below it.
+    speed = {"fixed": 30.0, "p1": 100.0, "p2": 100.0}
+    loc = localise(["fixed", "p1", "p2"], FakeFabric(speed), known_good=["p1", "p2"])
+    assert loc.blamed == ("fixed",) and set(loc.good) == {"p1", "p2"}
+    with pytest.raises(InvalidInput) as err:
+        localise(["fixed", "p1"], FakeFabric(speed), known_good=["p9"])
+    assert err.value.field == "known_good"

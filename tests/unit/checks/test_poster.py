@@ -3,6 +3,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import httpx
 import pytest
 
 from gpufleet.checks.collective import free_port
@@ -75,3 +76,47 @@ def test_token_file(tmp_path: Path) -> None:
     assert "non-empty" in err.value.expected
     with pytest.raises(InvalidInput):
         read_token(tmp_path / "none")
+
+
+def _flaky(statuses: list[int]) -> tuple[httpx.MockTransport, list[int]]:
+    """A transport answering ``statuses`` in turn (then 202); records what it answered."""
+    answered: list[int] = []
+
+    def handle(_request: httpx.Request) -> httpx.Response:
+        code = statuses[len(answered)] if len(answered) < len(statuses) else 202
+        answered.append(code)
+        return httpx.Response(code, text="busy" if code != 202 else "")
+
+    return httpx.MockTransport(handle), answered
+
+
+def test_retryable_failures_are_retried_within_retry_for() -> None:
+    transport, answered = _flaky([503, 429, 503])
+    slept: list[float] = []
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        now[0] += s
+
+    assert post_events("http://ctl", "t", _events(2), retry_for_s=60, transport=transport, sleep=sleep,
+                       clock=lambda: now[0]) == 2
+    assert answered == [503, 429, 503, 202]
+    assert slept == [0.5, 1.0, 2.0]
+
+
+def test_retrying_stops_at_retry_for_and_never_retries_a_refusal() -> None:
+    transport, answered = _flaky([503] * 100)
+    now = [0.0]
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    with pytest.raises(ExternalError) as err:
+        post_events("http://ctl", "t", _events(1), retry_for_s=5, transport=transport, sleep=sleep,
+                    clock=lambda: now[0])
+    assert "503" in str(err.value) and now[0] <= 5 and len(answered) == 4  # 0.5 + 1 + 2, then 4 > 5 - 3.5
+    refused, answered2 = _flaky([401])
+    with pytest.raises(ExternalError):
+        post_events("http://ctl", "t", _events(1), retry_for_s=60, transport=refused, sleep=sleep)
+    assert answered2 == [401]

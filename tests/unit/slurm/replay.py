@@ -11,6 +11,10 @@ from gpufleet.schedulers.slurm.runner import CommandResult
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "slurm"
 
 
+# what the adapter asks on every pass: the running jobs' ids and nodes (squeue --json cannot filter)
+RUNNING = ("squeue", "--noheader", "--states=RUNNING", "--format=%A|%N")
+
+
 def recording(name: str) -> CommandResult:
     entry = json.loads((FIXTURES / "index.json").read_text())[name]
     stdout = (FIXTURES / entry["stdout"]).read_text() if entry["stdout"] else ""
@@ -54,7 +58,7 @@ class ReplayRunner:
 def busy_cluster() -> ReplayRunner:
     """The "busy" recording: n1 allocated, n2 drained by gpufleet, n3 draining by an admin, ghost drained."""
     answers: dict[tuple[str, ...], str | list[str]] = {
-        ("sinfo", "--json"): "sinfo-busy", ("squeue", "--json"): "squeue-busy",
+        ("sinfo", "--json"): "sinfo-busy", ("squeue", "--json"): "squeue-busy", RUNNING: "running-busy",
         ("scontrol", "show", "config"): "show-config",
     }
     for n in ("n1", "n2", "n3", "ghost"):

@@ -294,3 +294,38 @@ def test_a_job_that_declared_no_signal_is_not_signalled_unless_the_site_says_so(
     assert SlurmScheduler(r2, checkpoint_signal="SIGTERM", checkpoint_target="batch").request_checkpoint(
         ids["train-a"]) == "TERM"
     assert r2.writes == [("scancel", "--signal=TERM", "--batch", ids["train-a"])]
+
+
+def test_every_pass_reads_only_the_running_jobs_not_the_whole_queue() -> None:
+    """squeue --json (22.05) ignores --states and prints every queued job; the node view needs only
+    the running ones, which squeue's text form filters. Same answer as the full record says."""
+    r = busy_cluster()
+    nodes = {n.name: set(n.jobs) for n in _sched(r).list_nodes()}
+    assert ("squeue", "--json") not in r.calls
+    from gpufleet.schedulers.slurm.parse import jobs_from_squeue
+
+    expected: dict[str, set[str]] = {}
+    for j in jobs_from_squeue(recording("squeue-busy").stdout):  # the full record of the same moment
+        if j.state.value == "running":
+            for n in j.nodes:
+                expected.setdefault(n, set()).add(j.id)
+    assert {n: ids for n, ids in nodes.items() if ids} == expected
+
+
+def test_an_unreachable_controller_while_reading_running_jobs_is_a_retryable_error() -> None:
+    from tests.unit.slurm.replay import RUNNING
+
+    r = busy_cluster()
+    r.answer(RUNNING, "running-unreachable")
+    with pytest.raises(ExternalError) as err:
+        _sched(r).list_nodes()
+    assert err.value.retryable
+
+
+@pytest.mark.parametrize("text", ["n1|1\n", "12\n", "abc|n1\n"])
+def test_unexpected_squeue_text_is_an_error_naming_the_line(text: str) -> None:
+    from gpufleet.schedulers.slurm.parse import running_from_squeue_text
+
+    with pytest.raises(ExternalError) as err:
+        running_from_squeue_text(text)
+    assert text.strip() in str(err.value)

@@ -49,6 +49,7 @@ from gpufleet.schedulers.slurm.parse import (
     jobs_from_squeue,
     node_from_scontrol,
     nodes_from_sinfo,
+    running_from_squeue_text,
 )
 from gpufleet.schedulers.slurm.runner import CommandResult, CommandRunner, SubprocessRunner, raise_for
 
@@ -59,11 +60,19 @@ _MAX_REASON = 1000  # Slurm accepts long reasons; keep ours bounded and on one l
 
 
 class StateReader(Protocol):
-    """Where node and job lists come from: the CLI (default) or slurmrestd."""
+    """Where node and job lists come from: the CLI (default) or slurmrestd.
+
+    ``running`` is what every reconciler pass needs (which jobs run on which nodes) and must stay cheap
+    with a long queue: Slurm 22.05's ``squeue --json`` ignores ``--states``/``--jobs`` and prints every
+    job (about 3 KB each: ~300 MB for 100,000 queued jobs), so the CLI reader asks ``squeue`` for the
+    running jobs' ids and nodes in its text form, which does filter. ``jobs_json`` (every job, with
+    comments and restart counts) is read only when acting on a job."""
 
     def nodes_json(self) -> str: ...
 
     def jobs_json(self) -> str: ...
+
+    def running(self) -> list[tuple[str, tuple[str, ...]]]: ...
 
 
 class CliReader:
@@ -81,6 +90,12 @@ class CliReader:
         res = self._run(["squeue", "--json"], timeout=self._timeout)
         raise_for(res)
         return res.stdout
+
+    def running(self) -> list[tuple[str, tuple[str, ...]]]:
+        # %A: the job's own id (unique per array task, as squeue --json's job_id); %N: its nodes
+        res = self._run(["squeue", "--noheader", "--states=RUNNING", "--format=%A|%N"], timeout=self._timeout)
+        raise_for(res)
+        return running_from_squeue_text(res.stdout)
 
 
 def _clean_reason(reason: str) -> str:
@@ -133,12 +148,12 @@ class SlurmScheduler:
         nodes = self.slurm_nodes()
         if self._issued and self._reassert_lost_drains(nodes):
             nodes = self.slurm_nodes()
-        by_node = self._running_by_node(self.list_jobs())
+        by_node = self._running_by_node(self._reader.running())
         return [n.view(by_node.get(n.name, ())) for n in nodes]
 
     def node(self, name: str) -> SchedNode:
         n = self.slurm_node(name)
-        return n.view(self._running_by_node(self.list_jobs()).get(name, ()))
+        return n.view(self._running_by_node(self._reader.running()).get(name, ()))
 
     def list_jobs(self) -> Sequence[Job]:
         return jobs_from_squeue(self._reader.jobs_json())
@@ -321,11 +336,10 @@ class SlurmScheduler:
         return res
 
     @staticmethod
-    def _running_by_node(jobs: Sequence[Job]) -> dict[str, tuple[str, ...]]:
+    def _running_by_node(running: Sequence[tuple[str, tuple[str, ...]]]) -> dict[str, tuple[str, ...]]:
         out: dict[str, list[str]] = {}
-        for j in jobs:
-            if j.state == JobState.RUNNING:
-                for n in j.nodes:
-                    out.setdefault(n, []).append(j.id)
+        for job_id, nodes in running:
+            for n in nodes:
+                out.setdefault(n, []).append(job_id)
         return {k: tuple(v) for k, v in out.items()}
 

@@ -203,6 +203,25 @@ def jobs_from_squeue(text: str) -> list[Job]:
     return out
 
 
+def running_from_squeue_text(text: str) -> list[tuple[str, tuple[str, ...]]]:
+    """(job id, its nodes) from ``squeue --noheader --states=RUNNING --format=%A|%N``."""
+    out = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        job_id, sep, nodes = line.strip().partition("|")
+        if not sep or not job_id.isdigit():
+            raise ExternalError(SYSTEM, f"squeue printed {line!r}, expected '<job id>|<node list>'",
+                                retryable=True)
+        out.append((job_id, expand(nodes)))
+    return out
+
+
+def running_from_jobs(jobs: Sequence[Job]) -> list[tuple[str, tuple[str, ...]]]:
+    """The same from full job records (the slurmrestd reader, whose job list cannot be filtered)."""
+    return [(j.id, j.nodes) for j in jobs if j.state == JobState.RUNNING]
+
+
 _GPU_TRES = re.compile(r"(?:^|,)gres/gpu(?::[^=,]+)?=(\d+)")
 
 

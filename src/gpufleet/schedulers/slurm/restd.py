@@ -13,6 +13,7 @@ from __future__ import annotations
 import httpx
 
 from gpufleet.domain.errors import ExternalError, InvalidInput
+from gpufleet.schedulers.slurm.parse import jobs_from_squeue, running_from_jobs
 from gpufleet.schedulers.slurm.runner import SYSTEM
 
 API = "/slurm/v0.0.38"
@@ -47,6 +48,10 @@ class RestReader:
 
     def jobs_json(self) -> str:
         return self._get("/jobs")
+
+    def running(self) -> list[tuple[str, tuple[str, ...]]]:
+        """slurmrestd 22.05 cannot filter jobs by state: this reads the whole queue (docs/slurm.md)."""
+        return running_from_jobs(jobs_from_squeue(self.jobs_json()))
 
     def close(self) -> None:
         self._client.close()

@@ -9,6 +9,12 @@ controller as check events (``gpufleet check --controller ...``); the lifecycle 
 node to ready (the reconciler then deletes the reservation: the node is back in service) or back to
 repair (the reconciler drains it again, then deletes the reservation).
 
+**Pairing** (a fabric fault, ``lifecycle.validation``): the reservation also takes the known-good
+partners the controller chose (idle, ready, within the budget), and ``pair_command`` runs as one job
+spanning the node and its partners (``-N``, one task per node: ``srun gpufleet check --level multinode
+--known-good {partners}``), so the check blames the node, never a partner. Deleting the reservation
+frees the partners with the node.
+
 Idempotent: the job carries ``gpufleet:validate=<action id>`` in its comment, and a request finds a
 job already submitted for the same action instead of submitting a second one (a crash between
 ``sbatch`` and recording the job id). An existing reservation is reused. A node drained by someone
@@ -46,16 +52,30 @@ class ValidationJobs:
     partition: str = ""
     time_limit: timedelta = timedelta(hours=2)
     output: str = "/tmp/gpufleet-validate-%j.out"  # sbatch -o (on the node)
+    # The pairing job's command (runs once per allocation: use srun); ``{node}``, ``{partners}`` (comma
+    # list) and ``{nodes}`` (node and partners) are filled in. "" = no pairing.
+    pair_command: str = ""
+    pair_partners: int = 1  # known-good partners per pairing validation
 
     def __post_init__(self) -> None:
         if "{node}" not in self.command:
             raise InvalidInput("validation.command", self.command, "a command containing {node} (and usually {level})")
         if not self.user:
             raise InvalidInput("validation.user", self.user, "the user the controller submits jobs as")
+        if self.pair_command and "{partners}" not in self.pair_command:
+            raise InvalidInput("validation.pair_command", self.pair_command,
+                               "a command containing {partners} (for --known-good)")
+        if self.pair_partners < 1:
+            raise InvalidInput("validation.pair_partners", self.pair_partners, "1 or more")
 
-    def argv(self, node: str, level: str) -> str:
+    def argv(self, node: str, level: str, partners: Sequence[str] = ()) -> str:
         if level not in LEVELS:
             raise InvalidInput("level", level, f"one of {list(LEVELS)}")
+        if partners:
+            if not self.pair_command:
+                raise InvalidInput("validation.pair_command", "", "a pairing command to validate with partners")
+            return self.pair_command.format(node=shlex.quote(node), partners=shlex.quote(",".join(partners)),
+                                            nodes=shlex.quote(",".join((node, *partners))))
         return self.command.format(node=shlex.quote(node), level=shlex.quote(level))
 
 
@@ -74,18 +94,25 @@ class SlurmValidator:
         self._timeout = timeout
 
     # ---- the Validator port -------------------------------------------------------------------
-    def request(self, node: str, level: str, key: str) -> str:
-        command = self._jobs.argv(node, level)
+    @property
+    def partners(self) -> int:
+        return self._jobs.pair_partners if self._jobs.pair_command else 0
+
+    def request(self, node: str, level: str, key: str, partners: Sequence[str] = ()) -> str:
+        command = self._jobs.argv(node, level, partners)
         existing = self._job_for(key)
         if existing:
             log.info("%s: validation job %s for %s already submitted", node, existing, key)
             return existing
-        self._reserve(node)
+        nodes = (node, *partners)
+        self._reserve(node, nodes)
         self._sched.resume(node)  # Conflict for someone else's drain; no-op if not drained
         minutes = max(1, int(self._jobs.time_limit.total_seconds() // 60))
-        argv = ["sbatch", "--parsable", "-J", f"gpufleet-validate-{level}", "-w", node,
+        argv = ["sbatch", "--parsable", "-J", f"gpufleet-validate-{level}", "-w", ",".join(nodes),
                 f"--reservation={reservation_of(node)}", f"--comment={COMMENT_PREFIX}{key}",
                 f"--time={minutes}", "-o", self._jobs.output]
+        if partners:
+            argv += ["-N", str(len(nodes)), "--ntasks-per-node=1"]
         if self._jobs.partition:
             argv += ["-p", self._jobs.partition]
         res = self._run([*argv, "--wrap", command], timeout=self._timeout)
@@ -119,16 +146,23 @@ class SlurmValidator:
         return "ReservationName=" in res.stdout
 
     # ---- internals ----------------------------------------------------------------------------
-    def _reserve(self, node: str) -> None:
+    def _reserve(self, node: str, nodes: Sequence[str]) -> None:
+        """The node's maintenance reservation over ``nodes`` (the node and any pairing partners);
+        an existing one is reused, with its nodes set to ``nodes``."""
+        name, hosts = reservation_of(node), ",".join(nodes)
         if self.holds(node):
+            if len(nodes) > 1:
+                res = self._run(["scontrol", "update", f"reservationname={name}", f"nodes={hosts}"],
+                                timeout=self._timeout)
+                raise_for(res, node=node)
             return
         minutes = max(1, int(self._jobs.time_limit.total_seconds() // 60)) * 2  # queueing + the job
-        argv: Sequence[str] = ["scontrol", "create", "reservation", f"reservationname={reservation_of(node)}",
-                               f"nodes={node}", "starttime=now", f"duration={minutes}",
+        argv: Sequence[str] = ["scontrol", "create", "reservation", f"reservationname={name}",
+                               f"nodes={hosts}", "starttime=now", f"duration={minutes}",
                                f"users={self._jobs.user}", "flags=maint,ignore_jobs"]
         res = self._run(argv, timeout=self._timeout)
         raise_for(res, node=node)
-        log.info("%s: maintenance reservation %s created", node, reservation_of(node))
+        log.info("%s: maintenance reservation %s created over %s", node, name, hosts)
 
     def _job_for(self, key: str) -> str:
         token = f"{COMMENT_PREFIX}{key}"
