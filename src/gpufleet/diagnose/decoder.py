@@ -9,7 +9,7 @@
 ``feed`` takes ``str`` or ``bytes`` (undecodable bytes are replaced and counted, never raised), returns
 the findings completed so far, and keeps at most one multi-line event open, so memory does not grow
 with the log. Lines that do not contain one of :data:`rules.CANDIDATE_WORDS` are rejected by one
-regular-expression scan before any parsing (see ``reader.decode_stream`` for the block-level version
+multi-word scan (:mod:`candidates`) before any parsing (see ``reader.decode_stream`` for the block-level version
 of the same test that the CLI uses).
 """
 
@@ -20,8 +20,9 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 
-from gpufleet.diagnose import rules, rules_host, rules_kernel
+from gpufleet.diagnose import candidates, rules, rules_host, rules_kernel
 from gpufleet.diagnose.finding import Finding, FindingKind, normalise_pci
+from gpufleet.diagnose.nvlink_remote import SwitchPorts
 from gpufleet.diagnose.prefix import Parsed, PrefixParser
 from gpufleet.domain.catalog import Action, Catalog
 from gpufleet.domain.events import Severity
@@ -68,7 +69,9 @@ class Decoder:
 
     ``year`` is assumed for timestamps that carry none (journal short format, ``dmesg -H``);
     ``tz`` for timestamps without an offset; ``boot_time`` converts seconds-since-boot (plain dmesg,
-    ``/dev/kmsg``) into wall-clock ``time``.
+    ``/dev/kmsg``) into wall-clock ``time``; ``switch_ports`` (``nvidia-smi nvlink -R`` read backwards,
+    :mod:`nvlink_remote`) names the GPU on the far end of an SXid's switch port (``peer_gpu``,
+    ``peer_nvlink``).
     """
 
     def __init__(
@@ -78,8 +81,10 @@ class Decoder:
         year: int | None = None,
         tz: tzinfo = UTC,
         boot_time: datetime | None = None,
+        switch_ports: SwitchPorts | None = None,
     ) -> None:
         self.catalog = catalog
+        self.switch_ports = switch_ports
         self.stats = DecoderStats()
         self._prefix = PrefixParser(year=year, tz=tz, boot_time=boot_time)
         self._open: _Open | None = None
@@ -145,7 +150,7 @@ class Decoder:
         if len(text) > MAX_LINE:
             st.truncated += 1
             text = text[:MAX_LINE]
-        candidate = rules.CANDIDATE.search(text) is not None
+        candidate = candidates.in_line(text)
         out: list[Finding] = []
         if candidate and "SXid" in text:
             key = rules.sxid_key(text)
@@ -176,9 +181,11 @@ class Decoder:
             # prefix only for a hit: most candidate lines are benign driver chatter.
             st.candidates += 1
             pend = self._recognise(text, n)
-            if pend is None:
+            if pend is None or isinstance(pend, rules_host.LinkUp):  # no event: skip the prefix
                 if self._prefix.relative_mode:
                     self._prefix.relative_delta(text)
+                if pend is not None:
+                    self._link_up(pend)
                 return out
             parsed = self._prefix.parse(text)
         if pend is None:
@@ -187,8 +194,7 @@ class Decoder:
             self._oom_start = (n, parsed.time, parsed.uptime)
             return out
         if isinstance(pend, rules_host.LinkUp):
-            if self._links.get(pend.key) == "down":
-                self._links[pend.key] = "up_after_down"
+            self._link_up(pend)
             return out
         self._open = _Open(pend, n, parsed.time, parsed.uptime, [text], self._host_of(parsed))
         if type(pend) is rules.Pending:  # takes no further lines: complete now
@@ -275,6 +281,10 @@ class Decoder:
             self._links[key] = "down"
         return pend
 
+    def _link_up(self, pend: rules_host.LinkUp) -> None:
+        if self._links.get(pend.key) == "down":
+            self._links[pend.key] = "up_after_down"
+
     def _remember_uuid(self, msg: str) -> None:
         head, _, uuid = msg.partition("NVRM: GPU at ")[2].removeprefix("PCI:").partition(": ")
         pci = normalise_pci(head)
@@ -317,14 +327,20 @@ class Decoder:
         pci = normalise_pci(hit.pci_raw) if hit.pci_raw else None
         if pci and pci in self._uuid:
             hit.detail.append(("uuid", self._uuid[pci]))
+        peer_note = ""
+        if hit.kind is FindingKind.SXID and pci and self.switch_ports is not None and detail.get("link", "").isdigit():
+            peer = self.switch_ports.peer(pci, int(detail["link"]))
+            if peer is not None:  # the GPU on the far end of the switch port
+                hit.detail += [("peer_gpu", str(peer[0])), ("peer_nvlink", str(peer[1]))]
+                peer_note = f" [port {detail['link']}: GPU {peer[0]} link {peer[1]}]"
         # Judged here only for offline use (gpufleet diagnose); the agent decodes without a catalog and
         # the controller judges what it reports (domain.judgement: one function, one place).
         if self.catalog is not None:
-            j = judge(self.catalog, hit.catalog_kind, hit.code, stated=stated)
+            j = judge(self.catalog, hit.catalog_kind, hit.code, stated=stated, subcode=detail.get("nvl5_row", ""))
             sev, action, collateral, entry_name = j.severity, j.action, j.collateral, j.name
             if j.basis == "stated by the source" and hit.stated is not None:
                 action = hit.stated[1]  # the line decided: its recommended action goes with it
-            entry = self.catalog.lookup(hit.catalog_kind, hit.code)
+            entry = self.catalog.lookup(hit.catalog_kind, hit.code, subcode=detail.get("nvl5_row", ""))
             coded = hit.code is not None and entry.code == hit.code
             meaning, component = (entry.meaning if coded or not hit.meaning else hit.meaning), entry.component
         else:
@@ -340,7 +356,8 @@ class Decoder:
             uptime=uptime,
             severity=sev,
             action=action,
-            name=hit.name or entry_name or f"{hit.catalog_kind} {hit.code if hit.code is not None else ''}".strip(),
+            name=(hit.name or entry_name or f"{hit.catalog_kind} {hit.code if hit.code is not None else ''}".strip())
+            + peer_note,
             meaning=meaning,
             component=component,
             line=line,
