@@ -247,3 +247,36 @@ def events(ctx: typer.Context, node: Annotated[str | None, typer.Option(help="on
                                                                "severity", "message"],
                                         [[_when(e["time"]), e["node"], e["kind"], e["code"], e["component"],
                                           e["severity"], e["message"]] for e in d]))
+
+
+@fleet_app.command()
+def ttm(ctx: typer.Context,
+        share: Annotated[list[float] | None, typer.Option(help="percent of nodes (repeatable; default 50 90 99 "
+                                                           "100)")] = None,
+        nodes: Annotated[bool, typer.Option(help="list every node's time to market")] = False,
+        as_json: AsJson = False) -> None:
+    """Time to market: from registration to first ready, per cluster (and per node with --nodes)."""
+    doc = _client(ctx).call("GET", "/ttm", share=share, nodes=str(nodes or as_json).lower())
+
+    def hours(s: float | None) -> str:
+        return "-" if s is None else f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.1f} min"
+
+    def table(d: dict[str, Any]) -> Any:
+        rows: list[list[Any]] = [["nodes registered / first ready", f"{d['nodes']} / {d['ready']}"],
+                                 ["first registration", _when(d["started"])]]
+        rows += [[f"{u['share']:g} % of nodes ready after", hours(u["after_s"])] for u in d["until"]]
+        rows += [["burned in", d["burned_in"]], ["median burn-in", hours(d["median_burn_in_s"])],
+                 ["failures burn-in found", d["failures_found"]],
+                 ["not ready yet", ", ".join(d["not_ready"][:20]) + (" ..." if len(d["not_ready"]) > 20 else "")]]
+        t = _table("time to market", ["what", "value"], rows)
+        if not d.get("per_node"):
+            return t
+        from rich.console import Group
+
+        per = _table("per node", ["node", "registered", "first ready", "time to market", "burned in", "failures",
+                                  "state"],
+                     [[n["node"], _when(n["registered"]), _when(n["first_ready"]), hours(n["ttm_s"]),
+                       "yes" if n["burned_in"] else "no", n["failures_found"], n["state"]] for n in d["per_node"]])
+        return Group(t, per)
+
+    _out(doc, as_json, table)

@@ -45,6 +45,9 @@ class TrainingJob:
     # Placement preference (lower sorts first): the world puts suspect nodes last, as a scheduler
     # does when gpufleet lowers a suspect node's weight.
     prefer: Callable[[str], tuple[int, str]] = lambda n: (0, n)
+    # Which free nodes may take the job at all (the world: not while burning in, as a real scheduler's
+    # maintenance reservation would keep them).
+    usable: Callable[[str], bool] = lambda n: True
     _now: datetime | None = None
     rec: Recorder = field(init=False)
 
@@ -107,7 +110,7 @@ class TrainingJob:
         return {j.id: j for j in self.scheduler.list_jobs()}[self.job_id].state
 
     def _try_start(self, now: datetime) -> None:
-        free = sorted(self.scheduler.schedulable(), key=self.prefer)
+        free = sorted((n for n in self.scheduler.schedulable() if self.usable(n)), key=self.prefer)
         if len(free) < self.size:
             return
         try:

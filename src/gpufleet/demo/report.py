@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from gpufleet.lifecycle.decisions import DecisionStatus
 from gpufleet.lifecycle.states import NodeState
+from gpufleet.lifecycle.ttm import cluster_ttm
 
 if TYPE_CHECKING:
     from gpufleet.demo.world import World
@@ -78,6 +79,10 @@ def summarise(w: World) -> dict[str, object]:
         "drained_nodes": drained,
         "repaired": len(repaired),
         "returned_to_service": len(returned),
+        # nodes that came back from repair through a validation run (each counted once)
+        "revalidated": len({t.node for t in returned}),
+        # time to market of the whole fleet (the delivered spares go through burn-in): lifecycle.ttm
+        "ttm": cluster_ttm(w.controller.store.histories()).as_dict(per_node=False),
         "detect_to_drain_s": {
             kind: {"count": len(v), "median": statistics.median(v) if v else None, "max": max(v) if v else None}
             for kind, v in (("fatal", d2d[True]), ("degraded_after_checkpoint", d2d[False]))},

@@ -71,10 +71,17 @@ def run_demo(opts: DemoOptions, console: Console | None = None) -> dict[str, obj
     scheduler = DemoScheduler([n.id for n in fleet], clock)
     policy = parse_policy({"policy": {"heartbeat_timeout": "15m"}})  # the demo's agents report every 5 min
     rt = build(settings, scheduler, clock=clock, policy=policy)
-    rt.controller.register_fleet(fleet, NodeState.READY)
+    # The job's nodes are in service already; the spares (the last nodes by name, which the job does
+    # not take) were just delivered: they go through burn-in before they take work (time to market).
     spares = max(2, opts.nodes // 8)
+    delivered = sorted(n.id for n in fleet)[opts.nodes - spares:]
+    rt.controller.register([n for n in fleet if n.id not in delivered], state=NodeState.READY)
+    rt.controller.register([n for n in fleet if n.id in delivered], state=NodeState.NEW)
     world = build_world(rt.controller, topology, fleet, clock, scheduler, opts.duration, opts.seed,
                         opts.nodes - spares)
+    world.broken[delivered[0]] = "dead on arrival: HBM errors in burn-in"  # burn-in finds one bad node
+    world.log.append(f"+00:00 {len(delivered)} newly delivered spare nodes start burn-in before they take work "
+                     f"({', '.join(delivered)})")
     world.reconciler = Reconciler(rt.controller, scheduler, Validator(world))
     rt.reconciler = world.reconciler
 
@@ -116,12 +123,18 @@ def print_summary(summary: dict[str, object], console: Console) -> None:
 
     t = Table(title="demo summary", show_header=False)
     for key in ("nodes", "racks", "job_nodes", "interruptions", "drained", "repaired", "returned_to_service",
-                "breaker_trips", "decisions", "detect_to_drain_s", "ettr", "mttf_hours", "badput_hours",
-                "final_states"):
+                "revalidated", "breaker_trips", "decisions", "detect_to_drain_s", "ettr", "mttf_hours",
+                "badput_hours", "final_states"):
         value = summary[key]
         if key == "ettr":
             value = f"{float(str(value)):.2%}"
         t.add_row(key, json.dumps(value) if isinstance(value, dict | list) else str(value))
+    ttm = summary["ttm"]
+    assert isinstance(ttm, dict)
+    until = ", ".join(f"{u['share']:g} % after {u['after_s'] / 60:.0f} min" for u in ttm["until"]
+                      if u["after_s"] is not None)
+    t.add_row("ttm", f"{ttm['burned_in']} delivered nodes burned in, {ttm['failures_found']} failure(s) found; "
+              f"{until or 'not all ready'}")
     correlated = summary["correlated"]
     assert isinstance(correlated, list)
     t.add_row("correlated", "\n".join(str(c["summary"]) for c in correlated) or "none")

@@ -102,6 +102,7 @@ class World:
         self._rng = random.Random(self.seed * 7919 + 1)
         self.controller.on_plan.append(self._record)
         self.job.prefer = lambda n: (int(self.controller.state_of(n) == NodeState.SUSPECT), n)
+        self.job.usable = lambda n: self.controller.state_of(n) not in (NodeState.NEW, NodeState.BURN_IN)
 
     # ---- time ---------------------------------------------------------------------------------
     def later(self, when: datetime, what: str, node: str) -> None:

@@ -64,6 +64,20 @@ def test_same_seed_same_run_and_the_loop_closes(run11: dict[str, object]) -> Non
     assert isinstance(d2d, dict) and d2d["fatal"]["count"] >= 3
 
 
+def test_delivered_spares_are_burned_in_and_time_to_market_is_reported(run11: dict[str, object]) -> None:
+    ttm, spares = run11["ttm"], max(2, 24 // 8)  # the demo delivers its spares new: they burn in first
+    assert isinstance(ttm, dict)
+    assert ttm["nodes"] == 24 and ttm["burned_in"] == spares
+    assert ttm["failures_found"] >= 1  # one delivered node is dead on arrival: burn-in catches it
+    until = {u["share"]: u["after_s"] for u in ttm["until"]}
+    assert until[50] == 0  # most of the fleet was in service at registration
+    assert until[100] is not None and until[100] > ttm["median_burn_in_s"] > 0  # the DOA node came last
+    timeline = run11["timeline"]
+    assert isinstance(timeline, list) and any("start burn-in" in line for line in timeline)
+    revalidated, returned = run11["revalidated"], run11["returned_to_service"]
+    assert isinstance(revalidated, int) and isinstance(returned, int) and 1 <= revalidated <= returned
+
+
 def test_the_failing_leaf_is_one_correlated_decision_for_the_nodes_behind_it(run11: dict[str, object]) -> None:
     summary = run11
     topo = generate_hgx(NODES, seed=11)  # the demo's fleet is this generator's, at this size

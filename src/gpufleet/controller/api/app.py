@@ -47,6 +47,7 @@ from .schemas import (
     Ref,
     RegisterIn,
 )
+from .ttm import ttm_router
 from .views import ActionOut, AuditOut, BreakerOut, DecisionOut, EventOut, NodeDetail, NodeOut, StatusOut, TransitionOut
 
 Reader = Annotated[Caller, Depends(require(READ))]
@@ -290,6 +291,7 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
     v1.include_router(goodput_router(controller, lambda caller, job: _may_checkpoint(caller, job, reconciler)
                                      if caller.role == Role.AGENT else None, goodput_observers))
     v1.include_router(commands_router(controller, _may_report))  # the agent command channel (repairs)
+    v1.include_router(ttm_router(controller))  # GET /v1/ttm: time to market
     app.include_router(v1)
     installed = metrics.install(app, controller, committer, reconciler, retention)  # GET /metrics
     goodput_observers.append(installed.on_goodput)

@@ -23,6 +23,8 @@ from gpufleet.lifecycle.breaker import BreakerState
 from gpufleet.lifecycle.decisions import Decision, DecisionStatus
 from gpufleet.lifecycle.engine import NodeRecord
 from gpufleet.lifecycle.plan import OutboxAction, Plan
+from gpufleet.lifecycle.states import NodeState
+from gpufleet.lifecycle.ttm import NodeHistory, Step
 
 from .convert import (
     Values,
@@ -293,6 +295,17 @@ class Store:
             q = q.where(TransitionRow.node == node)
         with self.session() as s:
             return list(s.scalars(q))
+
+    def histories(self) -> list[NodeHistory]:
+        """Every node's registration, current state and transitions (oldest first): what time to market
+        is computed from (lifecycle.ttm). Two queries, whatever the fleet's size."""
+        with self.session() as s:
+            nodes = list(s.execute(select(NodeRow.id, NodeRow.registered, NodeRow.state)))
+            steps: dict[str, list[Step]] = {}
+            for node, t, a, b in s.execute(select(TransitionRow.node, TransitionRow.time, TransitionRow.from_state,
+                                                  TransitionRow.to_state).order_by(TransitionRow.seq)):
+                steps.setdefault(node, []).append(Step(t, NodeState(a), NodeState(b)))
+        return [NodeHistory(n, reg, NodeState(st), tuple(steps.get(n, ()))) for n, reg, st in nodes]
 
     def last_transitions(self, *, decided: bool = False) -> dict[str, TransitionRow]:
         """Each node's latest transition (why it is in its state), in one query: the web UI's fleet map.
