@@ -105,3 +105,14 @@ def test_token_and_connection_errors(ctl: Controller, tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["nodes"] == ctl.api.get("/status")["nodes"]
     cli(ctl, "status", url=f"http://127.0.0.1:{free_port()}", expect=5)
+
+
+def test_time_to_market(ctl: Controller) -> None:
+    doc = cli_json(ctl, "ttm")
+    assert doc == ctl.api.get("/ttm")
+    assert doc["nodes"] == len(NODES) and doc["ready"] == len(NODES) and doc["burned_in"] == 0
+    assert [u["share"] for u in cli_json(ctl, "ttm", "--share", "50", "--share", "100")["until"]] == [50, 100]
+    table = cli(ctl, "ttm", "--nodes")
+    assert "time to market" in table and "100 % of nodes ready after" in table and "0.0 min" in table
+    assert all(n in table for n in NODES)  # --nodes: a row per node
+    assert "n1" not in cli(ctl, "ttm")
