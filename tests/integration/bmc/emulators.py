@@ -130,7 +130,8 @@ class Mockup:
             "@odata.id": sys_, "@odata.type": "#ComputerSystem.v1_20_0.ComputerSystem", "Id": "1", "Name": "node",
             "PowerState": "On", "BiosVersion": bios,
             "Boot": {"BootSourceOverrideEnabled": "Disabled", "BootSourceOverrideTarget": "None",
-                     "BootSourceOverrideTarget@Redfish.AllowableValues": ["None", "Pxe", "Hdd"]}, "LogServices": {"@odata.id": f"{sys_}/LogServices"},
+                     "BootSourceOverrideTarget@Redfish.AllowableValues": ["None", "Pxe", "Hdd"]},
+            "LogServices": {"@odata.id": f"{sys_}/LogServices"},
             "Links": {"ManagedBy": [{"@odata.id": mgr}]},
             "Actions": {"#ComputerSystem.Reset": {"target": f"{sys_}/Actions/ComputerSystem.Reset",
                                                   "ResetType@Redfish.AllowableValues": ["On", "ForceOff"]}}})
