@@ -39,6 +39,7 @@ from gpufleet.lifecycle.validation import level_after
 from .executors.port import Executor, StepOutcome, StepRequest
 from .faults import fault_of
 from .service import Controller
+from .store.bundles import BundleStore
 from .store.repairs import CommandStatus, RepairStore
 from .store.repo import ActionStatus
 
@@ -61,6 +62,7 @@ class Repairer:
         self.cfg = controller.policy_file.config
         self.start_tries, self.retry_base, self.retry_cap = start_tries, retry_base, retry_cap
         self.bundle, self.bundle_timeout = bundle and "agent" in self.executors, bundle_timeout
+        self.bundles = BundleStore(controller.store)
 
     def carry_out(self, row: OutboxAction, now: datetime) -> str | None:
         node = row.action.node
@@ -110,7 +112,7 @@ class Repairer:
             p.update(bundle=key, bundle_started=now.isoformat())
             self._wait(row.id, p, now, f"capturing a diagnostic bundle ({key}) before the first repair step")
             self.repairs.enqueue(key, node, "diagnostic_bundle", now)
-            self.c.audit(node, "repair_step", f"diagnostic_bundle ({key}): captured before any repair step",
+            self.c.audit(node, "bundle_requested", f"diagnostic_bundle ({key}): captured before any repair step",
                          actor_id="repairer")
             return True
         cmd = self.repairs.command(key)
@@ -120,6 +122,8 @@ class Repairer:
                 return True
             cmd = self.repairs.expire(key, now)
         p["bundle_done"] = cmd.status if cmd is not None else "lost"
+        if p["bundle_done"] == CommandStatus.SUCCEEDED and self.bundles.info(key) is None:
+            p["bundle_done"] = "not uploaded"  # the agent said done but the controller has no bundle
         if p["bundle_done"] != CommandStatus.SUCCEEDED:
             log.warning("%s: no diagnostic bundle (%s): repairing without it", node, p["bundle_done"])
         return False
