@@ -8,6 +8,11 @@ the decoder runs on; the shared CI box's other load does not count) and per wall
 Side by side, in one run: the block scanner (``reader.decode_stream``) against feeding every line
 to ``Decoder.feed`` (the per-line API the node agent uses), on the smaller file. The generated
 files are deleted afterwards.
+
+Old against new in one run: with ``BENCH_DIAGNOSE_BASELINE=REV`` (a git revision, e.g. ``main``) the
+``src/`` of that revision is exported to /tmp and both trees decode the smaller file, alternating,
+``BENCH_DIAGNOSE_ROUNDS`` times (default 3); the result keeps each tree's best round per mode and
+the ratio new / old (``baseline``).
 """
 
 from __future__ import annotations
@@ -101,8 +106,11 @@ print(json.dumps({"mode": mode, "lines": dec.stats.lines, "candidates": dec.stat
 """
 
 
-def _measure(mode: str, path: Path) -> dict[str, object]:
-    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src"))
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _measure(mode: str, path: Path, src: Path = REPO / "src") -> dict[str, object]:
+    env = dict(os.environ, PYTHONPATH=str(src))
     out = subprocess.run([sys.executable, "-c", _CHILD, mode, str(path)], capture_output=True, text=True,
                          check=True, env=env)
     return dict(json.loads(out.stdout))
@@ -141,6 +149,36 @@ def heldout() -> dict[str, object]:
             "right_pct": round(100 * right / faults, 1) if faults else None}
 
 
+def _export(rev: str, into: Path) -> Path:
+    """``src/`` of git revision ``rev`` under ``into``."""
+    into.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", rev, "src"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into / "src"
+
+
+def compare(rev: str, path: Path, rounds: int, tmp: Path) -> dict[str, object]:
+    """This tree against ``rev`` on ``path``, alternating runs; best round of each, and new / old."""
+    old_src = _export(rev, tmp / "baseline")
+    out: dict[str, object] = {"revision": rev, "rounds": rounds}
+    for mode in ("block", "line"):
+        new_runs, old_runs = [], []
+        for _ in range(rounds):
+            old_runs.append(_measure(mode, path, old_src))
+            new_runs.append(_measure(mode, path))
+        best_new = max(new_runs, key=lambda r: float(r["lines_per_cpu_s"]))  # type: ignore[arg-type]
+        best_old = max(old_runs, key=lambda r: float(r["lines_per_cpu_s"]))  # type: ignore[arg-type]
+        out[mode] = {
+            "new_lines_per_cpu_s": [r["lines_per_cpu_s"] for r in new_runs],
+            "old_lines_per_cpu_s": [r["lines_per_cpu_s"] for r in old_runs],
+            "new_over_old": round(float(best_new["lines_per_cpu_s"]) / float(best_old["lines_per_cpu_s"]), 2),  # type: ignore[arg-type]
+            "peak_rss_mb_new_old": [best_new["peak_rss_mb"], best_old["peak_rss_mb"]],
+            "findings_equal": best_new["findings"] == best_old["findings"],
+            "findings_new_old": [best_new["findings"], best_old["findings"]],
+        }
+    return out
+
+
 def run(quick: bool) -> dict[str, object]:
     small, large = (5_000_000, 20_000_000) if quick else (100_000_000, 1_000_000_000)
     results: dict[str, object] = {"fault_every_lines": FAULT_EVERY, "heldout": heldout()}
@@ -153,6 +191,10 @@ def run(quick: bool) -> dict[str, object]:
         block_small = _measure("block", a)
         line_small = _measure("line", a)
         block_large = _measure("block", b)
+        rev = os.environ.get("BENCH_DIAGNOSE_BASELINE")
+        if rev:
+            rounds = int(os.environ.get("BENCH_DIAGNOSE_ROUNDS", "3"))
+            results["baseline"] = compare(rev, a, rounds, Path(tmp))
     results["small"] = {"bytes": small, "block": block_small, "per_line": line_small}
     results["large"] = {"bytes": large, "block": block_large}
     results["block_vs_per_line_speedup"] = round(

@@ -35,6 +35,7 @@ from gpufleet.agent.rules import PassiveChecks
 from gpufleet.agent.runner import Agent
 from gpufleet.agent.spool import Spool
 from gpufleet.agent.telemetry import Telemetry
+from gpufleet.diagnose.nvlink_remote import load_nvlink_remote
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.fleet import gpu_slot
 from gpufleet.domain.inventory import NodeInventory
@@ -243,7 +244,8 @@ def _kernel_log(
 ) -> KernelLog:
     """The recorded log of ``kmsg_file`` (replayed from its start), else the live kernel log."""
     slots = {g.pci_bus_id: gpu_slot(cfg.node, g.index) for g in telemetry.gpus}
-    dec: Decode | LogDecoder = decode or default_decoder(cfg.node, slots)
+    ports = load_nvlink_remote(cfg.nvlink_remote_file, "nvlink_remote_file") if cfg.nvlink_remote_file else None
+    dec: Decode | LogDecoder = decode or default_decoder(cfg.node, slots, ports)
     if cfg.kmsg_file is not None:
         return KmsgFileReplay(cfg.node, dec, cfg.kmsg_file, clock=clock, proc_root=cfg.proc_root)
     state = None

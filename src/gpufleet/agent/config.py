@@ -105,6 +105,8 @@ class AgentConfig(BaseSettings):
     kmsg_path: Path = Path("/dev/kmsg")  # the kernel log followed for XID/SXID/host lines
     kmsg: bool = True  # read the kernel log at all (false: NVML XIDs only)
     kmsg_file: Path | None = None  # replay this recorded kernel log instead of following kmsg_path
+    # `nvidia-smi nvlink -R` captured at boot: names the GPU on the far end of an SXid's switch port
+    nvlink_remote_file: Path | None = None
     # role -> path of a mount to watch for presence and free space, e.g. mounts = {checkpoints = "/ckpt"}
     mounts: dict[str, str] = Field(default_factory=dict)
     # The node status file for Slurm's HealthCheckProgram (agent/nodestatus.py); None = <state_dir>/node-status.json.

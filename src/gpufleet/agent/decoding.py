@@ -6,8 +6,10 @@
 number as the line number, so a finding's ``line`` is the record where the event *starts*, which the
 follower turns into a deterministic event id. PCI addresses map to GPU slot names (``<node>-gpu<i>``)
 from the device's inventory; an address with no slot keeps the PCI address as the component (the
-controller maps it to the node). It decodes WITHOUT a catalog: the agent reports observations and
-the controller judges them once with the site's catalog (``domain/judgement.py``).
+controller maps it to the node). An SXid's switch port is mapped to the GPU on its far end when the
+agent has the node's ``nvidia-smi nvlink -R`` (``nvlink_remote_file``). It decodes WITHOUT a catalog:
+the agent reports observations and the controller judges them once with the site's catalog
+(``domain/judgement.py``).
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from datetime import datetime
 from gpufleet.diagnose.decoder import Decoder
 from gpufleet.diagnose.events import finding_to_event
 from gpufleet.diagnose.finding import Finding
+from gpufleet.diagnose.nvlink_remote import SwitchPorts
 from gpufleet.domain.events import HealthEvent
 
 
 class DiagnoseDecoder:
-    def __init__(self, node: str, gpu_slots: Mapping[str, str] | None = None) -> None:
-        self._decoder = Decoder(None)
+    def __init__(self, node: str, gpu_slots: Mapping[str, str] | None = None,
+                 switch_ports: SwitchPorts | None = None) -> None:
+        self._decoder = Decoder(None, switch_ports=switch_ports)
         self.node = node
         self.slots = dict(gpu_slots or {})
         self._when: dict[int, datetime] = {}
@@ -54,6 +58,8 @@ class DiagnoseDecoder:
         return out
 
 
-def default_decoder(node: str, gpu_slots: Mapping[str, str] | None = None) -> DiagnoseDecoder:
-    """The diagnose decoder for ``node`` (unjudged: observations only)."""
-    return DiagnoseDecoder(node, gpu_slots)
+def default_decoder(node: str, gpu_slots: Mapping[str, str] | None = None,
+                    switch_ports: SwitchPorts | None = None) -> DiagnoseDecoder:
+    """The diagnose decoder for ``node`` (unjudged: observations only); ``switch_ports`` from the
+    ``nvlink_remote_file`` setting names the GPU behind an SXid's switch port."""
+    return DiagnoseDecoder(node, gpu_slots, switch_ports)

@@ -54,7 +54,7 @@ class NodeStatusWriter:
         check should not wait for the next interval)."""
         now = self.clock.now()
         found = [(now, Observation(e.kind.value, e.code, e.component or "", e.attr("rule"),
-                                   e.severity.value if e.severity else ""))
+                                   e.severity.value if e.severity else "", e.attr("nvl5_row")))
                  for e in events if e.kind not in _NOT_FAULTS]
         if found:
             with self._lock:

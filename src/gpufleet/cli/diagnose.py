@@ -1,5 +1,5 @@
-"""``gpufleet diagnose FILE|- [--json] [--policy FILE] [--catalog FILE] [--inventory FILE] [--tz ZONE]
-[--width N]``.
+"""``gpufleet diagnose FILE|- [--json] [--policy FILE] [--catalog FILE] [--inventory FILE] [--nvlink FILE]
+[--tz ZONE] [--width N]``.
 
 Exit codes: 0 nothing fatal found; 1 something fatal found; 2 usage or input errors.
 """
@@ -27,6 +27,9 @@ def register(app: typer.Typer) -> None:
         inventory: Annotated[
             Path | None, typer.Option("--inventory", help="TOML/JSON/nvidia-smi CSV: PCI -> GPU and node")
         ] = None,
+        nvlink: Annotated[
+            Path | None, typer.Option("--nvlink", help="output of nvidia-smi nvlink -R: SXid switch port -> GPU")
+        ] = None,
         year: Annotated[
             int | None, typer.Option("--year", help="year of timestamps without one (default: the file's)")
         ] = None,
@@ -47,6 +50,7 @@ def register(app: typer.Typer) -> None:
         from gpufleet.cli.errors import EXIT_FOUND_PROBLEM, exit_code_for, render_error
         from gpufleet.diagnose.decoder import Decoder
         from gpufleet.diagnose.inventory import load_inventory
+        from gpufleet.diagnose.nvlink_remote import load_nvlink_remote
         from gpufleet.diagnose.reader import decode_stream, open_log
         from gpufleet.diagnose.report import analyse, render_json, render_table
         from gpufleet.domain.catalog import load_default_catalog
@@ -65,11 +69,12 @@ def register(app: typer.Typer) -> None:
                     raise InvalidInput("--catalog", str(catalog), f"valid TOML ({err})") from None
                 cat = cat.with_overrides(doc, source=str(catalog))
             inv = load_inventory(inventory) if inventory is not None else None
+            ports = load_nvlink_remote(nvlink) if nvlink is not None else None
             stream = open_log(file, sys.stdin.buffer)
             if year is None:
                 mtime = Path(file).stat().st_mtime if file != "-" else None
                 year = datetime.fromtimestamp(mtime, UTC).year if mtime else datetime.now(UTC).year
-            decoder = Decoder(cat, year=year, tz=_zone(tz))
+            decoder = Decoder(cat, year=year, tz=_zone(tz), switch_ports=ports)
             with stream:
                 report = analyse(decode_stream(stream, decoder), cat, decoder.stats, inv)
         except GpufleetError as err:

@@ -18,13 +18,32 @@ def register(app: typer.Typer) -> None:
     def report(
         run_dir: Annotated[Path, typer.Argument(help="Directory holding goodput-rank<R>.jsonl files.")],
         as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+        html: Annotated[Path | None, typer.Option(
+            "--html", help="Also write a self-contained HTML report with charts here (needs matplotlib).")] = None,
+        price: Annotated[float | None, typer.Option(
+            "--price-per-gpu-hour", help="TCO: what a GPU-hour costs; adds the price of a useful GPU-hour.")] = None,
     ) -> None:
-        """ETTR, MTTF, badput breakdown, restarts, MFU and stragglers of one run."""
+        """ETTR, MTTF, badput breakdown, restarts, MFU, stragglers (and TCO) of one run."""
         from gpufleet.goodput.durable import read_run
         from gpufleet.goodput.runreport import render_text, run_report
+        from gpufleet.goodput.tco import tco
 
         r = run_report(read_run(run_dir))
-        typer.echo(json.dumps(r.as_dict(), indent=2) if as_json else render_text(r))
+        cost = None if price is None else tco(price, max(r.world, 1), r.goodput.elapsed, r.goodput.ettr,
+                                              r.mfu.training if r.mfu is not None else None)
+        if html is not None:
+            from gpufleet.goodput.htmlreport import write_html
+
+            write_html(html, r, cost, str(run_dir))
+        if as_json:
+            doc = r.as_dict()
+            if cost is not None:
+                doc["tco"] = cost.as_dict()
+            typer.echo(json.dumps(doc, indent=2))
+            return
+        typer.echo(render_text(r, cost))
+        if html is not None:
+            typer.echo(f"html report: {html}")
 
     @goodput.command("push")
     def push(

@@ -54,6 +54,9 @@ def register(app: typer.Typer) -> None:
                                     "CPU; 1: this process)"),
         ray: str = typer.Option(None, "--ray", help="with --sweep: run on the Ray cluster at this address "
                                 "(ray://host:10001, auto) or on a local Ray instance (local)"),
+        price: float = typer.Option(None, "--price-per-gpu-hour", help="with --sweep: TCO, the price of a useful "
+                                    "GPU-hour per variant (with --mfu)"),
+        mfu: float = typer.Option(None, "--mfu", help="with --price-per-gpu-hour: the model's MFU while training"),
     ) -> None:
         """Simulate a training campaign: interruptions, ETTR, MTTF and badput over Monte Carlo replicas."""
         from gpufleet.domain.durations import parse_duration
@@ -143,10 +146,11 @@ def register(app: typer.Typer) -> None:
             from gpufleet.cli.sim_sweep import sweep_command
 
             sweep_command(cfg, control, policy, sweep_policy or [], replicas, seed, fault_trace, workers, ray,
-                          as_json)
+                          as_json, price=price, mfu=mfu)
             return
-        if sweep_policy or workers is not None or ray is not None:
-            raise InvalidInput("--sweep", False, "--sweep with --sweep-policy, --workers or --ray")
+        if sweep_policy or workers is not None or ray is not None or price is not None or mfu is not None:
+            raise InvalidInput("--sweep", False, "--sweep with --sweep-policy, --workers, --ray, "
+                               "--price-per-gpu-hour or --mfu")
         doc = _run(cfg, replicas, seed, fault_trace, make_control, as_json, "replay" if fault_trace else "")
         if fault_trace is not None:
             rate = fault_trace.rate_per_node_day(Effect.INTERRUPT)

@@ -15,10 +15,17 @@ from gpufleet.sim.trace import FaultTrace
 
 
 def sweep_command(cfg: SimConfig, control: str, policy: Path | None, extra_policies: list[Path], replicas: int,
-                  seed: int, trace: FaultTrace | None, workers: int | None, ray: str | None, as_json: bool) -> None:
+                  seed: int, trace: FaultTrace | None, workers: int | None, ray: str | None, as_json: bool, *,
+                  price: float | None = None, mfu: float | None = None) -> None:
     from gpufleet.domain.errors import InvalidInput
+    from gpufleet.goodput.tco import tco
     from gpufleet.sim.compare import variants
     from gpufleet.sim.sweep import ControlSpec, Variant, backend_for, run_sweep
+
+    if mfu is not None and price is None:
+        raise InvalidInput("--mfu", mfu, "--price-per-gpu-hour as well (MFU is used only for TCO)")
+    if price is not None:
+        tco(price, cfg.gpus, 3600.0, 1.0, mfu)  # refuse a bad price or MFU before minutes of simulating
 
     for p in extra_policies:
         if not p.is_file():
@@ -46,6 +53,9 @@ def sweep_command(cfg: SimConfig, control: str, policy: Path | None, extra_polic
                       "policy_file": str(v.control.policy) if v.control.policy else None}
                      for v, s in zip(sweep, summaries, strict=True)],
     }
+    if price is not None:  # the campaign's cost at the mean ETTR of each variant
+        for v, s in zip(doc["variants"], summaries, strict=True):
+            v["tco"] = tco(price, cfg.gpus, cfg.horizon, s.ettr_mean(), mfu).as_dict()
     if as_json:
         typer.echo(json.dumps(doc, indent=2, default=str))
         return
@@ -59,7 +69,11 @@ def _print(doc: dict[str, Any]) -> None:
     sw = doc["sweep"]
     t = Table(title=f"{sw['scenario']} — {sw['gpus']} GPUs, {sw['days']:g} days: {len(doc['variants'])} variants "
               f"x {sw['replicas']} seeds on {sw['backend']} in {sw['elapsed_s']:.1f} s")
-    for col in ("variant", "ETTR mean", "95 % CI", "interruptions", "MTTF h"):
+    cols = ["variant", "ETTR mean", "95 % CI", "interruptions", "MTTF h"]
+    priced = "tco" in doc["variants"][0]
+    if priced:
+        cols.append("per useful GPU-h" if doc["variants"][0]["tco"]["mfu"] is not None else "per productive GPU-h")
+    for col in cols:
         t.add_column(col, justify="left" if col == "variant" else "right")
     base = doc["variants"][0]["ettr"]["mean"]
     for v in doc["variants"]:
@@ -67,6 +81,11 @@ def _print(doc: dict[str, Any]) -> None:
         lo, hi = e["ci95"]
         delta = "" if v is doc["variants"][0] else f" ({100 * (e['mean'] - base):+.2f} pt)"
         mttf = v["mttf_hours"]
-        t.add_row(v["label"], f"{e['mean']:.4f}{delta}", f"[{lo:.4f}, {hi:.4f}]",
-                  f"{v['interruptions']['total']:.1f}", f"{mttf:.1f}" if mttf is not None else "-")
+        row = [v["label"], f"{e['mean']:.4f}{delta}", f"[{lo:.4f}, {hi:.4f}]",
+               f"{v['interruptions']['total']:.1f}", f"{mttf:.1f}" if mttf is not None else "-"]
+        if priced:
+            c = v["tco"]
+            per = c["per_useful_gpu_hour"] if c["mfu"] is not None else c["per_productive_gpu_hour"]
+            row.append("-" if per is None else f"{per:.3f}")
+        t.add_row(*row)
     Console().print(t)

@@ -72,7 +72,7 @@ class Admission:
         self._faults: dict[FaultKey, _Fault] = {}
         self._order: deque[tuple[datetime, FaultKey]] = deque()
         self._held: deque[tuple[datetime, HealthEvent]] = deque()
-        self._judged: dict[tuple[EventKind, int | None, Severity | None, str], Judgement] = {}
+        self._judged: dict[tuple[EventKind, int | None, Severity | None, str, str], Judgement] = {}
         self.merges = 0  # observations merged onto an earlier one since start (a metric)
         self._undo: list[Callable[[], object]] | None = None
         self._merges_before = 0
@@ -101,9 +101,9 @@ class Admission:
         cache = self._judged
         for raw in events:
             e = self.resolve(raw) if self.resolve is not None else raw
-            key = (e.kind, e.code, e.severity, e.attr("rule"))
+            key = (e.kind, e.code, e.severity, e.attr("rule"), e.attr("nvl5_row"))
             j = cache.get(key)
-            if j is None:  # the judgement depends on these four only: judge each distinct one once
+            if j is None:  # the judgement depends on these five only: judge each distinct one once
                 if len(cache) >= 4096:  # bounded whatever codes producers send
                     cache.clear()
                 j = cache[key] = judge_event(self.catalog, e)

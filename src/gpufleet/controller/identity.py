@@ -16,10 +16,13 @@ An agent names what it saw locally, in the event's ``attrs``: ``gpu`` (NVML inde
   nothing on the node -> the node (an XID of an unknown PCI address is still the node's); else the
   agent's guess: a topology id stays, ``<node>-gpu<i>`` / ``<node>-nic<k>`` map as above, anything
   else (or none) -> the node. A GPU or NIC number the topology does not have -> the node.
+  Before all of these, an SXid's ``nvswitch`` N (``nvidia-nvswitch<N>``) names the node's N-th
+  NVSwitch child in natural id order (HGX nodes; an NVL72 compute tray has none, so it falls through).
 * Link: a topology link id stays. An event with ``device`` on a NIC names the NIC's ``port``-th link
   of kind ``ib`` in topology order (the first without ``port``); ``nvlink`` N on a GPU names the GPU's
-  N-th (0-based) link of kind ``nvlink``. Out of range, or anything else (``~pcie``): no link. The
-  attrs are kept as sent.
+  N-th (0-based) link of kind ``nvlink``; ``peer_gpu`` i on an NVSwitch (the GPU on the far end of the
+  SXid's port, from ``nvidia-smi nvlink -R``) names the link between that switch and the node's GPU i.
+  Out of range, or anything else (``~pcie``): no link. The attrs are kept as sent.
 * Without a topology, the same rules name ``<node>``, ``<node>-gpu<i>``, ``<node>-nic<k>`` (an
   unknown component is kept) and no link.
 
@@ -62,6 +65,7 @@ class _Slots:
     gpu_of_pci: Mapping[str, int]
     nic_of_pci: Mapping[str, int]
     nic_of_device: Mapping[str, int]
+    switches: tuple[str, ...] = ()  # the node's NVSwitch chips in natural id order (HGX: <node>-nvsw<i>)
 
     def gpu(self, i: int) -> str | None:
         if self.gpus is None:
@@ -162,6 +166,9 @@ class Identity:
         return replace(e, component=component, link=link)
 
     def _component(self, slots: _Slots, guess: str | None, attrs: Mapping[str, str]) -> str:
+        switch = _number(attrs.get("nvswitch"))
+        if switch is not None and switch < len(slots.switches):  # an SXid of nvidia-nvswitch<N>
+            return slots.switches[switch]
         pci = attrs.get("pci", "").lower()
         if pci in slots.gpu_of_pci:
             return slots.gpu(slots.gpu_of_pci[pci]) or slots.host
@@ -192,6 +199,14 @@ class Identity:
         if link is not None and link in topo.links:
             return link
         kind = topo.components[component].kind if component in topo.components else None
+        if kind is ComponentKind.NVSWITCH and "peer_gpu" in attrs:  # the switch port's far end
+            gpu = topo.components[component].parent
+            gpus = topo.children_of_kind(gpu, ComponentKind.GPU) if gpu is not None else ()
+            n = _number(attrs["peer_gpu"])
+            if n is None or n >= len(gpus):
+                return None
+            return next((i for i in self._links(gpus[n], "nvlink") if component in (topo.links[i].a, topo.links[i].b)),
+                        None)
         if kind is ComponentKind.GPU and "nvlink" in attrs:
             n = _number(attrs["nvlink"])
             lanes = self._links(component, "nvlink")
@@ -236,7 +251,7 @@ class Identity:
         else:
             slots = _Slots(node, self._topo.children_of_kind(node, ComponentKind.GPU),
                            self._topo.children_of_kind(node, ComponentKind.NIC), gpu_of_pci, nic_of_pci,
-                           nic_of_device)
+                           nic_of_device, self._topo.children_of_kind(node, ComponentKind.NVSWITCH))
         self._slots[node] = slots
         return slots
 

@@ -36,7 +36,7 @@ from gpufleet.correlate.symptoms import FOLD, IGNORE, Symptom, Weighing, weigh
 from gpufleet.domain.catalog import Action, Catalog, load_default_catalog
 from gpufleet.domain.eventio import EventFields, FileEvent
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
-from gpufleet.domain.judgement import Judgement, judge
+from gpufleet.domain.judgement import Judgement, judge, judge_event
 from gpufleet.domain.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -132,7 +132,10 @@ class Engine:
             attrs = dict(ev.attrs)
             return self._move(attrs.get("serial", ""), attrs.get("from", ""), attrs.get("to", ""), ev.time, ev.id)
         comp = ev.component if ev.component and ev.component in self._comps else ev.node
-        return self._event(comp, ev.link, ev.kind, ev.code, ev.severity, ev.time, ev.id, ev.attr("rule"), ev.judgement)
+        judged = ev.judgement
+        if judged is None and ev.attr("nvl5_row"):  # a decoded subcode row is judged by its own entry
+            judged = judge_event(self.catalog, ev)
+        return self._event(comp, ev.link, ev.kind, ev.code, ev.severity, ev.time, ev.id, ev.attr("rule"), judged)
 
     def _event(
         self,

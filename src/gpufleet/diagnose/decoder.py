@@ -9,7 +9,7 @@
 ``feed`` takes ``str`` or ``bytes`` (undecodable bytes are replaced and counted, never raised), returns
 the findings completed so far, and keeps at most one multi-line event open, so memory does not grow
 with the log. Lines that do not contain one of :data:`rules.CANDIDATE_WORDS` are rejected by one
-regular-expression scan before any parsing (see ``reader.decode_stream`` for the block-level version
+multi-word scan (:mod:`candidates`) before any parsing (see ``reader.decode_stream`` for the block-level version
 of the same test that the CLI uses).
 """
 
@@ -20,9 +20,10 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 
-from gpufleet.diagnose import rules, rules_host, rules_kernel
+from gpufleet.diagnose import candidates, rules, rules_host, rules_kernel
 from gpufleet.diagnose.finding import Finding, FindingKind, normalise_pci
-from gpufleet.diagnose.prefix import PrefixParser
+from gpufleet.diagnose.nvlink_remote import SwitchPorts
+from gpufleet.diagnose.prefix import Parsed, PrefixParser
 from gpufleet.domain.catalog import Action, Catalog
 from gpufleet.domain.events import Severity
 from gpufleet.domain.judgement import judge
@@ -59,6 +60,7 @@ class _Open:
     time: datetime | None
     uptime: float | None
     raw: list[str]
+    host: str | None = None  # the syslog host of the line that opened it
 
 
 class Decoder:
@@ -67,7 +69,9 @@ class Decoder:
 
     ``year`` is assumed for timestamps that carry none (journal short format, ``dmesg -H``);
     ``tz`` for timestamps without an offset; ``boot_time`` converts seconds-since-boot (plain dmesg,
-    ``/dev/kmsg``) into wall-clock ``time``.
+    ``/dev/kmsg``) into wall-clock ``time``; ``switch_ports`` (``nvidia-smi nvlink -R`` read backwards,
+    :mod:`nvlink_remote`) names the GPU on the far end of an SXid's switch port (``peer_gpu``,
+    ``peer_nvlink``).
     """
 
     def __init__(
@@ -77,11 +81,14 @@ class Decoder:
         year: int | None = None,
         tz: tzinfo = UTC,
         boot_time: datetime | None = None,
+        switch_ports: SwitchPorts | None = None,
     ) -> None:
         self.catalog = catalog
+        self.switch_ports = switch_ports
         self.stats = DecoderStats()
         self._prefix = PrefixParser(year=year, tz=tz, boot_time=boot_time)
         self._open: _Open | None = None
+        self._last_host: str | None = None
         self._next = 1
         self._oom_start: tuple[int, datetime | None, float | None] | None = None
         self._uuid: dict[str, str] = {}
@@ -143,7 +150,7 @@ class Decoder:
         if len(text) > MAX_LINE:
             st.truncated += 1
             text = text[:MAX_LINE]
-        candidate = rules.CANDIDATE.search(text) is not None
+        candidate = candidates.in_line(text)
         out: list[Finding] = []
         if candidate and "SXid" in text:
             key = rules.sxid_key(text)
@@ -174,9 +181,11 @@ class Decoder:
             # prefix only for a hit: most candidate lines are benign driver chatter.
             st.candidates += 1
             pend = self._recognise(text, n)
-            if pend is None:
+            if pend is None or isinstance(pend, rules_host.LinkUp):  # no event: skip the prefix
                 if self._prefix.relative_mode:
                     self._prefix.relative_delta(text)
+                if pend is not None:
+                    self._link_up(pend)
                 return out
             parsed = self._prefix.parse(text)
         if pend is None:
@@ -185,10 +194,9 @@ class Decoder:
             self._oom_start = (n, parsed.time, parsed.uptime)
             return out
         if isinstance(pend, rules_host.LinkUp):
-            if self._links.get(pend.key) == "down":
-                self._links[pend.key] = "up_after_down"
+            self._link_up(pend)
             return out
-        self._open = _Open(pend, n, parsed.time, parsed.uptime, [text])
+        self._open = _Open(pend, n, parsed.time, parsed.uptime, [text], self._host_of(parsed))
         if type(pend) is rules.Pending:  # takes no further lines: complete now
             out += self._close()
         return out
@@ -223,9 +231,9 @@ class Decoder:
         parsed = self._prefix.parse(text)
         pend = rules.sxid(parsed.message)
         if pend is not None and (key in self._sxids or len(self._sxids) < 64):
-            self._sxids[key] = _Open(pend, n, parsed.time, parsed.uptime, [text])
+            self._sxids[key] = _Open(pend, n, parsed.time, parsed.uptime, [text], self._host_of(parsed))
         elif pend is not None:
-            out += self._finish(_Open(pend, n, parsed.time, parsed.uptime, [text]))
+            out += self._finish(_Open(pend, n, parsed.time, parsed.uptime, [text], self._host_of(parsed)))
         return out
 
     def _close_sxids(self) -> list[Finding]:
@@ -273,11 +281,22 @@ class Decoder:
             self._links[key] = "down"
         return pend
 
+    def _link_up(self, pend: rules_host.LinkUp) -> None:
+        if self._links.get(pend.key) == "down":
+            self._links[pend.key] = "up_after_down"
+
     def _remember_uuid(self, msg: str) -> None:
         head, _, uuid = msg.partition("NVRM: GPU at ")[2].removeprefix("PCI:").partition(": ")
         pci = normalise_pci(head)
         if pci and uuid.startswith("GPU-") and (pci in self._uuid or len(self._uuid) < _CAP):
             self._uuid[pci] = uuid.strip()
+
+    def _host_of(self, parsed: Parsed) -> str | None:
+        """The line's syslog host; a line without one (a continuation, a dmesg line pasted in) belongs
+        to the last host named before it."""
+        if parsed.host:
+            self._last_host = parsed.host
+        return self._last_host
 
     def _close(self) -> list[Finding]:
         op, self._open = self._open, None
@@ -294,6 +313,8 @@ class Decoder:
                 line, time, uptime = start, t0 or time, u0 if u0 is not None else uptime
             self._oom_start = None
         self.stats.findings += 1
+        if op.host:
+            hit.detail.append(("host", op.host))
         return [self._judge(hit, line, time, uptime, "\n".join(op.raw)[:MAX_RAW])]
 
     def _judge(
@@ -306,14 +327,20 @@ class Decoder:
         pci = normalise_pci(hit.pci_raw) if hit.pci_raw else None
         if pci and pci in self._uuid:
             hit.detail.append(("uuid", self._uuid[pci]))
+        peer_note = ""
+        if hit.kind is FindingKind.SXID and pci and self.switch_ports is not None and detail.get("link", "").isdigit():
+            peer = self.switch_ports.peer(pci, int(detail["link"]))
+            if peer is not None:  # the GPU on the far end of the switch port
+                hit.detail += [("peer_gpu", str(peer[0])), ("peer_nvlink", str(peer[1]))]
+                peer_note = f" [port {detail['link']}: GPU {peer[0]} link {peer[1]}]"
         # Judged here only for offline use (gpufleet diagnose); the agent decodes without a catalog and
         # the controller judges what it reports (domain.judgement: one function, one place).
         if self.catalog is not None:
-            j = judge(self.catalog, hit.catalog_kind, hit.code, stated=stated)
+            j = judge(self.catalog, hit.catalog_kind, hit.code, stated=stated, subcode=detail.get("nvl5_row", ""))
             sev, action, collateral, entry_name = j.severity, j.action, j.collateral, j.name
             if j.basis == "stated by the source" and hit.stated is not None:
                 action = hit.stated[1]  # the line decided: its recommended action goes with it
-            entry = self.catalog.lookup(hit.catalog_kind, hit.code)
+            entry = self.catalog.lookup(hit.catalog_kind, hit.code, subcode=detail.get("nvl5_row", ""))
             coded = hit.code is not None and entry.code == hit.code
             meaning, component = (entry.meaning if coded or not hit.meaning else hit.meaning), entry.component
         else:
@@ -329,7 +356,8 @@ class Decoder:
             uptime=uptime,
             severity=sev,
             action=action,
-            name=hit.name or entry_name or f"{hit.catalog_kind} {hit.code if hit.code is not None else ''}".strip(),
+            name=(hit.name or entry_name or f"{hit.catalog_kind} {hit.code if hit.code is not None else ''}".strip())
+            + peer_note,
             meaning=meaning,
             component=component,
             line=line,

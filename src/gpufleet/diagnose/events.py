@@ -37,10 +37,13 @@ from gpufleet.diagnose.finding import Finding, FindingKind
 from gpufleet.domain.events import EventKind, HealthEvent, Severity, utc
 
 # Detail keys the controller and the correlator read: NVLink5 subcode decode (``suspect`` = peer, cable,
-# software, host, local, ...; ``unit``, ``subcode``, ``error_status``, ``hw_sw``), the MIG instance, the
+# software, host, local, ...; ``unit``, ``subcode``, ``error_status``, ``hw_sw``; ``nvl5_row``, the decode
+# row the controller judges the event by: decision 0031), an SXid's switch number and the GPU on the far
+# end of its port (``nvswitch``, ``peer_gpu``, ``peer_nvlink``), the MIG instance, the
 # event of a code-less kind, and the ones kept before.
 _FORWARDED = frozenset({"port", "reporter", "recovery_to", "uuid", "suspect", "unit", "subcode", "error_status",
-                        "hw_sw", "gpu_instance", "compute_instance", "event", "address"})
+                        "nvl5_row", "hw_sw", "gpu_instance", "compute_instance", "event", "address", "nvswitch",
+                        "peer_gpu", "peer_nvlink"})
 
 
 def event_kind_for(finding: Finding) -> EventKind | None:

@@ -51,6 +51,7 @@ class Group:
     findings: tuple[Finding, ...]
     severity: Severity
     action: Action
+    host: str = ""  # the syslog host the lines came from ("" when the log does not say)
 
     @property
     def roots(self) -> tuple[Finding, ...]:
@@ -70,7 +71,8 @@ def _xid(f: Finding, *codes: int) -> bool:
 
 
 def _root_for(f: Finding, earlier: Sequence[Finding]) -> Finding | None:
-    near = [e for e in reversed(earlier) if e.root_line is None and _close(e, f)]
+    host = f.get("host")  # a log gathered from many hosts (syslog server): causes stay on their host
+    near = [e for e in reversed(earlier) if e.root_line is None and _close(e, f) and e.get("host") == host]
     same = [e for e in near if e.pci is not None and e.pci == f.pci]
     if _xid(f, 45):
         named = f.get("caused_by_xid")
@@ -154,13 +156,13 @@ def group(findings: Iterable[Finding], inventory: Mapping[str, GpuRef] | None = 
             members.setdefault(root.line, []).append(f)
         else:
             roots.append(f)
-    per_key: dict[str, list[Finding]] = {}
+    per_key: dict[tuple[str, str], list[Finding]] = {}
     for r in roots:
-        per_key.setdefault(r.pci or "host", []).extend([r, *members.get(r.line, [])])
+        per_key.setdefault((r.get("host"), r.pci or "host"), []).extend([r, *members.get(r.line, [])])
     groups = []
-    for key, fs in per_key.items():
+    for (host, key), fs in per_key.items():
         top = max(fs, key=lambda f: (f.severity.rank, f.root_line is None))
         groups.append(Group(key=key, gpu=(inventory or {}).get(key), findings=tuple(fs),
-                            severity=top.severity, action=top.action))
+                            severity=top.severity, action=top.action, host=host))
     groups.sort(key=lambda g: (-g.severity.rank, g.findings[0].line))
     return groups

@@ -71,6 +71,7 @@ class Parsed:
     message: str
     time: datetime | None
     uptime: float | None
+    host: str | None = None  # the host a syslog/journal prefix names (``... jambi kernel: ...``)
 
 
 class PrefixParser:
@@ -104,24 +105,25 @@ class PrefixParser:
             text = text[m.end() :]
         if text.startswith("["):
             return self._bracketed(text)
+        host: str | None = None
         m = _ISO.match(text)
         if m:
             time = self._iso(m)
             text = text[m.end() :]
             if m[7] != ",":  # dmesg --time-format iso (comma fraction) has no host/tag
-                text = _strip_tag(text)
+                text, host = _strip_tag(text)
         elif (m := _SYSLOG.match(text)) is not None:
             time = self._short(m)
-            text = _strip_tag(text[m.end() :])
+            text, host = _strip_tag(text[m.end() :])
         elif (m := _CTIME_PLAIN.match(text)) is not None:  # busybox/OpenWrt logread
             month = _MONTHS.get(m[1].lower())
             if month:
                 time = _mk(int(m[6]), month, int(m[2]), int(m[3]), int(m[4]), int(m[5]), self.tz)
-            text = _strip_tag(text[m.end() :])
+            text, host = _strip_tag(text[m.end() :])
         if text.startswith("["):
             inner = self._bracketed(text)
-            return Parsed(inner.message, time or inner.time, inner.uptime)
-        return Parsed(text, time, uptime)
+            return Parsed(inner.message, time or inner.time, inner.uptime, host)
+        return Parsed(text, time, uptime, host)
 
     def relative_delta(self, line: str) -> None:
         """Advance the running ``dmesg -H`` clock over a line that is otherwise skipped."""
@@ -194,9 +196,13 @@ class PrefixParser:
         return _mk(self.year, month, int(m[2]), int(m[3]), int(m[4]), int(m[5]), self.tz)
 
 
-def _strip_tag(text: str) -> str:
-    m = _HOST_TAG.match(text) or _TAG.match(text)
-    return text[m.end() :] if m else text
+def _strip_tag(text: str) -> tuple[str, str | None]:
+    """The message after ``host tag[pid]: `` (or ``tag: ``), and the host when the prefix names one."""
+    m = _HOST_TAG.match(text)
+    if m:
+        return text[m.end() :], text.split(None, 1)[0]
+    m = _TAG.match(text)
+    return (text[m.end() :], None) if m else (text, None)
 
 
 def _fixed(delta: timedelta) -> tzinfo:

@@ -1,8 +1,8 @@
 """Reading logs: files, ``.gz`` files (nvidia-bug-report.log.gz), stdin — in constant memory.
 
-:func:`decode_stream` reads 1 MiB blocks and finds candidate lines with one ``bytes.find`` per
-candidate word (:data:`rules.CANDIDATE_BYTES`) over the whole block, so the many benign lines of a
-large log are never split, decoded or parsed one by one; they are only counted.
+:func:`decode_stream` reads 1 MiB blocks and finds candidate lines with one multi-word scan of the
+whole block (:func:`candidates.starts`), so the many benign lines of a large log are never split,
+decoded or parsed one by one; they are only counted.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from gpufleet.diagnose import candidates
 from gpufleet.diagnose.decoder import MAX_LINE, Decoder
 from gpufleet.diagnose.finding import Finding
-from gpufleet.diagnose.rules import CANDIDATE_BYTES
 from gpufleet.domain.errors import InvalidInput
 
 CHUNK = 1 << 20
@@ -85,19 +85,17 @@ def decode_stream(stream: BinaryIO, decoder: Decoder) -> Iterator[Finding]:
 def _scan(dec: Decoder, block: bytes, line: int) -> tuple[list[Finding], int]:
     """Feed the candidate lines of ``block`` (complete lines) and bulk-count the rest.
 
-    ``nxt[k]`` caches the next occurrence of candidate word ``k`` at or after the scan position, so
-    every word scans the block about once, whatever the number of candidates. A block that is plain
-    ASCII without NULs (the usual case) is counted without copying; otherwise each skipped region is
-    checked for binary and invalid UTF-8 lines.
+    One scan finds where candidate words start (:func:`candidates.starts`); the lines between two
+    candidate lines are only counted. A block that is plain ASCII without NULs (the usual case) is
+    counted without copying; otherwise each skipped region is checked for binary and invalid UTF-8
+    lines.
     """
     out: list[Finding] = []
     pos, n = 0, len(block)
     find, count = block.find, block.count
     clean = block.isascii() and b"\x00" not in block
-    # Words absent from the block (most of them, in a benign log) are dropped after their one pass.
-    first = [(w, find(w)) for w in CANDIDATE_BYTES]
-    words = [w for w, at in first if at >= 0]
-    nxt = [at for _, at in first if at >= 0]
+    hits = candidates.starts(block)
+    k, nhits = 0, len(hits)
     while pos < n:
         if dec.wants_every_line:
             end = find(b"\n", pos)
@@ -105,21 +103,18 @@ def _scan(dec: Decoder, block: bytes, line: int) -> tuple[list[Finding], int]:
             out += dec.feed(block[pos:end], line)
             line, pos = line + 1, end + 1
             continue
-        hit = n
-        for k in range(len(nxt)):
-            if 0 <= nxt[k] < pos:
-                nxt[k] = find(words[k], pos)
-            if 0 <= nxt[k] < hit:
-                hit = nxt[k]
+        while k < nhits and hits[k] < pos:
+            k += 1
+        hit = hits[k] if k < nhits else n
         i = block.rfind(b"\n", pos, hit) if hit < n else n - 1
         start = pos if i < 0 else i + 1
         if start > pos:
-            k = count(b"\n", pos, start)
+            lines = count(b"\n", pos, start)
             if clean:
-                dec.skip_clean(k, start - pos)
+                dec.skip_clean(lines, start - pos)
             else:
-                dec.skip(block[pos:start], k)
-            line += k
+                dec.skip(block[pos:start], lines)
+            line += lines
         if hit == n:
             break
         end = find(b"\n", hit)

@@ -50,23 +50,29 @@ def analyse(
     inv = inventory or {}
     per_node: dict[str, list[Finding]] = {}
     for f in kept:
-        ref = inv.get(f.pci) if f.pci else None
-        node = ref.node if ref else ""
-        per_node.setdefault(node, []).append(f)
+        per_node.setdefault(node_of(f, inv), []).append(f)
     escalated = [e for fs in per_node.values() for e in escalate(fs, catalog.escalations)]
     folded = fold(escalated)
     return Report(tuple(folded), tuple(group(folded, inv)), stats, suppressed)
 
 
+def node_of(f: Finding, inventory: Mapping[str, GpuRef]) -> str:
+    """The node a finding belongs to: the inventory's node for its PCI address, else the host its
+    syslog/journal line names, else "" (a plain dmesg of one machine)."""
+    ref = inventory.get(f.pci) if f.pci else None
+    return (ref.node if ref and ref.node else "") or f.get("host")
+
+
 def render_json(report: Report) -> str:
-    """A JSON array of findings (with ``gpu_index``/``node``/``slot`` when the inventory knows them)."""
+    """A JSON array of findings (``node``: the inventory's, else the syslog host; ``gpu_index``/``slot``
+    when the inventory knows them)."""
     inv = {g.key: g.gpu for g in report.groups if g.gpu is not None}
     rows = []
     for f in report.findings:
         d = f.to_dict()
         ref = inv.get(f.pci or "")
         d["gpu_index"] = ref.index if ref else None
-        d["node"] = ref.node if ref else None
+        d["node"] = node_of(f, inv) or None
         d["slot"] = ref.slot if ref else None
         rows.append(d)
     return json.dumps(rows, indent=2, ensure_ascii=False)
@@ -81,17 +87,16 @@ _DEVICE = {
 
 def _label(g: Group) -> str:
     if g.key == "host":
-        return "host"
+        return f"host {g.host}" if g.host else "host"
     kinds = {f.kind for f in g.findings}
     dev = next((_DEVICE[k] for k in _DEVICE if k in kinds and kinds <= {k}), "GPU")
     if FindingKind.XID in kinds or FindingKind.GPU_LOST in kinds:
         dev = "GPU"
     ref = g.gpu
-    where = ""
-    if ref is not None:
-        parts = [f"gpu{ref.index}" if ref.index is not None else "", ref.slot,
-                 f"on {ref.node}" if ref.node else ""]
-        where = "  (" + " ".join(p for p in parts if p) + ")"
+    parts = [] if ref is None else [f"gpu{ref.index}" if ref.index is not None else "", ref.slot]
+    node = ref.node if ref is not None and ref.node else g.host
+    parts.append(f"on {node}" if node else "")
+    where = "  (" + " ".join(p for p in parts if p) + ")" if any(parts) else ""
     return f"{dev} {g.key}{where}"
 
 

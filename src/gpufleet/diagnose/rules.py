@@ -3,7 +3,7 @@
 Each recogniser looks at one message (the line without its timestamp/host prefix) and returns a
 :class:`Hit`, or a :class:`Pending` event that later lines complete (AER detail lines, the
 three-line "fallen off the bus" notice, SXid detail lines, register dumps). Every regular expression
-here runs only on lines that passed the cheap :data:`CANDIDATE` test first.
+here runs only on lines that hold one of :data:`CANDIDATE_WORDS` (the cheap test, candidates.py).
 """
 
 from __future__ import annotations
@@ -11,25 +11,25 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from gpufleet.diagnose import nvlink5
 from gpufleet.diagnose.finding import FindingKind
+from gpufleet.domain import nvlink5
 from gpufleet.domain.catalog import Action
 from gpufleet.domain.events import Severity
 
-# A line can only be (the start of) an event if it contains one of these. Each word is long or made
-# of rare characters, because ``bytes.find`` skips fastest over text that shares few characters with
-# the word: this is the test every line of a multi-GB log pays (measured in bench/bench_diagnose.py).
-# Every word costs one pass over each block of a benign log, so host lines are found by their longest
-# fixed text ("Kernel panic - not syncing", "soft lockup - CPU#"), not by a short word.
+# A line can only be (the start of) an event if it contains one of these: the test every line of a
+# multi-GB log pays. All words are found in one Aho-Corasick pass (diagnose/candidates.py), so a new
+# word costs little (bench/bench_diagnose.py); keep each one specific enough that benign lines rarely
+# contain it, because every line that does is decoded (and rejected) by the recognisers.
 CANDIDATE_WORDS = (
     "NVRM:", "SXid (PCI:", "AER:", "PCIe Bus Error", "mlx5_core", "EDAC", "Hardware Error",
     "hardware memory error", "Memory failure", "Killed process", "oom-kill", "nvidia: probe of",
     "detected NVSwitch", "Port module event", "Unable to determine the device handle",
     "Kernel panic - not syncing", "blocked for more than", "soft lockup - CPU#", "hard LOCKUP",
     "NETDEV WATCHDOG", "nvidia-peermem",
+    "self-detected stall on CPU", "detected stalls on CPUs", "detected expedited stalls", "BUG: kernel NULL pointer",
+    "BUG: unable to handle", "Unable to handle kernel", "kernel BUG at", "Oops: ", "general protection fault",
+    "Error records from previous boot",
 )
-CANDIDATE = re.compile("|".join(re.escape(w) for w in CANDIDATE_WORDS))
-CANDIDATE_BYTES = tuple(w.encode() for w in CANDIDATE_WORDS)
 
 
 
@@ -147,9 +147,10 @@ def xid(msg: str) -> Pending | None:
 
 
 def _nvlink5(hit: Hit, code: int, rest: str) -> None:
-    """Xid 144-150: the line's unit, link and registers, decoded by NVIDIA's subcode table; the table's
-    severity is what the line states (it settles a ``Fatal`` word the table calls non-fatal). Without
-    a table row the line's own word counts, and a line with no word at all is degraded: look at it."""
+    """Xid 144-150: the line's unit, link and registers, decoded by NVIDIA's subcode table. The row
+    (``nvl5_row``) is what the catalog judges the line by (decision 0031), and its severity is what
+    the line states (it settles a ``Fatal`` word the table calls non-fatal). Without a table row the
+    line's own word counts, and a line with no word at all is degraded: look at it."""
     nvl = _NVL5.match(rest)
     if nvl is None:
         hit.stated = (Severity.DEGRADED, Action.RESET_GPU)
@@ -165,8 +166,8 @@ def _nvlink5(hit: Hit, code: int, rest: str) -> None:
     rule = nvlink5.decode(code, unit, regs)
     if rule is not None:
         hit.stated = (rule.stated, Action.RESET_GPU if rule.stated is Severity.FATAL else Action.NONE)
-        hit.detail += [("nvl5_rule", f"{rule.unit} {rule.severity} {rule.resolution}"), ("hw_sw", rule.hw_sw),
-                       ("effect", rule.effect)]
+        hit.detail += [("nvl5_rule", f"{rule.unit} {rule.severity} {rule.resolution}"), ("nvl5_row", rule.key),
+                       ("hw_sw", rule.hw_sw), ("effect", rule.effect)]
         if rule.suspect:
             hit.detail.append(("suspect", rule.suspect))
         hit.meaning = f"{rule.unit}: {rule.severity}, NVIDIA resolution {rule.resolution}, " \

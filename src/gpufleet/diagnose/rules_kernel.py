@@ -1,11 +1,12 @@
-"""Recognisers for the host kernel's own health lines: panics, hung tasks, lockups, GHES
-hardware-error reports, NETDEV watchdog timeouts, nvidia-peermem errors and OOM reports that end at
-the ``oom-kill:constraint=`` line.
+"""Recognisers for the host kernel's own health lines: panics, hung tasks, lockups, RCU stalls,
+oopses, GHES hardware-error reports and BERT records of the previous boot, NETDEV watchdog timeouts,
+nvidia-peermem errors and OOM reports that end at the ``oom-kill:constraint=`` line.
 
 Each wording is the kernel's (``kernel/panic.c``, ``kernel/hung_task.c``, ``kernel/watchdog.c``,
-``drivers/firmware/efi/cper.c``, ``net/sched/sch_generic.c``,
+``kernel/rcu/tree_stall.h``, ``arch/x86/mm/fault.c``, ``arch/arm64/mm/fault.c``, ``lib/bug.c``,
+``drivers/firmware/efi/cper.c``, ``drivers/acpi/apei/bert.c``, ``net/sched/sch_generic.c``,
 ``mm/oom_kill.c``) across generations; real examples with their sources are in
-``tests/fixtures/kernel-logs/host-kernel.log``.
+``tests/fixtures/kernel-logs/host-kernel.log`` and ``host-oops-rcu-bert.log``.
 """
 
 from __future__ import annotations
@@ -33,6 +34,37 @@ _NETDEV = re.compile(
     r"NETDEV WATCHDOG: (?:CPU: \d+: )?(?:([^\s:()]+)(?: \(([^)]*)\))?: )?transmit (?:queue (\d+) )?timed out"
 )
 _PEERMEM = re.compile(r"nvidia[-_]peermem[:\s]+(\S*).*?\b(ERROR|error|failed|invalid context)\b")
+# "rcu: INFO: rcu_preempt self-detected stall on CPU", "INFO: rcu_sched detected stalls on CPUs/tasks: { 3}
+# (detected by 0, ...)" (3.x-4.x), "rcu: INFO: rcu_sched detected expedited stalls on CPUs/tasks: ..."
+_RCU = re.compile(r"INFO: (rcu_\w+|rcu) (self-detected stall on CPU|detected (?:expedited )?stalls on CPUs/tasks)")
+_RCU_CPU = re.compile(r"^rcu:\s+(\d+)-[.\w!]+:|\{\s*([\d ,\-]+?)\s*\}")
+# The first line of an oops, every generation and x86/arm64: "BUG: kernel NULL pointer dereference, address:
+# 0000000000000008" (5.x on), "BUG: unable to handle kernel NULL pointer dereference at 0000000000000008" and
+# "... paging request at ..." (older), "BUG: unable to handle page fault for address: ...", arm64 "Unable to
+# handle kernel NULL pointer dereference at virtual address ...", "kernel BUG at fs/ext4/inode.c:1234!",
+# "general protection fault, probably for non-canonical address 0x...: 0000 [#1] SMP" and the "Oops: ..." /
+# "Internal error: Oops: ..." line itself when it comes first. A user process's "traps: x[1] general protection
+# fault ip:..." is not one (no "[#n]" oops counter).
+_OOPS = re.compile(
+    r"(BUG: kernel NULL pointer dereference|BUG: unable to handle (?:kernel )?(?:NULL pointer dereference|paging "
+    r"request|page fault)|Unable to handle kernel (?:NULL pointer dereference|paging request)|kernel BUG at \S+!"
+    r"|(?:Oops: )?general protection fault(?:, probably for non-canonical address 0x[0-9a-f]+)?: [0-9a-f]{4} \[#\d+\]"
+    r"|(?:Internal error: )?Oops: (?:Oops: )?(?:[\w ]+: )?[0-9a-f]{4,16} \[#\d+\])"
+)
+# Lines of the same oops report: the page-fault decode, the Oops line, CPU/task, registers, code, call trace.
+_OOPS_CONT = re.compile(
+    r"^(?:#PF: |PGD |P4D |Oops: |Internal error: |invalid opcode: |general protection fault|CPU: \d|Tainted: "
+    r"|Hardware name: |Workqueue: |RIP: |IP: |pc : |lr : |sp : |task: |Code: |RSP: |RAX: |RDX: |RBP: |R\d+: |FS: |CS: "
+    r"|CR2: |DR\d: "
+    r"|PKRU: |Call [Tt]race:|</?TASK>|</?IRQ>|\?? ?[\w.]+\+0x[0-9a-f]+/0x[0-9a-f]+|Modules linked in:|Mem abort info:"
+    r"|Data abort info:|ESR = |EC = |SET = |FAR = |EA = |S1PTW = |FSC = |ISV = |CM = |WnR = |GCS = |user pgtable"
+    r"|\[[0-9a-f]{8,16}\] |x\d+ *: |pstate: |---\[ end trace)"
+)
+_OOPS_TASK = re.compile(r"CPU: (\d+) (?:UID: \d+ )?PID: (\d+) Comm: (\S+)")
+_OOPS_PC = re.compile(
+    r"^(?:RIP: [0-9a-f]{4}:(?:\[<[0-9a-f]+>\]\s+\[<[0-9a-f]+>\])?|pc : )\s*"
+    r"([\w.]+)\+0x[0-9a-f]+/0x[0-9a-f]+(?: \[(\w+)\])?"
+)
 _CONSTRAINT = re.compile(r"oom-kill:constraint=(\w+),.*?,task=([^,]*),pid=(\d+),uid=(\d+)")
 _MEMCG = re.compile(r"task_memcg=([^,]*)")
 
@@ -44,6 +76,80 @@ class Ghes(Pending):
 
     def accept(self, msg: str) -> bool:
         return "[Hardware Error]:" in msg and "event severity:" not in msg and self.lines < self.max_lines
+
+
+class RcuStall(Pending):
+    """``rcu: INFO: rcu_sched self-detected stall on CPU`` and the ``rcu:`` / ``(t=... jiffies`` /
+    ``(detected by ...)`` lines after it, which name the stalled CPUs."""
+
+    max_lines = 24
+
+    def accept(self, msg: str) -> bool:
+        text = msg.lstrip()
+        if self.lines >= self.max_lines or self.hit is None or "INFO:" in text:
+            return False
+        if not (text.startswith(("rcu:", "(t=", "(detected by", "Tasks blocked")) or "jiffies" in text):
+            return False
+        _rcu_cpus(self.hit, text)
+        return True
+
+
+def _rcu_cpus(hit: Hit, text: str) -> None:
+    m = _RCU_CPU.search(text)
+    if m:
+        cpus = dict(hit.detail).get("cpus", "")
+        found = (m[1] or m[2] or "").replace(" ", "")
+        hit.detail = [d for d in hit.detail if d[0] != "cpus"] + [("cpus", f"{cpus},{found}".strip(","))]
+
+
+class Oops(Pending):
+    """An oops report: its first line (``BUG: ...``, ``Oops: ...``, ``kernel BUG at``, a general protection
+    fault) and the lines of the same report after it, from which the task and the faulting function and
+    module are read (``RIP: 0010:_nv012345rm+0x1d/0x50 [nvidia]``: the GPU driver)."""
+
+    max_lines = 96
+
+    def accept(self, msg: str) -> bool:
+        text = msg.lstrip()
+        if self.lines >= self.max_lines or self.hit is None or _OOPS_CONT.match(text) is None:
+            return False
+        if text.startswith(("BUG:", "Unable to handle", "kernel BUG")):
+            return False  # the next oops
+        d = dict(self.hit.detail)
+        m = _OOPS_TASK.match(text)
+        if m and "process" not in d:
+            self.hit.detail += [("cpu", m[1]), ("pid", m[2]), ("process", m[3])]
+        m = _OOPS_PC.match(text)
+        if m and "function" not in d:
+            self.hit.detail.append(("function", m[1]))
+            if m[2]:
+                self.hit.detail.append(("module", m[2]))
+                self.hit.name = f"kernel oops in {m[2]}"
+        return True
+
+
+class Bert(Pending):
+    """``BERT: Error records from previous boot:`` and the ``[Hardware Error]:`` records after it: what
+    the firmware kept of the error that ended the previous boot. Not a live error, so not the GHES
+    recogniser's: a fatal record states degraded (the node died of a hardware error; inspect it before
+    trusting it), a recoverable or corrected one info."""
+
+    max_lines = 256
+
+    def accept(self, msg: str) -> bool:
+        if self.lines >= self.max_lines or self.hit is None:
+            return False
+        if "[Hardware Error]:" not in msg and not msg.lstrip().startswith("BERT:"):
+            return False
+        m = _GHES.search(msg)
+        if m:
+            classes = [v for k, v in self.hit.detail if k == "class"]
+            self.hit.detail.append(("class", m[1]))
+            if m[1] == "fatal" or "fatal" in classes:
+                self.hit.stated, self.hit.name = _DEGRADED, "previous boot ended in a fatal hardware error"
+        elif "section_type:" in msg or "section type:" in msg:
+            self.hit.detail.append(("section", msg.split("type:", 1)[1].strip()[:80]))
+        return True
 
 
 class OomConstraint(Pending):
@@ -91,6 +197,23 @@ def kernel(msg: str) -> Pending | None:
             return Pending(Hit(FindingKind.KERNEL, None, None, "kernel_panic", stated=_FATAL_REBOOT, name="hard lockup",
                                meaning=f"CPU {m[1]} stuck with interrupts off", detail=[("event", "hard_lockup"),
                                                                                         ("cpu", m[1])]))
+    if "stall" in msg:
+        m = _RCU.search(msg)
+        if m:
+            hit = Hit(FindingKind.KERNEL, None, None, "kernel", stated=_DEGRADED, name="RCU stall",
+                      meaning=f"{m[1]}: {m[2]}: a CPU stopped passing through quiescent states",
+                      detail=[("event", "rcu_stall"), ("flavor", m[1])])
+            _rcu_cpus(hit, msg[m.end():])
+            return RcuStall(hit)
+    m = _OOPS.search(msg) if ("BUG" in msg or "Oops" in msg or "Unable to handle" in msg
+                             or "protection fault" in msg) else None
+    if m:
+        head = m[1]
+        return Oops(Hit(FindingKind.KERNEL, None, None, "kernel_oops", stated=_DEGRADED, name="kernel oops",
+                        meaning=msg[m.start():][:160], detail=[("event", "oops"), ("first", head[:80])]))
+    if "Error records from previous boot" in msg:
+        return Bert(Hit(FindingKind.MCE_EDAC, None, None, "mce_edac", name="hardware error record of the previous boot",
+                        detail=[("event", "bert")]))
     if "Processor context corrupt" in msg:
         return Pending(Hit(FindingKind.MCE_EDAC, None, None, "mce_edac", stated=_FATAL_REBOOT,
                            name="uncorrected machine check", meaning="processor context corrupt",

@@ -29,6 +29,7 @@ from enum import StrEnum
 from importlib import resources
 from typing import Any, TypeVar
 
+from gpufleet.domain import nvlink5
 from gpufleet.domain.durations import parse_duration
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.events import EventKind, Severity
@@ -114,32 +115,38 @@ DEFAULT_ESCALATIONS: tuple[Escalation, ...] = (
 @dataclass(frozen=True, slots=True)
 class Catalog:
     """The site's fault catalog: shipped entries per (kind, code), entries per agent rule (kind, rule),
-    escalations. Judging with it is :func:`gpufleet.domain.judgement.judge` (the one place)."""
+    entries per decoded subcode (kind, code, row: NVIDIA's "Xid 144-150 Decode" rows, see
+    :mod:`gpufleet.domain.nvlink5`), escalations. Judging with it is
+    :func:`gpufleet.domain.judgement.judge` (the one place)."""
 
     entries: Mapping[tuple[str, int | None], CatalogEntry]
     escalations: tuple[Escalation, ...] = DEFAULT_ESCALATIONS
     rules: Mapping[tuple[str, str], CatalogEntry] = field(default_factory=dict)
+    subcodes: Mapping[tuple[str, int, str], CatalogEntry] = field(default_factory=dict)
 
-    def lookup(self, kind: str, code: int | None, rule: str = "") -> CatalogEntry:
+    def lookup(self, kind: str, code: int | None, rule: str = "", subcode: str = "") -> CatalogEntry:
         """The entry that judges an event of ``kind``/``code`` raised by ``rule``, most specific first:
-        (kind, code); the agent rule (kind, rule); a decoder catalog kind named by ``rule`` (a kernel-log
-        ``nvlink`` / ``ib_link`` / ``mce_edac`` finding reported as a link or check event) with the
-        code, then without; the kind's own entry; else the kind's default judgement (:meth:`known`
-        tells the default apart)."""
-        hit = self._find(kind, code, rule)
+        a site entry for (kind, code); the decoded ``subcode`` row of (kind, code); (kind, code); the
+        agent rule (kind, rule); a decoder catalog kind named by ``rule`` (a kernel-log ``nvlink`` /
+        ``ib_link`` / ``mce_edac`` finding reported as a link or check event) with the code, then
+        without; the kind's own entry; else the kind's default judgement (:meth:`known` tells the
+        default apart)."""
+        hit = self._find(kind, code, rule, subcode)
         if hit is not None:
             return hit
         sev, action = _KIND_DEFAULTS.get(kind, (Severity.DEGRADED, Action.CONTACT_SUPPORT))
         name = f"{kind.upper()} {code}" if code is not None else kind
         return CatalogEntry(kind=kind, code=code, name=name, severity=sev, action=action)
 
-    def known(self, kind: str, code: int | None, rule: str = "") -> bool:
+    def known(self, kind: str, code: int | None, rule: str = "", subcode: str = "") -> bool:
         """Whether the catalog has an entry of its own for this event (not just the kind's default)."""
-        return self._find(kind, code, rule) is not None
+        return self._find(kind, code, rule, subcode) is not None
 
-    def _find(self, kind: str, code: int | None, rule: str) -> CatalogEntry | None:
+    def _find(self, kind: str, code: int | None, rule: str, subcode: str = "") -> CatalogEntry | None:
         get = self.entries.get
         hit = get((kind, code)) if code is not None else None
+        if subcode and code is not None and (hit is None or not hit.site):
+            hit = self.subcodes.get((kind, code, subcode)) or hit
         if hit is None and rule:
             hit = self.rules.get((kind, rule)) or (get((rule, code)) if code is not None else None) or get((rule, None))
         return hit if hit is not None else get((kind, None))
@@ -148,7 +155,7 @@ class Catalog:
         merged = dict(self.entries)
         for e in entries:
             merged[(e.kind, e.code)] = e
-        return Catalog(entries=merged, escalations=self.escalations, rules=self.rules)
+        return Catalog(entries=merged, escalations=self.escalations, rules=self.rules, subcodes=self.subcodes)
 
     def with_overrides(self, doc: Mapping[str, Any], source: str = "override") -> Catalog:
         """Apply a parsed TOML document with ``[[override]]`` and ``[[escalation]]`` tables.
@@ -208,7 +215,7 @@ class Catalog:
                 action=_enum(Action, item["action"], f"{path}.action") if "action" in item else None,
             )
             escalations = [e for e in escalations if (e.kind, e.code) != (esc.kind, esc.code)] + [esc]
-        return Catalog(entries=merged, escalations=tuple(escalations), rules=rules)
+        return Catalog(entries=merged, escalations=tuple(escalations), rules=rules, subcodes=self.subcodes)
 
 
 def _tables(doc: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
@@ -259,7 +266,31 @@ def load_default_catalog() -> Catalog:
                     rules[(e.kind, e.rule)] = e
                 else:
                     entries[(e.kind, e.code)] = e
-    return Catalog(entries=entries, rules=rules)
+    return Catalog(entries=entries, rules=rules, subcodes=_subcode_entries(entries))
+
+
+def _subcode_entries(
+    entries: Mapping[tuple[str, int | None], CatalogEntry],
+) -> dict[tuple[str, int, str], CatalogEntry]:
+    """NVIDIA's "Xid 144-150 Decode" rows as entries under their Xid: a fatal row (any fatal word) is
+    fatal, reset_gpu (NVIDIA's resolution of every fatal row); a non-fatal row is info, none (NVIDIA's
+    immediate resolution for each is IGNORE, or "evaluate the Xid 154 that follows", which carries its
+    own recovery action). Decision 0031."""
+    out: dict[tuple[str, int, str], CatalogEntry] = {}
+    for xid, rows in nvlink5.rules().items():
+        base = entries.get(("xid", xid))
+        for r in rows:
+            fatal = r.stated is Severity.FATAL
+            out[("xid", xid, r.key)] = CatalogEntry(
+                kind="xid", code=xid, name=base.name if base else f"XID {xid}",
+                severity=r.stated, action=Action.RESET_GPU if fatal else Action.NONE,
+                meaning=f"{r.unit}: {r.severity}, {r.hw_sw}; {r.effect}",
+                nvidia_resolution=f"immediate={r.resolution}; investigatory={r.investigatory}",
+                component="NVLink5 link" if r.suspect in ("cable", "peer", "link", "sympathetic") else "GPU",
+                source="NVIDIA Xid catalog, sheet 'XID 144-150 Decode' (domain/data/nvlink5_decode.csv)",
+                rule=r.key,
+            )
+    return out
 
 
 def _read_csv(text: str) -> Iterable[CatalogEntry]:

@@ -9,11 +9,13 @@ The rules, in order (docs/policy.md, "How an event is judged"):
 
 1. A site override for the event (``[[override]]`` in the policy file, by code or by agent rule)
    is authoritative: its severity and action, whatever the source stated.
-2. Otherwise the shipped catalog's entry for (kind, code), else for the agent rule (kind, rule),
-   else for the kind. When the source itself *stated* a severity (a kernel line's ``Fatal`` /
-   ``Non-fatal`` word, an uncorrectable-error line, a failed check that found wrong answers), the
-   worse of the two counts — except for a code the catalog does not know, where the source's word is
-   the best information there is (an unknown SXID the switch calls non-fatal stays informational).
+2. Otherwise the shipped catalog's entry for the decoded subcode row of (kind, code) when the source
+   names one (``attrs.nvl5_row``: NVIDIA's "Xid 144-150 Decode" row, decision 0031), else for
+   (kind, code), else for the agent rule (kind, rule), else for the kind. When the source itself
+   *stated* a severity (a kernel line's ``Fatal`` / ``Non-fatal`` word, an uncorrectable-error line,
+   a failed check that found wrong answers), the worse of the two counts — except for a code the
+   catalog does not know, where the source's word is the best information there is (an unknown SXID
+   the switch calls non-fatal stays informational).
 3. Collateral entries (XID 45 and the like: a consequence of another error) are marked, so the
    policy ignores them and the correlation engine folds them under the root cause.
 """
@@ -45,15 +47,16 @@ calls = 0
 
 
 def judge(catalog: Catalog, kind: str, code: int | None, *, stated: Severity | None = None,
-          rule: str = "") -> Judgement:
-    """Judge one observation of ``kind``/``code`` (raised by agent ``rule``, if any) with ``catalog``."""
+          rule: str = "", subcode: str = "") -> Judgement:
+    """Judge one observation of ``kind``/``code`` (raised by agent ``rule``, if any; decoded to the
+    ``subcode`` row, if any) with ``catalog``."""
     global calls
     calls += 1
-    entry = catalog.lookup(kind, code, rule)
+    entry = catalog.lookup(kind, code, rule, subcode)
     name = entry.name
     if entry.site:
         return Judgement(entry.severity, entry.action, name, entry.collateral, "site override")
-    if not catalog.known(kind, code, rule):
+    if not catalog.known(kind, code, rule, subcode):
         if stated is not None:
             return Judgement(stated, entry.action, name, entry.collateral, "stated by the source")
         return Judgement(entry.severity, entry.action, name, entry.collateral, "default for the kind")
@@ -63,8 +66,9 @@ def judge(catalog: Catalog, kind: str, code: int | None, *, stated: Severity | N
 
 
 def judge_event(catalog: Catalog, e: HealthEvent) -> Judgement:
-    """Judge one :class:`HealthEvent` (its stated severity and ``attrs.rule`` count; see :func:`judge`)."""
-    return judge(catalog, e.kind.value, e.code, stated=e.severity, rule=e.attr("rule"))
+    """Judge one :class:`HealthEvent` (its stated severity, ``attrs.rule`` and ``attrs.nvl5_row``
+    count; see :func:`judge`)."""
+    return judge(catalog, e.kind.value, e.code, stated=e.severity, rule=e.attr("rule"), subcode=e.attr("nvl5_row"))
 
 
 def judgement_of(catalog: Catalog, e: HealthEvent) -> Judgement:

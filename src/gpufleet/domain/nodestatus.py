@@ -33,10 +33,14 @@ class Observation:
     component: str = ""
     rule: str = ""
     stated: str = ""  # what the source itself stated (fatal | degraded | info), or ""
+    subcode: str = ""  # the decoded NVLink5 row (``attrs.nvl5_row``), or ""
 
     def to_json(self) -> dict[str, object]:
-        return {"kind": self.kind, "code": self.code, "component": self.component, "rule": self.rule,
-                "stated": self.stated}
+        doc: dict[str, object] = {"kind": self.kind, "code": self.code, "component": self.component,
+                                  "rule": self.rule, "stated": self.stated}
+        if self.subcode:
+            doc["subcode"] = self.subcode
+        return doc
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +70,8 @@ def verdict(status: NodeStatus, catalog: Catalog) -> tuple[str, tuple[str, ...]]
     with ``catalog`` (collateral codes count as nothing)."""
     worst, reasons = status.worst, list(status.reasons)
     for o in status.observations:
-        j = judge(catalog, o.kind, o.code, stated=Severity(o.stated) if o.stated else None, rule=o.rule)
+        j = judge(catalog, o.kind, o.code, stated=Severity(o.stated) if o.stated else None, rule=o.rule,
+                  subcode=o.subcode)
         if j.collateral or j.severity is Severity.INFO:
             continue
         code = f" {o.code}" if o.code is not None else ""
@@ -117,7 +122,10 @@ def parse_status(text: str, source: str = "status") -> NodeStatus:
         stated = o.get("stated") or ""
         if stated not in ("", "info", "degraded", "fatal"):
             raise InvalidInput(f"{where}.stated", stated, "fatal, degraded, info or empty")
+        subcode = o.get("subcode") or ""
+        if not isinstance(subcode, str):
+            raise InvalidInput(f"{where}.subcode", subcode, "a decoded NVLink5 row name (a string) or empty")
         observations.append(Observation(o["kind"], code, str(o.get("component") or ""), str(o.get("rule") or ""),
-                                        stated))
+                                        stated, subcode))
     return NodeStatus(node, at, str(worst), tuple(reasons), decision if isinstance(decision, str) else "",
                       tuple(observations))

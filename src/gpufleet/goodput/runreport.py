@@ -16,6 +16,7 @@ from gpufleet.goodput.ettr import GoodputReport, compute
 from gpufleet.goodput.intervals import Interval, run_intervals
 from gpufleet.goodput.runlog import RankLog, RecordKind, Restart, job_run
 from gpufleet.goodput.straggler import RankSeries, Straggler, find_stragglers
+from gpufleet.goodput.tco import Tco
 
 MAX_INTERVAL_LINES = 20  # the text report lists the first intervals; --json has them all
 
@@ -134,7 +135,7 @@ def straggler_delay(steps: list[tuple[int, float]], from_step: int | None) -> fl
     return sum(max(0.0, d - base) for s, d in steps if s >= from_step)
 
 
-def render_text(r: RunReport) -> str:
+def render_text(r: RunReport, cost: Tco | None = None) -> str:
     g = r.goodput
     out = [f"job {r.job or '-'}: {len(r.ranks)} of {r.world} rank logs",
            f"ETTR          {100 * g.ettr:.2f} %  ({g.productive:.1f} s productive of {g.elapsed:.1f} s)",
@@ -165,6 +166,12 @@ def render_text(r: RunReport) -> str:
                        f"MFU {100 * (i.mfu or 0):5.1f} %")
         if len(shown) > MAX_INTERVAL_LINES:
             out.append(f"  ... {len(shown) - MAX_INTERVAL_LINES} more (--json lists every interval)")
+    if cost is not None:
+        useful = "-" if cost.per_useful_gpu_hour is None else f"{cost.per_useful_gpu_hour:.2f}"
+        productive = cost.as_dict()["per_productive_gpu_hour"]
+        out.append(f"TCO           {cost.gpu_hours:.2f} GPU-h at {cost.price_per_gpu_hour:g} = {cost.cost:.2f}; "
+                   f"badput {cost.badput_cost:.2f}; per productive GPU-h "
+                   f"{'-' if productive is None else f'{productive:.2f}'}, per useful GPU-h (at peak) {useful}")
     if r.torn_lines:
         out.append(f"torn lines    {r.torn_lines} (a crash cut a record short; skipped)")
     return "\n".join(out)

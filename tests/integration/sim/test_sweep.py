@@ -76,10 +76,22 @@ def test_cli_sweep_json_has_every_variant_with_its_interval(tmp_path: Path) -> N
         assert lo <= v["ettr"]["mean"] <= hi and v["replicas"] == 3
 
 
+def test_tco_per_variant_is_the_price_over_its_mean_ettr_and_the_mfu() -> None:
+    res = runner.invoke(app, ["sim", "--gpus", "256", "--days", "2", "--replicas", "3", "--sweep", "--workers", "1",
+                              "--price-per-gpu-hour", "2.5", "--mfu", "0.4", "--json"])
+    assert res.exit_code == 0, res.output
+    for v in json.loads(res.stdout)["variants"]:
+        t = v["tco"]
+        assert t["per_useful_gpu_hour"] == pytest.approx(2.5 / (v["ettr"]["mean"] * 0.4))
+        assert t["gpu_hours"] == pytest.approx(256 * 2 * 24)
+
+
 @pytest.mark.parametrize(("argv", "field"), [
     (["--sweep", "--workers", "1", "--sweep-policy", "/no/such.toml"], "--sweep-policy"),
     (["--workers", "2"], "--sweep"),
     (["--ray", "local"], "--sweep"),
+    (["--sweep", "--workers", "1", "--mfu", "0.5"], "--mfu"),
+    (["--sweep", "--workers", "1", "--price-per-gpu-hour", "0"], "price_per_gpu_hour"),
 ])
 def test_bad_sweep_options_name_the_field(argv: list[str], field: str) -> None:
     """Through the console entry point, as a user runs it: exit 2 and the field named on stderr."""

@@ -260,3 +260,16 @@ def test_many_leaves_losing_uplinks_to_one_spine_isolate_the_spine(hgx: Topology
     assert top.component == spine
     assert top.action is SuspectAction.ISOLATE_SWITCH
     assert top.affected_nodes == ()  # the fat-tree routes around a spine: nothing to drain
+
+
+def test_an_unjudged_decoded_nvlink5_row_is_judged_by_its_row(hgx: Topology) -> None:
+    # Decision 0031: a BER-event row (Non-fatal, IGNORE) is info, so the engine folds it; the same Xid
+    # without a decoded row is judged at the Xid's own entry (degraded) and makes a suspect.
+    eng = Engine(hgx)
+    ber = (("nvl5_row", "NETIR_BER_EVENT:0x00000001:000000"),)
+    eng.observe_health_event(HealthEvent(id="b1", node="r01-n02", kind=E.XID, time=T0, component="r01-n02-gpu3",
+                                         code=149, attrs=ber))
+    assert "r01-n02-gpu3" not in {x.component for x in eng.suspects()}
+    eng.observe_health_event(HealthEvent(id="b2", node="r01-n02", kind=E.XID, time=T0, component="r01-n02-gpu3",
+                                         code=149))
+    assert "r01-n02-gpu3" in {x.component for x in eng.suspects()}

@@ -152,3 +152,26 @@ def test_zone_less_syslog_times_are_read_in_the_zone_given_and_the_table_says_wh
     assert "read as UTC" in runner.invoke(app, ["diagnose", log]).output
     bad = runner.invoke(app, ["diagnose", "--tz", "Mars/Olympus", log])
     assert bad.exit_code == 2 and "--tz" in bad.output and "Mars/Olympus" in bad.output
+
+
+# A log a syslog server gathered from two hosts: the same GPU address on both, one XID 94 each (two on gpu-b).
+GATHERED = """\
+Nov 20 10:00:01 gpu-a kernel: NVRM: Xid (PCI:0000:18:00): 94, pid=11, name=python3, Contained: SM (0x1).
+Nov 20 10:00:02 gpu-b kernel: NVRM: Xid (PCI:0000:18:00): 94, pid=12, name=python3, Contained: SM (0x1).
+Nov 20 10:05:02 gpu-b kernel: NVRM: Xid (PCI:0000:18:00): 94, pid=12, name=python3, Contained: SM (0x1).
+"""
+
+
+def test_a_gathered_syslog_is_judged_per_host_and_names_each_finding_s_host(tmp_path: Path) -> None:
+    log = tmp_path / "messages"
+    log.write_text(GATHERED)
+    rows = json.loads(runner.invoke(app, ["diagnose", "--json", "--year", "2026", str(log)]).stdout)
+    assert [r["node"] for r in rows] == ["gpu-a", "gpu-b", "gpu-b"]
+    # "XID 94 twice within 24 h" counts per host: gpu-b's second one escalates, gpu-a's single one does not
+    assert not rows[0]["escalated"] and not rows[1]["escalated"] and rows[2]["escalated"]
+    table = runner.invoke(app, ["diagnose", "--year", "2026", str(log)]).output
+    assert "(on gpu-a)" in table and "(on gpu-b)" in table and "on 2 devices" in table
+    inv = tmp_path / "inv.toml"  # an inventory's node name wins over the syslog host
+    inv.write_text('node = "r01-n07"\n[[gpu]]\nindex = 3\npci = "0000:18:00.0"\n')
+    named = json.loads(runner.invoke(app, ["diagnose", "--json", "--inventory", str(inv), str(log)]).stdout)
+    assert {r["node"] for r in named} == {"r01-n07"}

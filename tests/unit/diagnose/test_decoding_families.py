@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gpufleet.diagnose import nvlink5
 from gpufleet.diagnose.decoder import Decoder
 from gpufleet.diagnose.events import finding_to_event
 from gpufleet.diagnose.finding import Finding, FindingKind
-from gpufleet.domain.catalog import Catalog
+from gpufleet.domain import nvlink5
+from gpufleet.domain.catalog import Action, Catalog
 from gpufleet.domain.events import EventKind, Severity
 from gpufleet.domain.judgement import judge
 
@@ -67,11 +67,12 @@ def test_the_gb200_link_down_names_the_peer_as_the_source(catalog: Catalog) -> N
 
 def test_the_subcode_table_settles_a_fatal_word_it_calls_non_fatal(catalog: Catalog) -> None:
     # The BER-event row of NVIDIA's sheet is Non-fatal/IGNORE whatever word the line carries: the line
-    # states info, and the judgement is the catalog's floor for 149 (degraded), not fatal.
+    # states info, and the row's own catalog entry judges it info, not fatal (decision 0031).
     line = ("NVRM: Xid (PCI:0000:04:00): 149, NETIR_BER_EVENT Fatal XC0 i0 Link 00 "
             "(0x00000013 0x00000001 0x00000000 0x00000000)")
     (f,) = _decode([line], catalog)
-    assert (f.stated, f.severity, f.get("suspect")) == (Severity.INFO, Severity.DEGRADED, "cable")
+    assert (f.stated, f.severity, f.action, f.get("suspect")) == (Severity.INFO, Severity.INFO, Action.NONE, "cable")
+    assert f.get("nvl5_row") == "NETIR_BER_EVENT:0x00000001:000000"
     (raw,) = _decode([line], None)  # the agent decodes without a catalog: only what the line states
     assert raw.severity is Severity.INFO
 

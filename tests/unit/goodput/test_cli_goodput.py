@@ -28,3 +28,25 @@ def test_a_missing_or_empty_run_dir_is_a_clear_error(tmp_path: Path) -> None:
     assert isinstance(out.exception, NotFound) and exit_code_for(out.exception) != 0
     out = CliRunner().invoke(app, ["goodput", "report", str(tmp_path)])
     assert isinstance(out.exception, InvalidInput) and out.exception.field == "RUN_DIR"
+
+
+def test_tco_and_the_html_report(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    _crash_and_resume(run)
+    doc = json.loads(CliRunner().invoke(app, ["goodput", "report", str(run), "--json",
+                                              "--price-per-gpu-hour", "3"]).output)
+    t, ettr = doc["tco"], doc["ettr"]
+    assert t["gpu_hours"] == doc["world"] * doc["elapsed_s"] / 3600
+    assert t["cost"] == 3 * t["gpu_hours"] and abs(t["badput_cost"] - t["cost"] * (1 - ettr)) < 1e-9
+    assert abs(t["per_productive_gpu_hour"] - 3 / ettr) < 1e-9
+    page = tmp_path / "report.html"
+    out = CliRunner().invoke(app, ["goodput", "report", str(run), "--html", str(page), "--price-per-gpu-hour", "3"])
+    assert out.exit_code == 0, out.output
+    assert "TCO" in out.output and str(page) in out.output
+    text = page.read_text()
+    assert text.count("data:image/png;base64,") >= 2 and "ETTR" in text and "http" not in text.split("<body>")[1]
+    bad = CliRunner().invoke(app, ["goodput", "report", str(run), "--html", str(tmp_path / "no" / "r.html")])
+    assert isinstance(bad.exception, InvalidInput) and bad.exception.field == "--html"
+    neg = CliRunner().invoke(app, ["goodput", "report", str(run), "--price-per-gpu-hour", "-1"])
+    assert isinstance(neg.exception, InvalidInput) and neg.exception.field == "price_per_gpu_hour"

@@ -7,11 +7,14 @@ the *error status* word in its second. NVIDIA's sheet (``domain/data/nvlink5_dec
 bit pattern (two layouts: drivers before R575, and R575 on; bits 20-25 are the subcode) and error status,
 and gives the severity, hardware vs software, the local/remote effect and what to investigate.
 
-:func:`decode` returns the matching :class:`Rule`, or None. The decoder turns the rule into the line's
-*stated* severity (the one judging function, ``domain.judgement.judge``, then takes the worse of it and
-the catalog's floor for the code) and the rule's investigatory hint into ``detail`` keys the correlator
-reads (``suspect=peer``, ``suspect=cable``, ...). Where NVIDIA's table and the line's own
-``Fatal``/``Nonfatal`` word disagree, the table wins (docs/diagnose.md, "NVLink5"; decision 0030).
+:func:`decode` returns the matching :class:`Rule`, or None. The kernel-log decoder names the row
+(:attr:`Rule.key`, ``nvl5_row`` in the finding and the event's ``attrs``) and turns its investigatory
+hint into ``suspect=peer``, ``suspect=cable``, ... for the correlator. Each row is also a catalog
+entry more specific than its Xid's (``Catalog.subcodes``, built by ``domain.catalog``), so the one
+judging function (``domain.judgement.judge``) judges a decoded line by its row: a non-fatal row is
+info even though the code's own entry (the floor for an undecoded Xid 144-150) is degraded. Where
+NVIDIA's table and the line's ``Fatal``/``Nonfatal`` word disagree, the table wins (docs/diagnose.md,
+"NVLink5"; decisions 0030 and 0031). Pure: reads the shipped CSV only.
 """
 
 from __future__ import annotations
@@ -38,6 +41,12 @@ class Rule:
     hw_sw: str
     effect: str
     suspect: str  # our reading of ``investigatory``: peer, cable, software, host, local, ...
+
+    @property
+    def key(self) -> str:
+        """The row's name within its Xid: ``unit:error status:intrinfo bits 25-20`` (R575 layout, ``-``
+        for any), e.g. ``NETIR_LINK_EVT/NETIR_LINK_DOWN:0x00000000:010101``. Unique per Xid."""
+        return f"{self.unit}:0x{self.error_status:08x}:{self.v2[6:12]}"
 
     @property
     def stated(self) -> Severity:
