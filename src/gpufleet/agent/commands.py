@@ -12,7 +12,10 @@ each queued command and posts ``POST /v1/nodes/{node}/commands/{id}/result`` ``{
   GPU (``nvidia-smi --query-compute-apps``); on a simulated node the device's own reset, which clears
   its injected faults. ``reboot``: the configured ``reboot_command`` (default ``systemctl reboot``;
   the simulated node simulates one). ``restart_fabric_manager``: ``fabric_manager_command`` (default
-  ``systemctl restart nvidia-fabricmanager``).
+  ``systemctl restart nvidia-fabricmanager``). ``diagnostic_bundle``: what a vendor RMA asks for
+  (``agent.bundle``), saved under ``<state_dir>/bundles/`` and uploaded with
+  ``PUT /v1/nodes/{node}/commands/{id}/bundle`` before the result is posted (again after a restart,
+  from the saved file: captured once, uploaded until the controller has it).
 * A 409 answer (the controller gave up waiting: the command expired) drops the command; any other
   failure to post keeps the result for the next poll.
 """
@@ -31,12 +34,14 @@ from typing import Any, Protocol
 
 import httpx
 
+from gpufleet.agent import bundle as bundles
 from gpufleet.agent.config import AgentConfig
 from gpufleet.agent.devices.port import Device
 from gpufleet.agent.devices.sim import SimDevice
 
 log = logging.getLogger(__name__)
 _KEEP = 200  # journal entries kept (the newest)
+BUNDLE = "diagnostic_bundle"
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +118,10 @@ class SimRepairs:
 class CommandPoller:
     def __init__(self, controller: str, token: str, node: str, repairs: NodeRepairs, journal: Path, *,
                  boot_id: Callable[[], str], on_repaired: Callable[[str], None] | None = None,
-                 interval: float = 10.0, client: httpx.Client | None = None) -> None:
+                 interval: float = 10.0, client: httpx.Client | None = None,
+                 bundler: Callable[[], dict[str, Any]] | None = None) -> None:
         self.node, self.repairs, self.journal = node, repairs, journal
+        self.bundler = bundler
         self.boot_id, self.on_repaired, self.interval = boot_id, on_repaired, interval
         self._http = client or httpx.Client(base_url=controller.rstrip("/") + "/v1", timeout=30.0,
                                             headers={"Authorization": f"Bearer {token}"})
@@ -162,17 +169,54 @@ class CommandPoller:
             book[cid] = entry
             self._save(book)  # written before the command runs: never run twice
             log.info("%s: running repair command %s (%s)", self.node, kind, cid)
-            out = self.repairs.run(kind)
+            out = self._bundle(cid) if kind == BUNDLE else self.repairs.run(kind)
             entry.update(ok=out.ok, detail=out.detail)
             log.log(logging.INFO if out.ok else logging.WARNING, "%s: %s %s: %s", self.node, kind,
                     "succeeded" if out.ok else "failed", out.detail)
         book[cid] = entry
         self._save(book)
-        if entry["ok"] and self.on_repaired is not None:
+        if entry["ok"] and self.on_repaired is not None and kind != BUNDLE:
             self.on_repaired(kind)
         return entry
 
+    def _bundle_path(self, cid: str) -> Path:
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in cid)
+        return self.journal.parent / "bundles" / f"{safe}.json"
+
+    def _bundle(self, cid: str) -> Outcome:
+        if self.bundler is None:
+            return Outcome(False, "this agent cannot capture diagnostic bundles")
+        doc = self.bundler()
+        path = self._bundle_path(cid)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(doc), encoding="utf-8")
+        tmp.replace(path)
+        return Outcome(True, f"bundle captured: {bundles.summary(doc)}")
+
+    def _upload(self, cid: str, entry: dict[str, Any]) -> bool:
+        """Upload a captured bundle (True when the controller has it, or there is none to send)."""
+        path = self._bundle_path(cid)
+        if entry.get("kind") != BUNDLE or not entry.get("ok") or entry.get("uploaded") or not path.exists():
+            return True
+        try:
+            r = self._http.put(f"/nodes/{self.node}/commands/{cid}/bundle", content=path.read_bytes(),
+                               headers={"Content-Type": "application/json"})
+        except httpx.HTTPError as err:
+            log.warning("%s: could not upload bundle %s (%s); will try again", self.node, cid, err)
+            return False
+        if r.status_code not in (200, 201, 409):
+            log.warning("%s: bundle upload %s answered %d: %s", self.node, cid, r.status_code, r.text[:200])
+            return r.status_code in {404, 413}  # nobody will take it: report anyway
+        book = self._load()
+        if cid in book:
+            book[cid]["uploaded"] = True
+            self._save(book)
+        return True
+
     def _post(self, cid: str, entry: dict[str, Any]) -> bool:
+        if not self._upload(cid, entry):
+            return False
         body = {"ok": bool(entry["ok"]), "detail": str(entry["detail"])[:2000]}
         try:
             r = self._http.post(f"/nodes/{self.node}/commands/{cid}/result", json=body)
@@ -216,7 +260,7 @@ def start_poller(cfg: AgentConfig, token: str, device: Device, stop: threading.E
                             else HostRepairs(cfg.reboot_command, cfg.fabric_manager_command))
     poller = CommandPoller(cfg.controller, token, cfg.node, repairs, cfg.state_dir / "commands.json",
                            boot_id=boot_id_reader(cfg.proc_root), on_repaired=on_repaired,
-                           interval=cfg.command_poll_s)
+                           interval=cfg.command_poll_s, bundler=lambda: bundles.collect(cfg, device))
 
     def loop() -> None:
         try:

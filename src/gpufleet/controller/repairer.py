@@ -5,13 +5,19 @@ the action's ``progress`` *before* it is started, and executors are idempotent o
 
 1. no step in progress: find the fault the node is being repaired for (the decision that took it
    out), read the node's repair history, pick the next rung (``next_step``), record it, audit it,
-   start it (agent command or ticket);
+   start it (agent command, BMC power cycle or ticket). A ``start`` that fails with a retryable
+   ExternalError (an unreachable BMC) is retried ``start_tries`` times with backoff (``retry_base``
+   doubling), then the step counts as failed and the next rung (a ticket) is chosen;
 2. a step in progress: ask its executor for the outcome; none yet: wait (``checkpoint_poll``), and
    past ``step_timeout`` abandon it as failed;
 3. the outcome is recorded in the repair log (what the ladder counts) and audited. A successful
    reset / reboot / fabric-manager restart moves the node repair -> revalidate (a validation job then
    returns it to service: no human step); a failed one climbs to the next rung on the next pass; a
    ticket ends automation: the node waits in ``repair`` for people (``repair-complete`` or ``retire``).
+
+Before the first rung, with the agent executor and ``bundle`` on, the node's agent captures a
+diagnostic bundle (controller.bundles) — a reset or reboot destroys what an RMA asks about; the
+repairer waits for it at most ``bundle_timeout`` and goes on without it after that.
 
 A restarted controller resumes the step recorded in ``progress``: it never queues a second command
 for the same step nor files the same ticket under a new id.
@@ -24,15 +30,17 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from gpufleet.domain.catalog import Action
+from gpufleet.domain.errors import ExternalError
 from gpufleet.lifecycle.plan import OutboxAction
-from gpufleet.lifecycle.repair import AGENT_STEPS, Fault, RepairStep, next_step
+from gpufleet.lifecycle.repair import AGENT_STEPS, BMC_STEPS, Fault, RepairStep, next_step
 from gpufleet.lifecycle.states import NodeState
 from gpufleet.lifecycle.validation import level_after
 
 from .executors.port import Executor, StepOutcome, StepRequest
 from .faults import fault_of
 from .service import Controller
-from .store.repairs import RepairStore
+from .store.bundles import BundleStore
+from .store.repairs import CommandStatus, RepairStore
 from .store.repo import ActionStatus
 
 log = logging.getLogger(__name__)
@@ -40,13 +48,21 @@ _WITH_PEOPLE = "with people: POST /v1/nodes/{node}/repair-complete when fixed, o
 
 
 class Repairer:
-    def __init__(self, controller: Controller, executors: Mapping[str, Executor]) -> None:
-        """``executors``: ``agent`` (GPU reset, reboot, fabric manager) and/or ``ticket``; a step with
-        no executor configured hands the node to people through the audit log only."""
+    def __init__(self, controller: Controller, executors: Mapping[str, Executor], *, start_tries: int = 5,
+                 retry_base: timedelta = timedelta(seconds=10),
+                 retry_cap: timedelta = timedelta(minutes=5), bundle: bool = False,
+                 bundle_timeout: timedelta = timedelta(minutes=10)) -> None:
+        """``executors``: ``agent`` (GPU reset, reboot, fabric manager), ``bmc`` (power cycle) and/or
+        ``ticket``; a step with no executor configured hands the node to people through the audit log
+        only. ``start_tries``: attempts at starting a step whose executor is unreachable before the
+        step counts as failed (the ticket webhook is retried for ever instead: it is the last rung)."""
         self.c = controller
         self.repairs = RepairStore(controller.store)
         self.executors = dict(executors)
         self.cfg = controller.policy_file.config
+        self.start_tries, self.retry_base, self.retry_cap = start_tries, retry_base, retry_cap
+        self.bundle, self.bundle_timeout = bundle and "agent" in self.executors, bundle_timeout
+        self.bundles = BundleStore(controller.store)
 
     def carry_out(self, row: OutboxAction, now: datetime) -> str | None:
         node = row.action.node
@@ -55,6 +71,8 @@ class Repairer:
             return f"node is {state}: nothing to repair"
         p = dict(row.progress)
         if not p.get("key"):
+            if self._capturing(row, p, now):
+                return None
             p = self._choose(row, p, now)
         step = RepairStep(p["step"])
         ex = self._executor(step)
@@ -63,30 +81,66 @@ class Repairer:
             outcome = StepOutcome(step == RepairStep.TICKET, f"no {_kind(step)} executor configured")
         else:
             if not p.get("sent"):
-                ex.start(req)  # ExternalError: retried with the same key (the progress is kept)
+                try:
+                    ex.start(req)  # ExternalError: retried with the same key (the progress is kept)
+                except ExternalError as err:
+                    if step == RepairStep.TICKET or not err.retryable:
+                        raise
+                    return self._start_failed(row, p, step, err, now)
                 p["sent"] = "1"
                 self._wait(row.id, p, now, f"{step} started ({p['key']})")
-            got = ex.outcome(p["key"])
+            got = ex.outcome(req)
             if got is None:
                 if now - datetime.fromisoformat(p["started"]) < self.cfg.step_timeout:
                     self._wait(row.id, p, now, f"waiting for {step} on {node} ({p['key']})")
                     return None
-                got = ex.abandon(p["key"]) or StepOutcome(False, "no result")
+                got = ex.abandon(req) or StepOutcome(False, "no result")
                 if not got.ok:
                     got = StepOutcome(False, f"no result within {self.cfg.step_timeout} ({got.detail})")
             outcome = got
         return self._finish(row, p, step, outcome, now)
+
+    # ---- the diagnostic bundle, before the first rung -----------------------------------------
+    def _capturing(self, row: OutboxAction, p: dict[str, str], now: datetime) -> bool:
+        """Queue / wait for the bundle capture; False once it is over (``p`` says how it ended)."""
+        if not self.bundle or p.get("bundle_done"):
+            return False
+        node = row.action.node
+        key = p.get("bundle")
+        if not key:
+            key = f"{row.id}:bundle"
+            p.update(bundle=key, bundle_started=now.isoformat())
+            self._wait(row.id, p, now, f"capturing a diagnostic bundle ({key}) before the first repair step")
+            self.repairs.enqueue(key, node, "diagnostic_bundle", now)
+            self.c.audit(node, "bundle_requested", f"diagnostic_bundle ({key}): captured before any repair step",
+                         actor_id="repairer")
+            return True
+        cmd = self.repairs.command(key)
+        if cmd is not None and cmd.status == CommandStatus.QUEUED:
+            if now - datetime.fromisoformat(p["bundle_started"]) < self.bundle_timeout:
+                self._wait(row.id, p, now, f"waiting for the diagnostic bundle ({key})")
+                return True
+            cmd = self.repairs.expire(key, now)
+        p["bundle_done"] = cmd.status if cmd is not None else "lost"
+        if p["bundle_done"] == CommandStatus.SUCCEEDED and self.bundles.info(key) is None:
+            p["bundle_done"] = "not uploaded"  # the agent said done but the controller has no bundle
+        if p["bundle_done"] != CommandStatus.SUCCEEDED:
+            log.warning("%s: no diagnostic bundle (%s): repairing without it", node, p["bundle_done"])
+        return False
 
     # ---- one rung ---------------------------------------------------------------------------
     def _choose(self, row: OutboxAction, p: dict[str, str], now: datetime) -> dict[str, str]:
         node = row.action.node
         fault = fault_of(self.c, node)
         since = now - max(self.cfg.lemon_window, self.cfg.reboot_window)
-        nxt = next_step(fault, self.repairs.history(node, since), now, self.cfg)
+        bmc = self.executors.get("bmc")
+        has_bmc = bmc is not None and bool(getattr(bmc, "has", lambda _n: True)(node))
+        nxt = next_step(fault, self.repairs.history(node, since), now, self.cfg, bmc=has_bmc)
         attempt = int(p.get("attempt", "0")) + 1
         chosen = {"attempt": str(attempt), "key": f"{row.id}:{attempt}:{nxt.step}", "step": nxt.step.value,
                   "fault": fault.key, "fault_action": fault.action.value, "fault_text": fault.text[:300],
-                  "why": nxt.reason, "lemon": "1" if nxt.lemon else "", "started": now.isoformat()}
+                  "why": nxt.reason, "lemon": "1" if nxt.lemon else "", "started": now.isoformat(),
+                  **_bundle_fields(p)}
         # Recorded before anything is started: a crash from here on resumes this very step.
         self._wait(row.id, chosen, now, f"{nxt.step}: {nxt.reason}")
         self.c.audit(node, "repair_step", f"{nxt.step} ({chosen['key']}): {nxt.reason}", actor_id="repairer")
@@ -111,18 +165,36 @@ class Repairer:
             self.c.repair_succeeded(node, step.value, level_after(step), key)
             return f"{step} succeeded ({outcome.detail}): revalidating"
         log.warning("%s: %s failed (%s): next rung", node, step, outcome.detail)
-        self._wait(row.id, {"attempt": p["attempt"]}, now, f"{step} failed: {outcome.detail}; choosing the next step")
+        self._wait(row.id, {"attempt": p["attempt"], **_bundle_fields(p)}, now,
+                   f"{step} failed: {outcome.detail}; choosing the next step")
+        return None
+
+    def _start_failed(self, row: OutboxAction, p: dict[str, str], step: RepairStep, err: ExternalError,
+                      now: datetime) -> str | None:
+        """An executor could not start the step (BMC unreachable): back off and try again, or, after
+        ``start_tries``, count the step as failed (the ladder goes on)."""
+        node, tries = row.action.node, int(p.get("start_tries", "0")) + 1
+        if tries >= self.start_tries:
+            outcome = StepOutcome(False, f"{_kind(step)} unreachable after {tries} tries: {err}")
+            return self._finish(row, p, step, outcome, now)
+        p = {**p, "start_tries": str(tries), "last_error": str(err)[:300]}
+        delay = min(self.retry_cap, self.retry_base * 2 ** (tries - 1))
+        log.warning("%s: %s could not start (try %d of %d, again in %s): %s", node, step, tries,
+                    self.start_tries, delay, err)
+        self.c.store.update_action(row.id, status=ActionStatus.WAITING, now=now, progress=p, next_attempt=now + delay,
+                                   result=f"{step}: try {tries} of {self.start_tries} failed ({err}); again in {delay}")
         return None
 
     # ---- helpers ----------------------------------------------------------------------------
     def _executor(self, step: RepairStep) -> Executor | None:
-        return self.executors.get("agent" if step in AGENT_STEPS else "ticket")
+        return self.executors.get(_kind(step))
 
     def _request(self, node: str, p: Mapping[str, str]) -> StepRequest:
         history = tuple(self.repairs.history(node, datetime.fromisoformat(p["started"]) - self.cfg.lemon_window))
         fault = Fault(p["fault"], Action(p["fault_action"]), p.get("fault_text", ""))
         return StepRequest(p["key"], node, RepairStep(p["step"]), fault, p["why"], datetime.fromisoformat(p["started"]),
-                           lemon=bool(p.get("lemon")), history=history)
+                           lemon=bool(p.get("lemon")), history=history,
+                           bundle=p["bundle"] if p.get("bundle_done") == CommandStatus.SUCCEEDED else "")
 
     def _wait(self, action_id: str, progress: Mapping[str, str], now: datetime, result: str) -> None:
         self.c.store.update_action(action_id, status=ActionStatus.WAITING, now=now, progress=progress,
@@ -131,5 +203,9 @@ class Repairer:
 
 
 def _kind(step: RepairStep) -> str:
-    return "agent" if step in AGENT_STEPS else "ticket"
+    return "agent" if step in AGENT_STEPS else "bmc" if step in BMC_STEPS else "ticket"
 
+
+
+def _bundle_fields(p: Mapping[str, str]) -> dict[str, str]:
+    return {k: p[k] for k in ("bundle", "bundle_started", "bundle_done") if k in p}

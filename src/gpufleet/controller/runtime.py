@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import ssl
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,8 +18,13 @@ import uvicorn
 from gpufleet.controller import heap
 from gpufleet.controller.api.app import create_app
 from gpufleet.controller.api.limits import Limits
+from gpufleet.controller.bmc.credentials import load_targets
+from gpufleet.controller.bmc.redfish import RedfishBmc
+from gpufleet.controller.bmc.watcher import BmcWatcher
+from gpufleet.controller.bundles import Bundles
 from gpufleet.controller.clock import Clock, SystemClock
 from gpufleet.controller.executors.agent import AgentExecutor
+from gpufleet.controller.executors.bmc import BmcExecutor
 from gpufleet.controller.executors.port import Executor
 from gpufleet.controller.executors.ticket import TicketExecutor
 from gpufleet.controller.fleetjudge import FleetJudge
@@ -49,6 +54,8 @@ class Runtime:
     threads: list[threading.Thread] = field(default_factory=list)
     committer: GroupCommitter | None = None
     retention: Retention | None = None
+    bmc: BmcWatcher | None = None  # SEL -> events, firmware inventory ([repair] bmc_file)
+    bundles: Bundles | None = None  # diagnostic bundles (uploads, downloads)
 
     def start_reconciler(self, interval: float | None = None) -> None:
         """The reconciler thread, and the retention thread when ``[retention] events`` is set."""
@@ -57,6 +64,12 @@ class Runtime:
                              name="reconciler", daemon=True)
         t.start()
         self.threads.append(t)
+        rs = self.settings.repair
+        if self.bmc is not None and (rs.sel_interval or rs.firmware_interval):
+            b = threading.Thread(target=self.bmc.run_forever, args=(self.stop, rs.sel_interval, rs.firmware_interval),
+                                 name="bmc", daemon=True)
+            b.start()
+            self.threads.append(b)
         if self.retention is not None:
             r = threading.Thread(target=self.retention.run_forever,
                                  args=(self.stop, self.settings.retention.interval), name="retention", daemon=True)
@@ -69,7 +82,8 @@ class Runtime:
         app = create_app(self.controller, s.tokens, self.reconciler,
                          limits=Limits(lim.max_body_bytes, lim.max_header_bytes, lim.read_timeout_s),
                          max_queued_events=lim.ingest_queue_events, api_docs=s.api_docs,
-                         openapi_requires_auth=s.openapi_requires_auth, retention=self.retention)
+                         openapi_requires_auth=s.openapi_requires_auth, retention=self.retention,
+                         bmc=self.bmc, bundles=self.bundles)
         self.committer = app.state.ingest
         tls: dict[str, Any] = {}
         if s.tls.enabled:
@@ -118,8 +132,10 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
     fj = settings.fleet_judge
     judge = FleetJudge(controller, fj.window, fj.min_samples, threshold=fj.threshold, min_rel=fj.min_rel,
                        checks=fj.checks, every=fj.every) if fj.every else None
+    node_bmcs = bmcs(settings)
     reconciler = Reconciler(controller, scheduler, validator, fleet_judge=judge,
-                            sync_interval=settings.scheduler_sync_interval, repairer=repairer(settings, controller))
+                            sync_interval=settings.scheduler_sync_interval,
+                            repairer=repairer(settings, controller, node_bmcs))
     retention = None
     rs = settings.retention
     if rs.events:
@@ -129,16 +145,35 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
     else:
         log.info("retention: every event is kept (set [retention] events to delete old ones)")
     heap.settle("start-up")
-    return Runtime(settings, controller, reconciler, retention=retention)
+    watcher = BmcWatcher(controller, node_bmcs, sel_max_age=settings.repair.sel_max_age) if node_bmcs else None
+    return Runtime(settings, controller, reconciler, retention=retention, bmc=watcher,
+                   bundles=Bundles(controller, node_bmcs))
 
 
-def repairer(settings: ControllerSettings, controller: Controller) -> Repairer | None:
+def bmcs(settings: ControllerSettings) -> dict[str, RedfishBmc]:
+    """A Redfish client per node of ``[repair] bmc_file`` (none without it)."""
+    r = settings.repair
+    if r.bmc_file is None:
+        return {}
+    targets = load_targets(r.bmc_file, allow_http=r.bmc_allow_http)
+    log.info("BMCs: %d node(s) from %s", len(targets), r.bmc_file)  # the count only: never an address or credential
+    return {node: RedfishBmc(t, ca_bundle=r.bmc_ca_bundle, timeout=r.bmc_timeout) for node, t in targets.items()}
+
+
+def repairer(settings: ControllerSettings, controller: Controller,
+             nodes_bmc: Mapping[str, RedfishBmc] | None = None) -> Repairer | None:
     """The repair executors ``[repair]`` configures (None: none, repair stays with people)."""
     r = settings.repair
     executors: dict[str, Executor] = {}
     if r.agent:
         executors["agent"] = AgentExecutor(RepairStore(controller.store), controller.clock)
+    if nodes_bmc:
+        executors["bmc"] = BmcExecutor(nodes_bmc, off_wait=r.bmc_off_wait)
     if r.ticket_url:
         token = r.ticket_token_file.read_text().strip() if r.ticket_token_file else ""
-        executors["ticket"] = TicketExecutor(r.ticket_url, timeout=r.ticket_timeout, token=token)
-    return Repairer(controller, executors) if executors else None
+        executors["ticket"] = TicketExecutor(r.ticket_url, timeout=r.ticket_timeout, token=token,
+                                             public_url=r.public_url)
+    if not executors:
+        return None
+    return Repairer(controller, executors, start_tries=r.bmc_tries, retry_base=r.bmc_retry_base,
+                    bundle=r.bundle, bundle_timeout=r.bundle_timeout)

@@ -31,6 +31,8 @@ Example ``controller.toml``::
     agent = true                               # GPU reset / reboot / fabric-manager restart by the node's agent
     ticket_url = "https://tickets.example/hooks/gpufleet"   # webhook for hardware tickets ("" = audit only)
     ticket_token_file = ""                     # optional bearer token for the webhook
+    bmc_file = "/etc/gpufleet/bmc.toml"         # per-node BMC address + credentials (docs/bmc.md); power-cycle rung
+    bmc_ca_bundle = "/etc/gpufleet/bmc-ca.pem"  # the site CA the BMCs' certificates chain to ("" = system store)
 
     [fleet_judge]                               # fleet-relative outliers among check results (docs/checks.md)
     every = 300                                 # reconciler passes between runs; 0 = off
@@ -202,6 +204,21 @@ class RepairSettings(BaseModel):
     ticket_url: str = Field(default="", pattern=r"^(https?://\S+)?$")  # "" = tickets are audit lines only
     ticket_token_file: Path | None = None  # file holding a bearer token sent to ticket_url
     ticket_timeout: float = Field(default=10.0, gt=0)  # seconds to wait for the ticket webhook to answer
+    # Out-of-band (docs/bmc.md): the BMC of each node, from a secrets file (never this file)
+    bmc_file: Path | None = None  # TOML: [nodes.<node>] address, username, password ("file:..."/"env:...")
+    bmc_ca_bundle: Path | None = None  # PEM bundle of the site CA for the BMCs' TLS (none: the system store)
+    bmc_allow_http: bool = False  # allow http:// BMC addresses (credentials in clear: labs only)
+    bmc_timeout: float = Field(default=15.0, gt=0)  # seconds per Redfish request
+    bmc_tries: int = Field(default=5, ge=1)  # tries at starting a power cycle before the ladder goes on
+    bmc_retry_base: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(seconds=10)  # doubling
+    bmc_off_wait: float = Field(default=60.0, gt=0)  # seconds for the BMC to report Off after ForceOff
+    sel_interval: float = Field(default=60.0, ge=0)  # seconds between SEL reads of every BMC; 0 = off
+    sel_max_age: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(days=1)  # older entries ignored
+    firmware_interval: float = Field(default=3600.0, ge=0)  # seconds between firmware inventory reads; 0 = off
+    # Diagnostic bundles (docs/bmc.md#diagnostic-bundles): captured by the agent when a node enters repair
+    bundle: bool = True  # with agent = true: capture a bundle before the first repair step
+    bundle_timeout: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(minutes=10)  # then go on without
+    public_url: str = Field(default="", pattern=r"^(https?://\S+)?$")  # the API's URL for ticket links ("" = path)
 
 
 class TlsSettings(BaseModel):

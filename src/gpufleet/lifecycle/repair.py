@@ -9,6 +9,10 @@ Pure: a function of the fault being repaired, the node's past repair attempts an
   software cannot fix it. Each attempt at the same fault within ``reboot_window`` (successful or not:
   a fault that returns after a "successful" reset means the reset did not fix it) moves one rung up;
   past the top rung the node goes to people (``ticket``).
+* **Power cycle.** With a BMC for the node (``bmc=True``: Redfish, docs/bmc.md) the last reboot rung
+  of each ladder becomes a BMC power cycle: reset -> reboot -> power cycle -> ticket. A power cycle
+  also works on a hung host whose agent cannot reboot it, and a cold cycle clears states a warm
+  reboot keeps (a GPU fallen off the bus). It counts as a reboot for ``reboot_limit``.
 * **Reboot limit.** ``reboot_limit`` reboots for the same fault within ``reboot_window`` (default 2 in
   7 days) -> hardware ticket, whatever rung the ladder is on.
 * **Lemon node.** ``lemon_repairs`` repair attempts of any fault within ``lemon_window`` (default 4 in
@@ -31,11 +35,15 @@ class RepairStep(StrEnum):
     GPU_RESET = "gpu_reset"  # the node's agent resets its GPUs (only when no process holds one)
     RESTART_FABRIC_MANAGER = "restart_fabric_manager"  # the node's agent restarts nvidia-fabricmanager
     REBOOT = "reboot"  # the node's agent reboots the host
+    POWER_CYCLE = "power_cycle"  # the node's BMC (Redfish) cycles its power: out of band
     TICKET = "ticket"  # hand the node to people (webhook); terminal for automation
 
 
 # Steps the node's agent carries out (the agent command channel); the rest go elsewhere.
 AGENT_STEPS = frozenset({RepairStep.GPU_RESET, RepairStep.RESTART_FABRIC_MANAGER, RepairStep.REBOOT})
+BMC_STEPS = frozenset({RepairStep.POWER_CYCLE})
+# Steps that restart the host: what ``reboot_limit`` counts.
+REBOOT_STEPS = frozenset({RepairStep.REBOOT, RepairStep.POWER_CYCLE})
 
 S = RepairStep
 LADDERS: Mapping[Action, tuple[RepairStep, ...]] = {
@@ -72,26 +80,34 @@ class NextStep:
     lemon: bool = False  # a retire recommendation rather than a repair ticket
 
 
-def ladder_for(fault: Fault) -> tuple[RepairStep, ...]:
+def ladder_for(fault: Fault, *, bmc: bool = False) -> tuple[RepairStep, ...]:
+    """The rungs for ``fault``; with a BMC (``bmc``) the last reboot is a power cycle."""
+    ladder: tuple[RepairStep, ...]
     if fault.key.startswith("sxid") and fault.action == Action.REBOOT:
-        return FABRIC_LADDER
-    return LADDERS.get(fault.action, ())
+        ladder = FABRIC_LADDER
+    else:
+        ladder = LADDERS.get(fault.action, ())
+    if bmc and ladder and ladder[-1] == S.REBOOT:
+        ladder = (*ladder[:-1], S.POWER_CYCLE)
+    return ladder
 
 
-def next_step(fault: Fault, history: Sequence[RepairAttempt], now: datetime, cfg: PolicyConfig) -> NextStep:
-    """The next rung for ``fault`` given every past attempt on the node (any order, any age)."""
+def next_step(fault: Fault, history: Sequence[RepairAttempt], now: datetime, cfg: PolicyConfig, *,
+              bmc: bool = False) -> NextStep:
+    """The next rung for ``fault`` given every past attempt on the node (any order, any age);
+    ``bmc``: the node has a BMC executor (the power-cycle rung)."""
     recent = [a for a in history if now - cfg.lemon_window <= a.time <= now and a.step != S.TICKET]
     if len(recent) >= cfg.lemon_repairs:
         return NextStep(S.TICKET, f"lemon node: {len(recent)} repairs within {format_duration(cfg.lemon_window)} "
                                   f"(limit {cfg.lemon_repairs}): retirement recommended", lemon=True)
     same = [a for a in history if a.fault == fault.key and now - cfg.reboot_window <= a.time <= now
             and a.step != S.TICKET]
-    reboots = sum(1 for a in same if a.step == S.REBOOT)
+    reboots = sum(1 for a in same if a.step in REBOOT_STEPS)
     window = format_duration(cfg.reboot_window)
     if reboots >= cfg.reboot_limit:
         return NextStep(S.TICKET, f"{fault.key} came back after {reboots} reboots within {window}: "
                                   "hardware inspection")
-    ladder = ladder_for(fault)
+    ladder = ladder_for(fault, bmc=bmc)
     if not ladder:
         return NextStep(S.TICKET, f"{fault.key}: the catalog recommends {fault.action}; "
                                   "no automated repair can do that")

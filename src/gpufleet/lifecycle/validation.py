@@ -40,6 +40,7 @@ LEVEL_AFTER: Mapping[RepairStep | Situation, str] = {
     RepairStep.GPU_RESET: QUICK,
     RepairStep.RESTART_FABRIC_MANAGER: QUICK,
     RepairStep.REBOOT: FULL,
+    RepairStep.POWER_CYCLE: FULL,
     Situation.PEOPLE: FULL,
 }
 # Failed checks that measured the fabric between nodes (gpufleet.checks.multinode).

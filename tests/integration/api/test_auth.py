@@ -52,10 +52,14 @@ ACCESS: dict[tuple[str, str], set[str]] = {
     ("GET", "/v1/goodput"): READ,
     ("GET", "/v1/nodes/{node}/commands"): REPORT,
     ("POST", "/v1/nodes/{node}/commands/{command_id}/result"): REPORT,
+    ("PUT", "/v1/nodes/{node}/commands/{command_id}/bundle"): REPORT,
+    ("GET", "/v1/nodes/{node}/bundles"): READ,
+    ("GET", "/v1/bundles/{bundle_id}"): READ,
+    ("GET", "/v1/firmware"): READ,
 }
 
 PARAMS = {"node": "r01-n01", "action_id": "d-0000000000000000:drain", "job_id": "job-1",
-          "command_id": "d-0000000000000000:repair:1:gpu_reset"}
+          "command_id": "d-0000000000000000:repair:1:gpu_reset", "bundle_id": "d-0000000000000000:repair:bundle"}
 
 
 def body_for(method: str, path: str, now: str) -> Any:
@@ -83,6 +87,8 @@ def body_for(method: str, path: str, now: str) -> Any:
         return None
     if path.endswith("/result"):
         return {"ok": True, "detail": "auth test"}
+    if path.endswith("/bundle"):
+        return {"node": "r01-n01", "nvml": {"status": "auth test"}}
     return {"reason": "auth test"}
 
 

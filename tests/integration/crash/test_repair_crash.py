@@ -1,6 +1,7 @@
-"""Crash safety of the repair ladder: SIGKILL a real ``gpufleet controller serve`` while a repair step
-(a GPU reset queued for the node's agent) is in flight; the restarted controller resumes the same
-step — the agent sees one command, never two — and the loop goes on to revalidation.
+"""Crash safety of the repair ladder: SIGKILL a real ``gpufleet controller serve`` while the diagnostic
+bundle capture, then a repair step (a GPU reset queued for the node's agent), is in flight; the
+restarted controller resumes the same command each time — the agent sees one command, never two — and
+the loop goes on to revalidation.
 
 (The other phases of the loop, on the real Slurm lab: tests/e2e/test_loop_crash.py.)"""
 
@@ -45,8 +46,19 @@ def test_sigkill_while_a_repair_step_is_in_flight_runs_it_once(fleet: Fleet) -> 
         cmds: list[dict[str, Any]] = r.json()["commands"]
         return cmds
 
-    first = wait_until(queued, "a gpu_reset queued for the agent", 30)
-    assert [c["kind"] for c in first] == ["gpu_reset"]
+    bundle = wait_until(queued, "a diagnostic bundle requested from the agent", 30)
+    assert [c["kind"] for c in bundle] == ["diagnostic_bundle"]
+    fleet.kill_controller()  # while waiting for the bundle
+    fleet.restart_controller()
+    wait_until(lambda: any(a["kind"] == "repair" and a["status"] == "waiting" for a in api.actions(node)),
+               "the restarted controller resumed waiting for the bundle", 30)
+    assert [c["id"] for c in queued()] == [bundle[0]["id"]], "the same capture, not a second one"
+    r = httpx.post(f"{api.url}/nodes/{node}/commands/{bundle[0]['id']}/result",
+                   json={"ok": False, "detail": "capture failed"}, headers=_h(AGENT_TOKEN))
+    assert r.status_code == 200  # a failed capture: the repair goes on without it
+
+    first = wait_until(lambda: [c for c in queued() if c["kind"] == "gpu_reset"], "a gpu_reset queued", 30)
+    assert [c["kind"] for c in queued()] == ["gpu_reset"]
     fleet.kill_controller()  # mid-step: the command is queued, the controller is waiting for its result
     fleet.restart_controller()
     wait_until(lambda: any(a["kind"] == "repair" and a["status"] == "waiting" for a in api.actions(node)),

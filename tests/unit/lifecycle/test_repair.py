@@ -63,3 +63,29 @@ def test_lemon_node_gets_a_retire_recommendation() -> None:
     assert not next_step(XID48, history[1:], T0, CFG).lemon  # three within 30d: not yet
     few = PolicyConfig(lemon_repairs=2, lemon_window=timedelta(days=5))
     assert next_step(XID48, history, T0, few).step == S.GPU_RESET  # only one attempt within 5 days
+
+
+def climb(fault: Fault, *, bmc: bool, ok: bool = True) -> list[RepairStep]:
+    seen: list[RepairAttempt] = []
+    rungs = []
+    for i in range(5):
+        nxt = next_step(fault, seen, T0 + timedelta(hours=i), CFG, bmc=bmc)
+        rungs.append(nxt.step)
+        if nxt.step == S.TICKET:
+            break
+        seen.append(RepairAttempt(T0 + timedelta(hours=i), fault.key, nxt.step, ok))
+    return rungs
+
+
+def test_with_a_bmc_the_last_reboot_is_a_power_cycle() -> None:
+    assert climb(XID48, bmc=True) == [S.GPU_RESET, S.REBOOT, S.POWER_CYCLE, S.TICKET]
+    assert climb(XID79, bmc=True, ok=False) == [S.REBOOT, S.POWER_CYCLE, S.TICKET]
+    assert climb(Fault("sxid:12028", Action.REBOOT), bmc=True) == [S.RESTART_FABRIC_MANAGER, S.REBOOT,
+                                                                    S.POWER_CYCLE, S.TICKET]
+    assert climb(Fault("check_failed", Action.REPLACE), bmc=True) == [S.TICKET]
+
+
+def test_a_power_cycle_counts_towards_the_reboot_limit() -> None:
+    history = [at(1, "xid:79", S.POWER_CYCLE), at(2, "xid:79", S.REBOOT)]
+    nxt = next_step(XID79, history, T0, CFG, bmc=True)
+    assert nxt.step == S.TICKET and "2 reboots" in nxt.reason

@@ -13,6 +13,8 @@ from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Query, sta
 
 from gpufleet import __version__
 from gpufleet.controller import web
+from gpufleet.controller.bmc.watcher import BmcWatcher
+from gpufleet.controller.bundles import Bundles
 from gpufleet.controller.ingest import MAX_QUEUED_EVENTS, GroupCommitter
 from gpufleet.controller.reconciler import Reconciler
 from gpufleet.controller.retention import Retention
@@ -27,6 +29,7 @@ from gpufleet.lifecycle.states import NodeState
 
 from . import errors, metrics
 from .auth import ADMINISTER, OPERATE, READ, REPORT, Caller, TokenRegistry, require
+from .bmc import bmc_router
 from .commands import commands_router
 from .fastpath import FastPathCounts, IngestFastPath
 from .goodput import GoodputObserver, goodput_router
@@ -64,7 +67,8 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
                reconciler: Reconciler | None = None, *, fast_ingest: bool = True,
                limits: Limits = DEFAULT_LIMITS, max_queued_events: int = MAX_QUEUED_EVENTS,
                api_docs: bool = True, openapi_requires_auth: bool = False,
-               retention: Retention | None = None) -> FastAPI:
+               retention: Retention | None = None, bmc: BmcWatcher | None = None,
+               bundles: Bundles | None = None) -> FastAPI:
     """The API app. ``fast_ingest=False`` leaves every event post to the framework's route (the fast
     path answers exactly alike; the switch exists to show that, and to rule it out when debugging).
     ``api_docs=False`` serves no ``/docs`` or ``/redoc`` (their pages load Swagger UI / ReDoc from a
@@ -292,6 +296,7 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
                                      if caller.role == Role.AGENT else None, goodput_observers))
     v1.include_router(commands_router(controller, _may_report))  # the agent command channel (repairs)
     v1.include_router(ttm_router(controller))  # GET /v1/ttm: time to market
+    v1.include_router(bmc_router(controller, _may_report, bmc, bundles))  # firmware, diagnostic bundles
     app.include_router(v1)
     installed = metrics.install(app, controller, committer, reconciler, retention)  # GET /metrics
     goodput_observers.append(installed.on_goodput)

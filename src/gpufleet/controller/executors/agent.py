@@ -27,11 +27,11 @@ class AgentExecutor:
             raise InvalidInput("step", req.step, f"one of {sorted(AGENT_STEPS)} (what a node's agent can do)")
         self.repairs.enqueue(req.key, req.node, req.step, self.clock.now())
 
-    def outcome(self, key: str) -> StepOutcome | None:
-        return _outcome(self.repairs.command(key), key)
+    def outcome(self, req: StepRequest) -> StepOutcome | None:
+        return _outcome(self.repairs.command(req.key), req.key)
 
-    def abandon(self, key: str) -> StepOutcome | None:
-        return _outcome(self.repairs.expire(key, self.clock.now()), key)
+    def abandon(self, req: StepRequest) -> StepOutcome | None:
+        return _outcome(self.repairs.expire(req.key, self.clock.now()), req.key)
 
 
 def _outcome(cmd: Command | None, key: str) -> StepOutcome | None:

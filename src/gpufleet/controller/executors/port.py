@@ -3,7 +3,8 @@
 Implementations: :class:`~gpufleet.controller.executors.agent.AgentExecutor` (GPU reset, reboot,
 fabric-manager restart, run by the node's own agent over the authenticated command channel) and
 :class:`~gpufleet.controller.executors.ticket.TicketExecutor` (hands the node to people with a
-webhook). A BMC executor (Redfish power cycle) is the next one.
+webhook) and :class:`~gpufleet.controller.executors.bmc.BmcExecutor` (power cycle through the node's
+BMC, Redfish).
 
 Consistency and failure behaviour (the contract):
 
@@ -13,7 +14,8 @@ Consistency and failure behaviour (the contract):
   The caller records the key before it calls ``start``.
 * **Failures.** ``start`` raises :class:`~gpufleet.domain.errors.ExternalError` for a retryable
   failure (receiver unreachable, 5xx) and :class:`~gpufleet.domain.errors.Conflict` for one that
-  will not go away by retrying (the receiver refused the request).
+  will not go away by retrying (the receiver refused the request). The repairer retries a step's
+  ``start`` ``start_tries`` times with backoff, then counts the step as failed (the next rung).
 * **Results.** ``outcome`` returns None while the step is still running, else whether it worked and
   a one-line detail. A step that worked is not a verdict on the node: the node is validated next.
 """
@@ -37,6 +39,7 @@ class StepRequest:
     time: datetime
     lemon: bool = False  # a retire recommendation
     history: tuple[RepairAttempt, ...] = ()
+    bundle: str = ""  # the diagnostic bundle captured when the node entered repair ("" = none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,8 +53,8 @@ class Executor(Protocol):
 
     def start(self, req: StepRequest) -> None: ...
 
-    def outcome(self, key: str) -> StepOutcome | None: ...
+    def outcome(self, req: StepRequest) -> StepOutcome | None: ...
 
-    def abandon(self, key: str) -> StepOutcome | None:
+    def abandon(self, req: StepRequest) -> StepOutcome | None:
         """Give up on a step with no result in time; returns its outcome if it finished meanwhile."""
         ...

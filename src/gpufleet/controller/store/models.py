@@ -13,6 +13,7 @@ from sqlalchemy import (
     Float,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     TypeDecorator,
@@ -179,6 +180,22 @@ class CommandRow(Base):
     updated: Mapped[datetime]
     detail: Mapped[str] = mapped_column(Text, default="")
     __table_args__ = (Index("ix_commands_node_status", "node", "status"),)
+
+
+class BundleRow(Base):
+    """A diagnostic bundle captured when a node entered repair (migration 0006). ``id`` is the capture
+    command's key (``<repair action id>:bundle``); ``data`` is the gzip of the bundle's JSON."""
+
+    __tablename__ = "bundles"
+    id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    node: Mapped[str] = mapped_column(String(128))
+    action_id: Mapped[str] = mapped_column(String(200))
+    created: Mapped[datetime]
+    size: Mapped[int] = mapped_column(Integer)  # bytes of data (compressed)
+    sha256: Mapped[str] = mapped_column(String(64))
+    summary: Mapped[str] = mapped_column(Text, default="")  # what it holds and what was skipped
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    __table_args__ = (Index("ix_bundles_node", "node"),)
 
 
 class RepairRow(Base):

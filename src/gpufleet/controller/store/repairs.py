@@ -49,11 +49,11 @@ class RepairStore:
         self.session = store.session
 
     # ---- commands for agents ----------------------------------------------------------------
-    def enqueue(self, key: str, node: str, kind: RepairStep, now: datetime) -> None:
+    def enqueue(self, key: str, node: str, kind: str, now: datetime) -> None:
         """Queue ``kind`` for ``node``'s agent under ``key`` (a no-op when ``key`` exists)."""
         with self.session.begin() as s:
             if s.get(CommandRow, key) is None:
-                s.add(CommandRow(id=key, node=node, kind=kind.value, status=CommandStatus.QUEUED, created=now,
+                s.add(CommandRow(id=key, node=node, kind=str(kind), status=CommandStatus.QUEUED, created=now,
                                  updated=now, detail=""))
 
     def pending(self, node: str) -> list[Command]:
