@@ -36,6 +36,7 @@ ACCESS: dict[tuple[str, str], set[str]] = {
     ("POST", "/v1/nodes/{node}/cancel-held"): OPERATE,
     ("POST", "/v1/held/approve"): OPERATE,
     ("GET", "/v1/verdicts"): READ,
+    ("GET", "/v1/ttm"): READ,
     ("POST", "/v1/events"): REPORT,
     ("GET", "/v1/events"): READ,
     ("GET", "/v1/decisions"): READ,

@@ -86,6 +86,7 @@ def bmc_router(controller: Controller, check: Callable[[Caller, str, str], None]
 
     @r.get("/nodes/{node}/bundles", response_model=BundlesOut, summary="The node's diagnostic bundles (viewer)")
     def of_node(node: str, _: Reader) -> BundlesOut:
+        controller.state_of(node)  # NotFound (404) for a node the controller does not know
         return BundlesOut(bundles=[_out(b) for b in store.store.of_node(node)])
 
     @r.get("/bundles/{bundle_id}", summary="Download a diagnostic bundle: gzipped JSON (viewer)",
