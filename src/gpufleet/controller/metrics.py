@@ -60,6 +60,9 @@ class ControllerMetrics:
                                         registry=r)
         self.transitions = Counter(f"{PREFIX}node_transitions", "Node lifecycle transitions.",
                                    ["from_state", "to_state"], registry=r)
+        self.stale_events = Counter(f"{PREFIX}stale_events", "Degraded or fatal events not acted on because "
+                                    "they were stamped before their node's last transition (audit: "
+                                    "stale_evidence).", registry=r)
         self.events_deleted = Counter(f"{PREFIX}events_deleted", "Events deleted by retention ([retention] "
                                       "events).", registry=r)
         self.events_archived = Counter(f"{PREFIX}events_archived", "Events written to the retention archive "
@@ -108,6 +111,8 @@ class ControllerMetrics:
         self.events_archived.inc(archived)
 
     def on_plan(self, plan: Plan) -> None:
+        if plan.stale_events:
+            self.stale_events.inc(plan.stale_events)
         for d in plan.decisions:
             self.decisions.labels(d.rule, d.status.value).inc()
         for _id, status in plan.status_changes:

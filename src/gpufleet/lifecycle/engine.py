@@ -174,10 +174,35 @@ class LifecycleEngine:
             rec = self.nodes[node]
             self._prune(rec, now)
             view = rec.view()
-            decision = self.policy.decide(view, self.policy.fresh(view, mine, now), rec.recent, now)
+            fresh = self.policy.fresh(view, mine, now)
+            if len(fresh) < len(mine):
+                plan.extend(self._stale(view, mine, fresh, now))
+            decision = self.policy.decide(view, fresh, rec.recent, now)
             if decision is not None:
                 plan.extend(self._apply(decision, now))
         return plan
+
+    def _stale(self, view: NodeView, arrived: Sequence[HealthEvent], fresh: Sequence[HealthEvent],
+               now: datetime) -> Plan:
+        """Say so when faults arrive too late to act on (stamped before the node's last transition, or
+        older than the lookback): a replayed old kernel log, an agent whose spool held them for long, a
+        skewed clock. Nothing is decided on them, but nothing is dropped silently either: one audit line
+        per node and batch, counted on the controller's metrics."""
+        kept = {id(e) for e in fresh}
+        late = [e for e in arrived if id(e) not in kept
+                and self.policy.severity_of(e).severity.rank >= Severity.DEGRADED.rank]
+        if not late:
+            return Plan()
+        first = late[0]
+        code = "" if first.code is None else f" {first.code}"
+        detail = (f"{len(late)} degraded/fatal event(s) not acted on: stamped before this node's last transition "
+                  f"({view.state} since {view.since.isoformat(timespec='seconds')}, less the "
+                  f"{self.policy.config.clock_skew} clock-skew allowance) or older than the "
+                  f"{self.policy.lookback()} lookback; first: {first.id} ({first.kind.value}{code} stamped "
+                  f"{first.time.isoformat(timespec='seconds')})")
+        log.warning("%s: %s", view.node, detail)
+        return Plan(audit=[AuditEntry(now, Actor.POLICY, "policy", "stale_evidence", view.node, detail)],
+                    stale_events=len(late))
 
     def observe_component_fault(self, fault: ComponentFault, now: datetime) -> Plan:
         """Take every serving node behind a faulty shared component out as ONE decision.

@@ -42,8 +42,10 @@ class Plan:
     audit: list[AuditEntry] = field(default_factory=list)
     breaker: BreakerState | None = None  # set when the breaker changed
     dry_run: bool | None = None  # set when the mode changed
+    stale_events: int = 0  # degraded/fatal events not acted on: older than the node's last transition
 
     def extend(self, other: Plan) -> None:
+        self.stale_events += other.stale_events
         self.decisions += other.decisions
         self.status_changes += other.status_changes
         self.transitions += other.transitions
