@@ -172,7 +172,7 @@ def sdc_run(device: str, dtype: str, n: int, seed: int, *, flip_bit: int | None 
     if flip_bit is not None:
         bits = result.view(torch.int32)
         bits[0, 0] ^= 1 << flip_bit
-    digest = hashlib.sha256(bytes(result.untyped_storage())).hexdigest()
+    digest = hashlib.sha256(result.numpy().tobytes()).hexdigest()  # one copy (bytes(storage) walks it in Python)
     gen = torch.Generator(device="cpu").manual_seed(seed + 1)
     # Entries never 0, so an error in any single element always changes C r.
     r = torch.randint(1, 1 << 16, (n, 1), generator=gen, dtype=torch.int64)
