@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpufleet.correlate.engine import Engine
-from gpufleet.correlate.model import Suspect, SuspectAction, VerdictStatus
+from gpufleet.correlate.model import Suspect, SuspectAction, Verdict, VerdictStatus
 from gpufleet.domain.errors import Conflict, ExternalError, GpufleetError, InvalidInput, NotFound
 from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.fleet import Fleet, Node
@@ -65,7 +65,7 @@ class Controller:
         self.clock = clock
         # With a topology, every event also goes through the correlation engine; a verdict that blames
         # a shared component (leaf, NVSwitch, cable, tray) drains the nodes behind it as one decision.
-        self.correlator = Engine(topology, catalog=policy.catalog) if topology is not None else None
+        self.correlator: Engine | None = None
         self.verdicts: list[Suspect] = []
         self.topology = topology
         self.lock = threading.RLock()
@@ -74,6 +74,9 @@ class Controller:
         self.identity.load(self.store.load_inventories())
         self.admission = self._admission()
         self.engine = self._load(self.admission)
+        # The correlation window is rebuilt from the store: a restart keeps its evidence.
+        self._correlator_stale = True
+        self._rebuild_correlator()
         self.on_plan: list[Callable[[Plan], None]] = []  # observers (the demo's live view)
         self.max_clock_skew = MAX_CLOCK_SKEW  # how far ahead of our clock a reported time may be
         self.clock_skew: dict[str, float] = {}  # node -> its agent's clock minus ours at its last heartbeat (s)
@@ -154,6 +157,8 @@ class Controller:
             if not valid:
                 return out
             now = self.clock.now()
+            if self._correlator_stale:
+                self._rebuild_correlator()
             prepared = [(slot, self.admission.prepare(events)) for slot, events in valid]
 
             def decide(tx: IngestRound, new: set[EventKey]) -> Round | None:
@@ -228,10 +233,9 @@ class Controller:
         for e in events:
             for v in self.correlator.observe_health_event(e):
                 s = v.suspect
+                self.verdicts = _standing(self.verdicts, v)
                 if v.status == VerdictStatus.CLEARED:
-                    self.verdicts = [x for x in self.verdicts if x.component != s.component]
                     continue
-                self.verdicts = [x for x in self.verdicts if x.component != s.component] + [s]
                 if len(s.affected_nodes) < 2 or s.action in _NO_DRAIN:
                     continue  # one node's own fault: the per-node policy handles it
                 fault = ComponentFault(s.component, s.kind, s.affected_nodes, s.reason or s.action.value,
@@ -440,6 +444,10 @@ class Controller:
         """After a failed write: memory becomes what the database holds — if it can be read (a commit
         whose outcome is unknown may have landed). If not, memory is left as it is (rolled back by
         :meth:`_atomic`), never half replaced."""
+        # The correlation engine cannot be rolled back (it folds events into running scores): it is
+        # rebuilt from the store, now or — if the store cannot be read either — before the next ingest,
+        # so an event whose write failed is never counted twice when its agent sends it again.
+        self._correlator_stale = True
         try:
             admission = self._admission()
             engine = self._load(admission)
@@ -448,8 +456,31 @@ class Controller:
                       "failed write", brief(err))
             return False
         self.admission, self.engine = admission, engine
+        self._rebuild_correlator()
         heap.settle("reloading state after a failed write")
         return True
+
+    def _rebuild_correlator(self) -> None:
+        """A correlation engine holding the window's events as the store has them, and the verdicts
+        standing at its end. Replaying decides nothing: what those verdicts drained is already in the
+        lifecycle engine's state. On a store error the old engine stays and is rebuilt next time."""
+        if self.topology is None:
+            self._correlator_stale = False
+            return
+        correlator = Engine(self.topology, catalog=self.policy_file.catalog)
+        verdicts: list[Suspect] = []
+        try:
+            window = self.store.events_since(self.clock.now() - correlator.window)
+        except Exception as err:
+            log.error("could not read the correlation window from the store (%s); rebuilding it later", brief(err))
+            return
+        for e in self.admission.prepare(window):
+            for v in correlator.observe_health_event(e):
+                verdicts = _standing(verdicts, v)
+        self.correlator, self.verdicts, self._correlator_stale = correlator, verdicts, False
+        if window:
+            log.info("correlation: rebuilt the %s window from %d stored events, %d verdict(s) standing",
+                     correlator.window, len(window), len(verdicts))
 
     def _load(self, admission: Admission) -> LifecycleEngine:
         cfg, catalog = self.policy_file.config, self.policy_file.catalog
@@ -500,6 +531,12 @@ class _Reused(Exception):
 
 
 _PAYLOAD = ("kind", "time", "code", "severity", "message", "source", "attrs")
+
+
+def _standing(verdicts: list[Suspect], v: Verdict) -> list[Suspect]:
+    """The standing verdicts after ``v``: one per component, the latest; a cleared one removed."""
+    kept = [x for x in verdicts if x.component != v.suspect.component]
+    return kept if v.status == VerdictStatus.CLEARED else [*kept, v.suspect]
 
 
 def _payload(e: HealthEvent) -> tuple[object, ...]:

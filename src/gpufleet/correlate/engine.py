@@ -110,6 +110,11 @@ class Engine:
         self.unknown = 0  # events naming a component the topology does not have
         self.late = 0  # events older than the window on arrival
 
+    @property
+    def in_window(self) -> int:
+        """Counted events still inside the window (each observed event is counted at most once)."""
+        return len(self._queue)
+
     # -- input ----------------------------------------------------------------------------------------
 
     def observe(self, ev: FileEvent) -> list[Verdict]:
