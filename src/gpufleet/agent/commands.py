@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import ssl
 import subprocess
 import threading
 from collections.abc import Callable, Sequence
@@ -119,11 +120,12 @@ class CommandPoller:
     def __init__(self, controller: str, token: str, node: str, repairs: NodeRepairs, journal: Path, *,
                  boot_id: Callable[[], str], on_repaired: Callable[[str], None] | None = None,
                  interval: float = 10.0, client: httpx.Client | None = None,
-                 bundler: Callable[[], dict[str, Any]] | None = None) -> None:
+                 bundler: Callable[[], dict[str, Any]] | None = None,
+                 verify: ssl.SSLContext | bool = True) -> None:
         self.node, self.repairs, self.journal = node, repairs, journal
         self.bundler = bundler
         self.boot_id, self.on_repaired, self.interval = boot_id, on_repaired, interval
-        self._http = client or httpx.Client(base_url=controller.rstrip("/") + "/v1", timeout=30.0,
+        self._http = client or httpx.Client(base_url=controller.rstrip("/") + "/v1", timeout=30.0, verify=verify,
                                             headers={"Authorization": f"Bearer {token}"})
 
     def run(self, stop: threading.Event) -> None:
@@ -252,7 +254,8 @@ class CommandPoller:
 
 
 def start_poller(cfg: AgentConfig, token: str, device: Device, stop: threading.Event,
-                 on_repaired: Callable[[str], None] | None = None) -> threading.Thread | None:
+                 on_repaired: Callable[[str], None] | None = None,
+                 verify: ssl.SSLContext | bool = True) -> threading.Thread | None:
     """Poll for repair commands in a thread (``commands`` on and pushing to a controller)."""
     if not (cfg.commands and cfg.push and cfg.controller):
         return None
@@ -260,7 +263,8 @@ def start_poller(cfg: AgentConfig, token: str, device: Device, stop: threading.E
                             else HostRepairs(cfg.reboot_command, cfg.fabric_manager_command))
     poller = CommandPoller(cfg.controller, token, cfg.node, repairs, cfg.state_dir / "commands.json",
                            boot_id=boot_id_reader(cfg.proc_root), on_repaired=on_repaired,
-                           interval=cfg.command_poll_s, bundler=lambda: bundles.collect(cfg, device))
+                           interval=cfg.command_poll_s, bundler=lambda: bundles.collect(cfg, device),
+                           verify=verify)
 
     def loop() -> None:
         try:

@@ -89,6 +89,10 @@ class AgentConfig(BaseSettings):
     inject: list[str] = Field(default_factory=list)  # simulated faults (device = "sim"), agent/devices/simfaults.py
     controller: str | None = None  # the controller's base URL (http[s]://host:8470); none: events stay local
     token_file: Path | None = None  # file holding the agent's bearer token (an agent-role token naming this node)
+    # TLS to an https:// controller (agent/tls.py, docs/api.md#tls)
+    ca_file: Path | None = None  # PEM bundle of the CA that signed the controller's certificate (unset: system store)
+    client_cert: Path | None = None  # this node's client certificate (PEM), when the controller has [tls] client_ca
+    client_key: Path | None = None  # the key of client_cert (PEM); both or neither
     push: bool = True  # send events to the controller (false: expose metrics and write the status file only)
     push_batch: int = Field(500, ge=1, le=10_000)  # events per POST /v1/events
     heartbeat_s: float = Field(30.0, gt=0)  # seconds between heartbeats (the controller's liveness signal)

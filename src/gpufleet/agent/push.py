@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import ssl
 import threading
 from dataclasses import dataclass
 from datetime import datetime
@@ -88,6 +89,7 @@ class ControllerClient:
         *,
         timeout_s: float = 10.0,
         transport: httpx.BaseTransport | None = None,
+        verify: ssl.SSLContext | bool = True,
     ) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise InvalidInput("controller", base_url, "an http:// or https:// URL")
@@ -96,6 +98,7 @@ class ControllerClient:
             base_url=base_url.rstrip("/"),
             timeout=timeout_s,
             transport=transport,
+            verify=verify,  # agent/tls.py: the site CA and this node's client certificate
             headers={
                 "Authorization": f"Bearer {token}",
                 "Content-Type": "application/json",

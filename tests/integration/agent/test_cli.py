@@ -130,6 +130,8 @@ def test_daemonset_matches_the_cli_and_config(tmp_path: Path) -> None:
     assert cfg.controller and cfg.thresholds.ib_expected_rate_gbps == 400
     assert cfg.ib_root == Path("/host/sys/class/infiniband")
     assert "containerPort: 9400" in text and "mountPath: /var/lib/gpufleet-agent" in text
+    assert cfg.controller.startswith("https://") and cfg.ca_file == Path("/etc/gpufleet-tls/ca.crt")
+    assert "mountPath: /etc/gpufleet-tls" in text and "{key: ca.crt, path: ca.crt}" in text
 
 
 def test_systemd_unit_matches_the_cli() -> None:

@@ -1,7 +1,8 @@
 """The controller over TLS: a server certificate, and optionally client certificates for agents.
 
 Certificates are made in the test with the openssl command line (a throwaway CA, a server certificate
-for 127.0.0.1 and a client certificate), and the real controller (uvicorn) serves on a free port.
+for 127.0.0.1 and a client certificate), and the real controller (uvicorn) serves on a free port. A real
+``gpufleet agent`` process pushes to it over mutual TLS with its ``ca_file``/``client_cert``/``client_key``.
 """
 
 from __future__ import annotations
@@ -9,18 +10,28 @@ from __future__ import annotations
 import shutil
 import ssl
 import subprocess
+import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import httpx
 import pytest
 
+from gpufleet.agent.push import ControllerClient
+from gpufleet.agent.tls import client_tls
 from gpufleet.controller.runtime import Runtime, build
 from gpufleet.controller.settings import ControllerSettings, Role, SchedulerKind, TlsSettings, TokenConfig
+from gpufleet.controller.store.repo import Page, Store
+from gpufleet.domain.fleet import Fleet, Gpu, Node
 from gpufleet.schedulers.sim import SimScheduler
 from tests.conftest import require_service
+from tests.integration.agent.harness import wait_for
 
 TOKEN = "tls-viewer-token-0001"
+NODE = "r01-n007"
+AGENT_TOKEN = "tls-agent-token-r01-n007-0001"
 
 
 def _openssl(*args: str, cwd: Path) -> None:
@@ -44,11 +55,17 @@ def certs(tmp_path: Path) -> Path:
     return d
 
 
-def _serve(tmp_path: Path, tls: TlsSettings) -> Iterator[str]:
+def _serve(tmp_path: Path, tls: TlsSettings, runtimes: list[Runtime] | None = None) -> Iterator[str]:
     settings = ControllerSettings(database_url=f"sqlite:///{tmp_path / 'c.db'}", host="127.0.0.1", port=0,
                                   scheduler=SchedulerKind.SIM, tls=tls,
-                                  tokens=(TokenConfig(name="vera", role=Role.VIEWER, token=TOKEN),))
-    rt: Runtime = build(settings, SimScheduler([]))
+                                  tokens=(TokenConfig(name="vera", role=Role.VIEWER, token=TOKEN),
+                                          TokenConfig(name="agent", role=Role.AGENT, token=AGENT_TOKEN,
+                                                      nodes=(NODE,))))
+    rt: Runtime = build(settings, SimScheduler([NODE]))
+    gpus = tuple(Gpu(f"{NODE}-gpu{i}", i, f"GPU-{i:04d}") for i in range(2))
+    rt.controller.register_fleet(Fleet.of([Node(id=NODE, rack="r01", gpus=gpus)]))
+    if runtimes is not None:
+        runtimes.append(rt)
     ports: list[int] = []
     rt.start_api(in_thread=True, on_started=ports.append)
     try:
@@ -85,3 +102,57 @@ def test_half_a_tls_setting_is_refused_naming_it() -> None:
         TlsSettings(certfile=Path("server.crt"))
     with pytest.raises(ValueError, match="client_ca"):
         TlsSettings(client_ca=Path("ca.crt"))
+
+
+def test_a_real_agent_process_pushes_over_mutual_tls(tmp_path: Path, certs: Path) -> None:
+    tls = TlsSettings(certfile=certs / "server.crt", keyfile=certs / "server.key", client_ca=certs / "ca.crt")
+    runtimes: list[Runtime] = []
+    for url in _serve(tmp_path, tls, runtimes):
+        (tmp_path / "token").write_text(AGENT_TOKEN + "\n")
+        (tmp_path / "agent.toml").write_text(
+            f'controller = "{url}"\n'
+            f'token_file = "{tmp_path / "token"}"\n'
+            f'ca_file = "{certs / "ca.crt"}"\n'
+            f'client_cert = "{certs / "agent.crt"}"\n'
+            f'client_key = "{certs / "agent.key"}"\n'
+            f'state_dir = "{tmp_path / "state"}"\n'
+            "heartbeat_s = 1\npush_backoff_base_s = 0.1\npush_backoff_cap_s = 1\n",
+            encoding="utf-8")
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "gpufleet.cli", "agent", "--config", str(tmp_path / "agent.toml"),
+             "--node", NODE, "--device", "sim", "--gpus", "2", "--no-kmsg", "--metrics-port", "0",
+             "--metrics-addr", "127.0.0.1", "--inject", "xid:79@gpu1", "--duration", "60"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(partial(_xid_arrived, agent, runtimes[0].controller.store),
+                     "the agent's XID 79 stored by the controller over mutual TLS", timeout_s=60)
+        finally:
+            agent.terminate()
+            agent.wait(timeout=30)
+
+
+def _xid_arrived(agent: subprocess.Popen[str], store: Store) -> bool:
+    if agent.poll() is not None:
+        said = agent.stderr.read() if agent.stderr else ""
+        raise AssertionError(f"the agent exited {agent.returncode}: {said[-2000:]}")
+    return any(e.code == 79 for e in store.events(node=NODE, kind="xid", page=Page(limit=10)))
+
+
+def test_an_agent_without_its_client_certificate_is_refused_and_keeps_its_events(
+        tmp_path: Path, certs: Path) -> None:
+    tls = TlsSettings(certfile=certs / "server.crt", keyfile=certs / "server.key", client_ca=certs / "ca.crt")
+    for url in _serve(tmp_path, tls):
+        now = datetime.now(UTC)
+        without = ControllerClient(url, AGENT_TOKEN, verify=client_tls(url, certs / "ca.crt"))
+        refused = without.heartbeat(NODE, now)
+        assert not refused.ok and refused.status is None and refused.error  # the handshake, not a 4xx
+        with_cert = ControllerClient(url, AGENT_TOKEN, verify=client_tls(url, certs / "ca.crt", certs / "agent.crt",
+                                                                         certs / "agent.key"))
+        assert with_cert.heartbeat(NODE, now).ok
+
+
+def test_an_agent_that_does_not_trust_the_controllers_ca_refuses_it(tmp_path: Path, certs: Path) -> None:
+    for url in _serve(tmp_path, TlsSettings(certfile=certs / "server.crt", keyfile=certs / "server.key")):
+        system_store = ControllerClient(url, AGENT_TOKEN, verify=client_tls(url))
+        r = system_store.heartbeat(NODE, datetime.now(UTC))
+        assert not r.ok and r.status is None and "CERTIFICATE_VERIFY_FAILED" in r.error
