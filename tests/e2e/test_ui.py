@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.e2e.browser import Browser
@@ -163,3 +164,16 @@ def test_an_operator_runs_the_fleet_from_the_browser(fleet: Fleet, browser: Brow
     assert browser.follow("form[action='/ui/logout'] button", "signing out") == "/ui/login"
     browser.goto(f"{base}/ui/held")
     assert browser.path() == "/ui/login"
+
+
+def test_the_api_docs_render_in_the_browser_from_the_controller_alone(fleet: Fleet, browser: Browser) -> None:
+    """Swagger UI draws every route, and every resource the page fetched came from the controller:
+    it works on an air-gapped cluster (issue #16)."""
+    ctl = fleet.controller(nodes=["r01-n01"])
+    paths = len(httpx.get(f"{ctl.url}/openapi.json", timeout=10).json()["paths"])
+    browser.goto(f"{ctl.url}/docs")
+    drawn = wait_until(lambda: browser.js("document.querySelectorAll('.opblock').length") or None,
+                       "Swagger UI drew the operations", 30)
+    assert drawn >= paths
+    fetched = browser.js("performance.getEntriesByType('resource').map(e => e.name)")
+    assert fetched and all(u.startswith(ctl.url) for u in fetched), fetched

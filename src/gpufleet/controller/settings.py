@@ -289,7 +289,7 @@ class ControllerSettings(BaseSettings):
     retention: RetentionSettings = RetentionSettings()  # see [retention]: old events deleted (or archived)
     tls: TlsSettings = TlsSettings()  # see [tls]: HTTPS, optional client certificates
     limits: LimitSettings = LimitSettings()  # see [limits]: what a request may cost before its token is checked
-    api_docs: bool = True  # /docs and /redoc (their pages load scripts from a public CDN)
+    api_docs: bool = True  # /docs: Swagger UI, its assets served by the controller itself (no CDN)
     openapi_requires_auth: bool = False  # /openapi.json only for a valid token
 
 

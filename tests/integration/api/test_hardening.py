@@ -192,12 +192,32 @@ def test_refused_requests_are_counted_in_the_status(api: Api, caplog: pytest.Log
     assert (refused["unauthenticated"], refused["forbidden"], refused["overloaded"]) == (2, 1, 0)
 
 
-def test_the_openapi_document_can_require_a_token_and_the_cdn_docs_can_be_off(tmp_path: Path) -> None:
+def test_the_docs_pages_load_every_script_from_the_controller_itself(api: Api) -> None:
+    import re
+
+    assert api.client.get("/redoc").status_code == 404  # ReDoc fetches its logo from a CDN: not served
+    for page in ("/docs",):
+        r = api.client.get(page)
+        assert r.status_code == 200 and "text/html" in r.headers["content-type"]
+        urls = re.findall(r"""(?:src|href)\s*[=:]\s*['"]([^'"]+)['"]""", r.text)
+        assert urls, r.text
+        assert all(u.startswith(("/docs/assets/", "/openapi.json")) for u in urls), urls  # no CDN, no fonts
+        assert "cdn." not in r.text and "fonts.googleapis" not in r.text
+        for u in urls:
+            if u.startswith("/docs/assets/"):
+                asset = api.client.get(u)
+                assert asset.status_code == 200 and len(asset.content) > 1000, u
+    js = api.client.get("/docs/assets/swagger-ui-bundle.js")
+    assert "javascript" in js.headers["content-type"] and b"SwaggerUIBundle" in js.content
+
+
+def test_the_openapi_document_can_require_a_token_and_the_docs_can_be_off(tmp_path: Path) -> None:
     api = _limited(tmp_path, Limits(), openapi_requires_auth=True)
     assert api.client.get("/openapi.json").status_code == 401
     doc = api.client.get("/openapi.json", headers=auth("viewer"))
     assert doc.status_code == 200 and "/v1/events" in doc.json()["paths"]
     assert api.client.get("/docs").status_code == 404
+    assert api.client.get("/docs/assets/swagger-ui.css").status_code == 404
     (tmp_path / "x").mkdir()
     plain = _limited(tmp_path / "x", Limits(), api_docs=False)
     assert plain.client.get("/docs").status_code == 404 and plain.client.get("/redoc").status_code == 404

@@ -27,7 +27,7 @@ from gpufleet.domain.inventory import parse_inventory
 from gpufleet.lifecycle.engine import OperatorOp
 from gpufleet.lifecycle.states import NodeState
 
-from . import errors, metrics
+from . import apidocs, errors, metrics
 from .auth import ADMINISTER, OPERATE, READ, REPORT, Caller, TokenRegistry, require
 from .bmc import bmc_router
 from .commands import commands_router
@@ -71,14 +71,15 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
                bundles: Bundles | None = None) -> FastAPI:
     """The API app. ``fast_ingest=False`` leaves every event post to the framework's route (the fast
     path answers exactly alike; the switch exists to show that, and to rule it out when debugging).
-    ``api_docs=False`` serves no ``/docs`` or ``/redoc`` (their pages load Swagger UI / ReDoc from a
-    public CDN: blank on an air-gapped cluster); ``openapi_requires_auth`` serves ``/openapi.json`` only
-    to a valid token (viewer or above)."""
+    ``api_docs=False`` serves no ``/docs`` (Swagger UI served from the controller itself, assets
+    included: apidocs.py); ``openapi_requires_auth`` serves ``/openapi.json`` only to a valid token
+    (viewer or above), and no docs pages."""
     app = FastAPI(title="gpufleet controller", version=__version__,
                   description="Reliability control plane for GPU training clusters.",
-                  docs_url="/docs" if api_docs and not openapi_requires_auth else None,
-                  redoc_url="/redoc" if api_docs and not openapi_requires_auth else None,
+                  docs_url=None, redoc_url=None,
                   openapi_url=None if openapi_requires_auth else "/openapi.json")
+    if api_docs and not openapi_requires_auth:
+        apidocs.install(app, "/openapi.json", app.title)
     app.state.tokens = TokenRegistry(tokens)
     errors.install(app)
     v1 = APIRouter(prefix="/v1")
