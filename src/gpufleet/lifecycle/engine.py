@@ -35,6 +35,9 @@ from gpufleet.lifecycle.validation import Situation, level_after
 
 log = logging.getLogger(__name__)
 S = NodeState
+# Not part of the fleet the blast-radius budget is a share of: retired nodes, and nodes that have never
+# served (new, in burn-in): a delivery of 500 spares must not let the breaker drain 50 more serving nodes.
+_UNCOUNTED = frozenset({NodeState.RETIRED, NodeState.NEW, NodeState.BURN_IN})
 _NONE = Decision("", "", datetime.min, NodeState.NEW, NodeState.NEW, "", "", Severity.INFO, actor_id="")
 _MAX_RECENT = 512
 
@@ -99,7 +102,7 @@ class LifecycleEngine:
         self._members: dict[str, frozenset[str]] | None = None
         # Kept up to date on every move so budget checks cost O(domains), not O(fleet).
         self._out: set[str] = set()
-        self._retired: set[str] = set()
+        self._uncounted: set[str] = set()
         self._timed: set[str] = set()  # nodes in a state with a time-driven rule (see Policy.on_tick)
         self._undo: _Undo | None = None
         for rec in self.nodes.values():
@@ -128,7 +131,7 @@ class LifecycleEngine:
                 self.nodes.pop(node, None)
                 self._members = None
                 self._out.discard(node)
-                self._retired.discard(node)
+                self._uncounted.discard(node)
                 self._timed.discard(node)
             else:
                 self.nodes[node] = saved
@@ -392,7 +395,13 @@ class LifecycleEngine:
             plan.status_changes.append((d.id, DecisionStatus.CANCELLED))
             again = replace(d, id=decision_id(d.node, d.rule, rec.state, d.to_state, (*d.evidence, "readmit")),
                             from_state=rec.state, time=now)
-            plan.extend(self._apply(again, now))
+            if self.dry_run or not (again.takes_node_out and again.from_state in SCHEDULABLE):
+                plan.extend(self._apply(again, now))
+                continue
+            # Each on its own budget, most severe first: one that does not fit trips the breaker again,
+            # but does not hold the others — a node in a domain with room is drained now.
+            why = self._violation(again.node)
+            plan.extend(self._commit(again, now) if why is None else self._hold(again, why, now))
         return plan
 
     def cancel_held(self, node: str, actor_id: str, reason: str, now: datetime) -> Plan:
@@ -514,10 +523,10 @@ class LifecycleEngine:
             self._out.add(rec.node)
         else:
             self._out.discard(rec.node)
-        if rec.state == S.RETIRED:
-            self._retired.add(rec.node)
+        if rec.state in _UNCOUNTED:
+            self._uncounted.add(rec.node)
         else:
-            self._retired.discard(rec.node)
+            self._uncounted.discard(rec.node)
         if rec.state in TIMED_STATES:
             self._timed.add(rec.node)
         else:
@@ -531,10 +540,10 @@ class LifecycleEngine:
                     members.setdefault(dom, set()).add(r.node)
             self._members = {k: frozenset(v) for k, v in members.items()}
         rec = self.nodes[node]
-        members_active = {d: m - self._retired if self._retired else m for d, m in self._members.items()
+        members_active = {d: m - self._uncounted if self._uncounted else m for d, m in self._members.items()
                           if d in rec.domains}
         return self.budget.violation(node, self._out if out is None else out, {node: rec.domains}, members_active,
-                                     len(self.nodes) - len(self._retired))
+                                     len(self.nodes) - len(self._uncounted))
 
     def _group_violation(self, nodes: Sequence[str]) -> str | None:
         out = set(self._out)

@@ -8,12 +8,13 @@ import pytest
 
 from gpufleet.domain.errors import NotFound
 from gpufleet.domain.events import EventKind
+from gpufleet.domain.fleet import simulated_fleet
 from gpufleet.lifecycle.breaker import Budget
 from gpufleet.lifecycle.decisions import DecisionStatus
-from gpufleet.lifecycle.engine import OperatorOp
+from gpufleet.lifecycle.engine import LifecycleEngine, NodeRecord, OperatorOp
 from gpufleet.lifecycle.states import UNAVAILABLE, NodeState
 
-from .helpers import T0, engine, ev, xid
+from .helpers import T0, engine, ev, policy, xid
 
 
 def out_nodes(eng: object) -> set[str]:
@@ -51,13 +52,14 @@ def test_once_tripped_even_budget_room_is_held_until_reset() -> None:
 def test_reset_readmits_within_budget_and_trips_again_if_needed() -> None:
     eng = engine(40, 4)
     eng.observe([xid(n, 79, T0) for n in sorted(eng.nodes)], T0)
-    before = len(out_nodes(eng))
+    assert len(out_nodes(eng)) == 2  # rack r01's share; the third r01 node tripped it, the rest were held
     now = T0 + timedelta(minutes=5)
     plan = eng.reset_breaker("alice", now, discard_held=False)
     assert any(a.action == "breaker_reset" and a.actor_id == "alice" for a in plan.audit)
-    # The budget was already full, so the re-admitted decisions trip it again, nothing more goes out.
-    assert len(out_nodes(eng)) == before
-    assert eng.breaker.tripped
+    # Re-admitted one by one on the budget: other racks had room, up to the fleet's 4; the rest trip it again.
+    out = out_nodes(eng)
+    assert len(out) == 4 and all(sum(n.startswith(r) for n in out) <= 2 for r in ("r01", "r02", "r03", "r04"))
+    assert eng.breaker.tripped and "budget" in eng.breaker.reason
 
 
 def test_reset_with_discard_cancels_held_and_returns_nodes() -> None:
@@ -110,3 +112,37 @@ def test_new_nodes_burn_in_without_consuming_the_budget() -> None:
     plan = eng.tick(T0)
     assert sum(1 for t in plan.transitions if t.to_state == NodeState.BURN_IN) == 20
     assert not eng.breaker.tripped
+
+
+def test_never_served_nodes_do_not_widen_the_budget() -> None:
+    """40 serving nodes and 40 delivered spares (new, burn-in) in the same racks: the budget is a share of
+    the 40 that serve (fleet 4, 2 per rack of 10), not of 80 (8, 5 per rack of 20)."""
+    fleet = simulated_fleet(80, 4)
+    serving = {n.id for i, n in enumerate(fleet) if i % 2 == 0}
+    recs = [NodeRecord(n.id, NodeState.READY if n.id in serving else (NodeState.NEW if i % 4 == 1 else
+                       NodeState.BURN_IN), T0 - timedelta(days=1), n.domains) for i, n in enumerate(fleet)]
+    eng = LifecycleEngine(policy(), recs)
+    by_rack = sorted(serving, key=lambda n: (sorted(x for x in serving if x[:3] == n[:3]).index(n), n))
+    eng.observe([xid(n, 79, T0) for n in by_rack], T0)  # one per rack in turn
+    out = out_nodes(eng)
+    assert len(out) == 4
+    per_rack: dict[str, int] = {}
+    for n in out:
+        per_rack[n.split("-")[0]] = per_rack.get(n.split("-")[0], 0) + 1
+    assert max(per_rack.values()) <= 2
+    assert eng.breaker.tripped and "of 40 nodes" in eng.breaker.reason
+
+
+def test_a_reset_drains_held_nodes_whose_domains_have_room() -> None:
+    eng = engine(40, 4, doc={"breaker": {"max_unavailable_fleet": 1.0, "max_unavailable_domain": 0.25}})
+    r01 = sorted(n for n in eng.nodes if n.startswith("r01-"))
+    r02 = sorted(n for n in eng.nodes if n.startswith("r02-"))
+    eng.observe([xid(n, 79, T0) for n in r01[:3]], T0)  # rack r01 may lose 2 of 10: the third is held
+    assert eng.breaker.tripped and set(eng.held) == {r01[2]}
+    later = T0 + timedelta(minutes=1)
+    eng.observe([xid(r02[0], 79, later)], later)  # r02 has room, but the breaker is tripped: held too
+    assert set(eng.held) == {r01[2], r02[0]}
+    eng.reset_breaker("alice", later + timedelta(minutes=1), discard_held=False)
+    assert eng.nodes[r02[0]].state == NodeState.DRAINING  # its rack is within budget: drained at the reset
+    assert set(eng.held) == {r01[2]} and eng.breaker.tripped  # r01 is still full: held, breaker tripped again
+    assert eng.nodes[r01[2]].state == NodeState.SUSPECT
