@@ -17,7 +17,7 @@ several controllers in one process):
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -92,6 +92,8 @@ class ControllerMetrics:
         self.goodput_jobs: OrderedDict[str, tuple[float | None, float | None]] = OrderedDict()  # job -> ettr, mfu
         self.committer: GroupCommitter | None = None
         self.reconciler: Reconciler | None = None
+        # requests refused before or by the API, by reason (the API's RefusedCounts: limits, auth)
+        self.refused: Mapping[str, int] = {}
         r.register(_StateCollector(self))
 
     # ---- wiring -----------------------------------------------------------------------------
@@ -238,3 +240,10 @@ class _StateCollector:
         yield CounterMetricFamily(f"{PREFIX}ingest_batches_refused", "Event batches refused whole (invalid, "
                                   "or the write failed).", value=com.batches_refused)
         yield CounterMetricFamily(f"{PREFIX}ingest_rounds", "Group-commit transactions written.", value=com.rounds)
+        refused = CounterMetricFamily(f"{PREFIX}requests_refused", "Requests refused by the limits, the token "
+                                      "check or the full ingest queue, by reason (body_too_large, read_timeout, "
+                                      "header_timeout, header_too_large, unauthenticated, forbidden, overloaded).",
+                                      labels=["reason"])
+        for reason, n in sorted((dict(self.m.refused) | {"overloaded": com.refused}).items()):
+            refused.add_metric([reason], n)
+        yield refused

@@ -52,6 +52,7 @@ Example ``controller.toml``::
     max_body_bytes = 67108864
     max_header_bytes = 16384
     read_timeout_s = 30
+    header_timeout_s = 10
     ingest_queue_events = 10000                 # queued beyond this: 429 with Retry-After
     max_clock_skew = "5m"                       # checkpoints dated further ahead are refused
 
@@ -250,6 +251,7 @@ class LimitSettings(BaseModel):
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)  # 413 past this (a batch of 10,000 events fits)
     max_header_bytes: int = Field(default=16 * 1024, ge=1024)  # 431 past this
     read_timeout_s: float = Field(default=30.0, gt=0)  # to receive a request's body, first byte to last
+    header_timeout_s: float = Field(default=10.0, gt=0)  # to receive a request's line and headers (408, closed)
     keep_alive_s: float = Field(default=75.0, gt=0)  # an idle connection is closed after this
     ingest_queue_events: int = Field(default=10_000, ge=1)  # queued beyond this: 429 + Retry-After
     # a checkpoint dated further ahead of the controller's clock is refused; agents further off are warned about

@@ -33,6 +33,7 @@ def install(app: FastAPI, controller: Controller, committer: GroupCommitter,
     """Add ``/metrics`` and the ingest timing to ``app``; the metrics are kept on ``app.state.metrics``."""
     metrics = ControllerMetrics(controller)
     metrics.attach(committer, reconciler, retention)
+    metrics.refused = app.state.refused
     app.state.metrics = metrics
 
     @app.get("/metrics", response_class=Response, include_in_schema=False)  # not part of the /v1 API
