@@ -58,17 +58,18 @@ def node_names(n: int) -> list[str]:
 
 
 # ---- the server (child process) -----------------------------------------------------------------
-def serve(database_url: str, nodes: int, reconciler: bool) -> None:
+def serve(database_url: str, nodes: int, reconciler: bool, queue_events: int | None = None) -> None:
     """Run the controller like ``gpufleet controller serve``; print the port; stop when stdin closes."""
     import logging
 
     from gpufleet.controller.runtime import build
-    from gpufleet.controller.settings import ControllerSettings, Role, SchedulerKind, TokenConfig
+    from gpufleet.controller.settings import ControllerSettings, LimitSettings, Role, SchedulerKind, TokenConfig
     from gpufleet.schedulers.sim import SimScheduler
 
-    logging.basicConfig(level=logging.WARNING)
+    logging.basicConfig(level=logging.ERROR)  # an overload bench refuses thousands of requests: not a log line each
+    limits = LimitSettings() if queue_events is None else LimitSettings(ingest_queue_events=queue_events)
     settings = ControllerSettings(
-        database_url=database_url, host="127.0.0.1", port=0, scheduler=SchedulerKind.SIM,
+        database_url=database_url, host="127.0.0.1", port=0, scheduler=SchedulerKind.SIM, limits=limits,
         tokens=(TokenConfig(name="bench-admin", role=Role.ADMIN, token=ADMIN),
                 TokenConfig(name="bench-agent", role=Role.AGENT, token=AGENT, nodes=("*",))))
     rt = build(settings, SimScheduler(node_names(nodes)))
@@ -80,9 +81,11 @@ def serve(database_url: str, nodes: int, reconciler: bool) -> None:
 
 
 @contextmanager
-def server(database_url: str, nodes: int, *, reconciler: bool = True) -> Iterator[tuple[str, int]]:
+def server(database_url: str, nodes: int, *, reconciler: bool = True, queue_events: int | None = None
+           ) -> Iterator[tuple[str, int]]:
     cmd = [sys.executable, "-m", "bench.bench_ingest", "serve", "--database-url", database_url,
-           "--nodes", str(nodes)] + ([] if reconciler else ["--no-reconciler"])
+           "--nodes", str(nodes)] + ([] if reconciler else ["--no-reconciler"]) + (
+           [] if queue_events is None else ["--queue-events", str(queue_events)])
     proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -416,8 +419,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--database-url", required=True)
     s.add_argument("--nodes", type=int, required=True)
     s.add_argument("--no-reconciler", action="store_true")
+    s.add_argument("--queue-events", type=int, default=None, help="[limits] ingest_queue_events")
     args = ap.parse_args(argv)
-    serve(args.database_url, args.nodes, not args.no_reconciler)
+    serve(args.database_url, args.nodes, not args.no_reconciler, args.queue_events)
     return 0
 
 

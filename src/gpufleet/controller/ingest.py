@@ -99,6 +99,18 @@ class GroupCommitter:
         if self._thread is not None:
             self._thread.join(timeout)
 
+    def check_room(self) -> None:
+        """Raise Overloaded (429) when the queue is already full: the ingest fast path asks before it
+        parses a body, so refusing costs a read, not a parse and a validation of every event."""
+        with self._start_lock:
+            self._refuse_if_full(1)
+
+    def _refuse_if_full(self, size: int) -> None:
+        if self.queued and self.queued + size > self.max_queued_events:
+            self.refused += 1
+            raise Overloaded("controller", f"ingest queue full ({self.queued} events waiting); retry later",
+                             retry_after_s=RETRY_AFTER_S)
+
     def _enqueue(self, item: _Batch | _Beat, what: str) -> None:
         """Queue ``item``; raises Overloaded (a 429 with Retry-After) when the queue is full."""
         size = len(item.events) if isinstance(item, _Batch) else 1
@@ -106,10 +118,7 @@ class GroupCommitter:
             if self._closed:
                 item.future.set_exception(ExternalError("controller", f"shutting down: not accepting {what}"))
                 return
-            if self.queued and self.queued + size > self.max_queued_events:
-                self.refused += 1
-                raise Overloaded("controller", f"ingest queue full ({self.queued} events waiting); retry later",
-                                 retry_after_s=RETRY_AFTER_S)
+            self._refuse_if_full(size)
             self.queued += size
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="ingest-writer", daemon=True)

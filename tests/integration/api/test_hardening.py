@@ -182,6 +182,22 @@ def test_a_full_ingest_queue_answers_429_with_retry_after(tmp_path: Path, fast: 
     assert committer.refused == 2
 
 
+def test_a_full_queue_refuses_before_the_body_is_parsed(tmp_path: Path) -> None:
+    """The fast path asks for room before parsing: a refusal costs a read, not a validation (a body that
+    would be a 422 is a 429 while the queue is full, and a 422 again once it has room)."""
+    api = make_api(tmp_path, fast_ingest=True)
+    committer = api.app.state.ingest
+    committer.max_queued_events = 3
+    bad = {"events": [{"id": "b1", "node": "r01-n01", "kind": "xid", "code": "not-a-number", "time": "x"}]}
+    with api.controller.lock:
+        committer.submit([])
+        committer.queued = 3
+        full = api.post("/v1/events", bad, "agent")
+    assert full.status_code == 429 and committer.refused == 1
+    committer.queued = 0
+    assert api.post("/v1/events", bad, "agent").status_code == 422
+
+
 def test_refused_requests_are_counted_in_the_status(api: Api, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, "gpufleet.controller.api.auth"):
         assert api.client.get("/v1/nodes").status_code == 401

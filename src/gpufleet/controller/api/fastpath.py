@@ -71,6 +71,13 @@ class IngestFastPath:
             return
         got, more = await read_body(receive)
         body = got or b""
+        if not more:
+            try:
+                self.committer.check_room()  # a full queue refuses before the body is parsed
+            except GpufleetError as err:
+                self.counts.served += 1
+                await errors.response_for(err)(scope, receive, send)
+                return
         work = None if more else (_batch(body, caller) if route == _EVENTS else _beat(body, caller, route))
         if work is None:
             self.counts.passed_on += 1
