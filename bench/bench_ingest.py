@@ -58,7 +58,8 @@ def node_names(n: int) -> list[str]:
 
 
 # ---- the server (child process) -----------------------------------------------------------------
-def serve(database_url: str, nodes: int, reconciler: bool, queue_events: int | None = None) -> None:
+def serve(database_url: str, nodes: int, reconciler: bool, queue_events: int | None = None,
+          max_inflight: int | None = None) -> None:
     """Run the controller like ``gpufleet controller serve``; print the port; stop when stdin closes."""
     import logging
 
@@ -67,7 +68,8 @@ def serve(database_url: str, nodes: int, reconciler: bool, queue_events: int | N
     from gpufleet.schedulers.sim import SimScheduler
 
     logging.basicConfig(level=logging.ERROR)  # an overload bench refuses thousands of requests: not a log line each
-    limits = LimitSettings() if queue_events is None else LimitSettings(ingest_queue_events=queue_events)
+    limits = LimitSettings(**{k: v for k, v in (("ingest_queue_events", queue_events),
+                                                ("max_inflight_reports", max_inflight)) if v is not None})
     settings = ControllerSettings(
         database_url=database_url, host="127.0.0.1", port=0, scheduler=SchedulerKind.SIM, limits=limits,
         tokens=(TokenConfig(name="bench-admin", role=Role.ADMIN, token=ADMIN),
@@ -81,11 +83,12 @@ def serve(database_url: str, nodes: int, reconciler: bool, queue_events: int | N
 
 
 @contextmanager
-def server(database_url: str, nodes: int, *, reconciler: bool = True, queue_events: int | None = None
-           ) -> Iterator[tuple[str, int]]:
+def server(database_url: str, nodes: int, *, reconciler: bool = True, queue_events: int | None = None,
+           max_inflight: int | None = None) -> Iterator[tuple[str, int]]:
     cmd = [sys.executable, "-m", "bench.bench_ingest", "serve", "--database-url", database_url,
            "--nodes", str(nodes)] + ([] if reconciler else ["--no-reconciler"]) + (
-           [] if queue_events is None else ["--queue-events", str(queue_events)])
+           [] if queue_events is None else ["--queue-events", str(queue_events)]) + (
+           [] if max_inflight is None else ["--max-inflight", str(max_inflight)])
     proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -218,7 +221,7 @@ class Connection:
             if length:
                 await self.reader.readexactly(length)
             return status
-        except (OSError, asyncio.IncompleteReadError, ValueError):
+        except (OSError, RuntimeError, asyncio.IncompleteReadError, ValueError):  # RuntimeError: closed transport
             return 0
 
     async def close(self) -> None:
@@ -420,8 +423,9 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--nodes", type=int, required=True)
     s.add_argument("--no-reconciler", action="store_true")
     s.add_argument("--queue-events", type=int, default=None, help="[limits] ingest_queue_events")
+    s.add_argument("--max-inflight", type=int, default=None, help="[limits] max_inflight_reports")
     args = ap.parse_args(argv)
-    serve(args.database_url, args.nodes, not args.no_reconciler, args.queue_events)
+    serve(args.database_url, args.nodes, not args.no_reconciler, args.queue_events, args.max_inflight)
     return 0
 
 

@@ -1,5 +1,5 @@
-"""Overload: agents' reports offered past the controller's capacity, with the bounded ingest queue
-(``[limits] ingest_queue_events``) and without a bound (the behaviour before issue #16), side by side.
+"""Overload: agents' reports offered past the controller's capacity, with admission control (``[limits]
+ingest_queue_events`` and ``max_inflight_reports``) and without (the behaviour before issue #16), side by side.
 
 The question is what happens past capacity. Unbounded, every report is queued: the backlog, the wait of
 *every* report and the server's memory grow for as long as the overload lasts. Bounded, reports beyond
@@ -38,6 +38,7 @@ from bench.bench_ingest import (
 NODES = 12_500
 CONNECTIONS = 2048  # agents with a report in flight at once (a 12,500-node fleet reporting every 10 s)
 BOUND = 2_000  # events queued for the writer before a report is answered 429 (~0.3-0.5 s of work here)
+INFLIGHT = 256  # [limits] max_inflight_reports in the bounded mode
 UNBOUNDED = 10**9
 SHARES = (0.5, 1.0, 2.0, 3.0)
 
@@ -68,10 +69,14 @@ async def ramp_step(base: str, reports: Reports, rate: float, seconds: float) ->
             took = time.perf_counter() - due
             if status == 202:
                 accepted.append(took)
-            elif status == 429:
+                continue
+            if status == 429:
                 refused.append(took)
             else:
                 failed += 1
+            await conn.close()  # a refusal may close the connection (Connection: close): open another
+            conn = await Connection.open(base)
+        await conn.close()
 
     conns = [await Connection.open(base) for _ in range(CONNECTIONS)]
     tasks = [asyncio.create_task(worker(c)) for c in conns]
@@ -88,8 +93,6 @@ async def ramp_step(base: str, reports: Reports, rate: float, seconds: float) ->
         queue.put_nowait(None)
     await asyncio.gather(*tasks)
     elapsed = time.perf_counter() - t0
-    for c in conns:
-        await c.close()
     return {
         "offered_per_s": round(rate), "accepted": len(accepted), "accepted_per_s": round(len(accepted) / elapsed, 1),
         "refused_429": len(refused), "failed": failed, "unsent_at_grace": unsent,
@@ -105,13 +108,15 @@ def json_body(reports: Reports) -> bytes:
     return json.dumps(reports.next()).encode()
 
 
-def mode(database_url: str, queue_events: int, rates: list[float] | None, seconds: float) -> dict[str, Any]:
+def mode(database_url: str, queue_events: int, max_inflight: int, rates: list[float] | None, seconds: float
+         ) -> dict[str, Any]:
     names = node_names(NODES)
-    with server(database_url, NODES, queue_events=queue_events) as (base, pid):
+    with server(database_url, NODES, queue_events=queue_events, max_inflight=max_inflight) as (base, pid):
         register(base, names)
         reports = Reports(names, seed=7)
         lat, _errors, elapsed = _run(closed_loop(base, reports, 32, min(3.0, seconds)))
         out: dict[str, Any] = {"queue_events": queue_events if queue_events != UNBOUNDED else "unbounded",
+                               "max_inflight_reports": max_inflight if max_inflight != UNBOUNDED else "unbounded",
                                "closed_loop_max_per_s": round(len(lat) / elapsed, 1),
                                "rss_mb_before": round(rss_mb(pid), 1)}
         steps = []
@@ -128,9 +133,9 @@ def run(quick: bool) -> dict[str, Any]:
     result: dict[str, Any] = {"nodes": NODES, "connections": CONNECTIONS, "seconds_per_step": seconds,
                               "shares_of_capacity": list(SHARES)}
     with tempfile.TemporaryDirectory() as tmp:
-        bounded = mode(f"sqlite:///{tmp}/bounded.db", BOUND, None, seconds)
+        bounded = mode(f"sqlite:///{tmp}/bounded.db", BOUND, INFLIGHT, None, seconds)
         rates = [s * bounded["closed_loop_max_per_s"] for s in SHARES]  # the same offered rates for both
-        unbounded = mode(f"sqlite:///{tmp}/unbounded.db", UNBOUNDED, rates, seconds)
+        unbounded = mode(f"sqlite:///{tmp}/unbounded.db", UNBOUNDED, UNBOUNDED, rates, seconds)
     result["bounded"], result["unbounded"] = bounded, unbounded
     top_b, top_u = bounded["steps"][-1], unbounded["steps"][-1]
     result["at_3x_capacity"] = {

@@ -242,7 +242,8 @@ class _StateCollector:
         yield CounterMetricFamily(f"{PREFIX}ingest_rounds", "Group-commit transactions written.", value=com.rounds)
         refused = CounterMetricFamily(f"{PREFIX}requests_refused", "Requests refused by the limits, the token "
                                       "check or the full ingest queue, by reason (body_too_large, read_timeout, "
-                                      "header_timeout, header_too_large, unauthenticated, forbidden, overloaded).",
+                                      "header_timeout, header_too_large, inflight, unauthenticated, forbidden, "
+                                      "overloaded).",
                                       labels=["reason"])
         for reason, n in sorted((dict(self.m.refused) | {"overloaded": com.refused}).items()):
             refused.add_metric([reason], n)

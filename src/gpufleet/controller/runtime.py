@@ -18,7 +18,7 @@ import uvicorn
 from gpufleet.controller import heap
 from gpufleet.controller.api.app import create_app
 from gpufleet.controller.api.limits import Limits
-from gpufleet.controller.api.slowclients import header_deadline_protocol
+from gpufleet.controller.api.slowclients import admission_protocol
 from gpufleet.controller.bmc.credentials import load_targets
 from gpufleet.controller.bmc.redfish import RedfishBmc
 from gpufleet.controller.bmc.watcher import BmcWatcher
@@ -91,9 +91,9 @@ class Runtime:
             tls = {"ssl_certfile": str(s.tls.certfile), "ssl_keyfile": str(s.tls.keyfile)}
             if s.tls.client_ca is not None:
                 tls |= {"ssl_ca_certs": str(s.tls.client_ca), "ssl_cert_reqs": ssl.CERT_REQUIRED}
+        admission = admission_protocol(lim.header_timeout_s, app.state.refused, lim.max_inflight_reports)
         config = uvicorn.Config(app, host=s.host, port=s.port, log_level="warning", access_log=False,
-                                lifespan="off", timeout_keep_alive=int(lim.keep_alive_s),
-                                http=header_deadline_protocol(lim.header_timeout_s, app.state.refused),
+                                lifespan="off", timeout_keep_alive=int(lim.keep_alive_s), http=admission,
                                 h11_max_incomplete_event_size=lim.max_header_bytes, **tls)
         self.server = uvicorn.Server(config)
         if not in_thread:

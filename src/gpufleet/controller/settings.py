@@ -254,6 +254,8 @@ class LimitSettings(BaseModel):
     header_timeout_s: float = Field(default=10.0, gt=0)  # to receive a request's line and headers (408, closed)
     keep_alive_s: float = Field(default=75.0, gt=0)  # an idle connection is closed after this
     ingest_queue_events: int = Field(default=10_000, ge=1)  # queued beyond this: 429 + Retry-After
+    # agents' reports refused (429) before their body is read while more requests than this are in flight
+    max_inflight_reports: int = Field(default=512, ge=1)
     # a checkpoint dated further ahead of the controller's clock is refused; agents further off are warned about
     max_clock_skew: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(minutes=5)
 

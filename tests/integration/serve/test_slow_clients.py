@@ -6,8 +6,10 @@ Issue #16: 1,000 connections that sent half a request were all still held after 
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -15,7 +17,10 @@ import pytest
 
 from gpufleet.controller.runtime import Runtime, build
 from gpufleet.controller.settings import ControllerSettings, LimitSettings, Role, SchedulerKind, TokenConfig
+from gpufleet.domain.fleet import Node
+from gpufleet.lifecycle.states import NodeState
 from gpufleet.schedulers.sim import SimScheduler
+from tests.integration.agent.harness import wait_for
 
 TOKEN = "slow-clients-viewer-token-01"
 DEADLINE_S = 0.5
@@ -88,3 +93,55 @@ def test_complete_requests_are_served_slow_ones_and_on_a_reused_connection(serve
 def test_a_header_deadline_must_be_a_duration() -> None:
     with pytest.raises(ValueError, match="header_timeout_s"):
         LimitSettings(header_timeout_s=0)
+
+
+def test_past_the_in_flight_cap_reports_are_refused_before_their_body_and_others_are_not(
+        tmp_path: Path) -> None:
+    agent = "slow-clients-agent-token-001"
+    settings = ControllerSettings(
+        database_url=f"sqlite:///{tmp_path / 'c.db'}", host="127.0.0.1", port=0, scheduler=SchedulerKind.SIM,
+        limits=LimitSettings(max_inflight_reports=1),
+        tokens=(TokenConfig(name="vera", role=Role.VIEWER, token=TOKEN),
+                TokenConfig(name="agent", role=Role.AGENT, token=agent, nodes=("r01-n01",))))
+    rt: Runtime = build(settings, SimScheduler(["r01-n01"]))
+    rt.controller.register([Node("r01-n01", "r01")], state=NodeState.READY)
+    ports: list[int] = []
+    rt.start_api(in_thread=True, on_started=ports.append)
+    base, auth = f"http://127.0.0.1:{ports[0]}", {"Authorization": f"Bearer {agent}"}
+
+    def report(eid: str) -> dict[str, object]:
+        return {"events": [{"id": eid, "node": "r01-n01", "kind": "ecc_sbe", "time": datetime.now(UTC).isoformat()}]}
+
+    body = json.dumps(report("slow")).encode()
+    try:
+        with socket.create_connection(("127.0.0.1", ports[0]), timeout=10) as slow:
+            # one report in flight: its headers are in, its body is still coming
+            slow.sendall(f"POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {agent}\r\n"
+                         f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                         + body[:10])
+            refused: list[httpx.Response] = []
+            wait_for(lambda: refused.append(r := httpx.post(f"{base}/v1/events", json=report(f"e{len(refused)}"),
+                                                          headers=auth, timeout=10)) or r.status_code == 429,
+                     "a report refused while another is in flight")
+            viewer = httpx.get(f"{base}/v1/health", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+            slow.sendall(body[10:])
+            answer = _until_first_line(slow)
+        status = _status("127.0.0.1", ports[0])
+    finally:
+        rt.shutdown()
+    second = refused[-1]
+    assert second.status_code == 429 and second.headers["retry-after"] == "1"
+    assert "too many reports in flight" in second.json()["detail"]
+    assert viewer.status_code == 200  # only agents' reports are refused by the cap
+    assert answer.startswith(b"HTTP/1.1 202 ")  # the report in flight is served
+    assert status["inflight"] == 1
+
+
+def _until_first_line(s: socket.socket) -> bytes:
+    got = b""
+    while b"\r\n" not in got:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        got += chunk
+    return got

@@ -1,4 +1,5 @@
-"""A deadline for a request's headers: a connection that does not finish them in time is closed.
+"""Admission in the HTTP protocol, before a request reaches the app: a deadline for its headers, and a
+cap on agents' reports in flight.
 
 Uvicorn bounds an idle keep-alive connection, and :mod:`limits` bounds the body once the app is called,
 but nothing bounds the time *before* the app is called: a client that opens a connection and sends half
@@ -7,7 +8,14 @@ such clients held a test controller's sockets for as long as they liked (issue #
 uvicorn's own httptools protocol with one timer added — starts a clock when a connection opens and when
 each request on it begins, stops it when the request's headers are complete, and closes the connection
 with a 408 when it runs out. Each such close is logged with the peer address and counted as
-``header_timeout`` among the refused requests (``/v1/status``, ``gpufleet_api_refused_total``).
+``header_timeout`` among the refused requests (``/v1/status``, ``gpufleet_requests_refused_total``).
+
+The cap: when more than ``max_inflight`` requests are already being handled, a new agent report
+(``POST /v1/events``, a heartbeat) is answered 429 with ``Retry-After`` as soon as its headers are in —
+before its body is read or parsed, so refusing costs almost nothing and the reports already admitted
+keep the event loop (docs/benchmarks.md §overload: a bound on the ingest queue alone did not bound the
+wait, which happened before the queue). Operators' and viewers' requests are never refused here.
+Counted as ``inflight``.
 """
 
 from __future__ import annotations
@@ -15,9 +23,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from starlette.types import Receive, Scope, Send
+from uvicorn._types import ASGI3Application
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
 log = logging.getLogger(__name__)
 
@@ -26,12 +36,31 @@ _408 = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncont
         b'{"detail": "the request headers were not complete within the limit"}')
 
 
-def header_deadline_protocol(timeout_s: float, refused: Counter[str]) -> type[asyncio.Protocol]:
-    """Uvicorn's httptools protocol with a ``timeout_s`` deadline on each request's headers."""
+def _is_report(method: str, path: str) -> bool:
+    return method == "POST" and (path == "/v1/events" or (path.startswith("/v1/nodes/")
+                                                          and path.endswith("/heartbeat")))
+
+
+async def _too_many(scope: Scope, receive: Receive, send: Send) -> None:
+    await send({"type": "http.response.start", "status": 429,
+                "headers": [(b"content-type", b"application/json"), (b"retry-after", b"1"),
+                            (b"content-length", str(len(_BUSY)).encode()), (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": _BUSY})
+
+
+_BUSY = b'{"detail": "controller busy: too many reports in flight; retry later"}'
+
+
+def admission_protocol(timeout_s: float, refused: Counter[str], max_inflight: int | None = None
+                       ) -> type[asyncio.Protocol]:
+    """Uvicorn's httptools protocol with a ``timeout_s`` deadline on each request's headers and, with
+    ``max_inflight``, agents' reports refused (429) while more requests than that are in flight."""
     if timeout_s <= 0:
         raise ValueError(f"header timeout: {timeout_s!r} is not a duration > 0")
+    if max_inflight is not None and max_inflight < 1:
+        raise ValueError(f"max in flight: {max_inflight!r} is not a count >= 1")
 
-    class HeaderDeadline(HttpToolsProtocol):
+    class Admission(HttpToolsProtocol):
         _deadline: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -59,6 +88,14 @@ def header_deadline_protocol(timeout_s: float, refused: Counter[str]) -> type[as
                 self._deadline.cancel()
                 self._deadline = None
 
+        def _start_asgi_task(self, cycle: RequestResponseCycle, app: ASGI3Application) -> None:
+            scope = cycle.scope
+            if (max_inflight is not None and len(self.tasks) >= max_inflight
+                    and _is_report(scope["method"], scope["path"])):
+                refused["inflight"] += 1
+                app = cast("ASGI3Application", _too_many)
+            super()._start_asgi_task(cycle, app)
+
         def _expired(self) -> None:
             self._deadline = None
             if self.transport.is_closing():
@@ -70,4 +107,4 @@ def header_deadline_protocol(timeout_s: float, refused: Counter[str]) -> type[as
             self.transport.write(_408)
             self.transport.close()
 
-    return HeaderDeadline
+    return Admission
