@@ -30,6 +30,7 @@ from gpufleet.agent.devices.simhost import SimKernelLog, SimSysfs, gpu_serials, 
 from gpufleet.agent.exporter import make_registry, serve
 from gpufleet.agent.inventory import collect_inventory
 from gpufleet.agent.nodestatus import NodeStatusWriter
+from gpufleet.agent.nvlinkmap import capture_nvlink_remote
 from gpufleet.agent.push import Backoff, ControllerClient, Pusher
 from gpufleet.agent.rules import PassiveChecks
 from gpufleet.agent.runner import Agent
@@ -247,7 +248,9 @@ def _kernel_log(
 ) -> KernelLog:
     """The recorded log of ``kmsg_file`` (replayed from its start), else the live kernel log."""
     slots = {g.pci_bus_id: gpu_slot(cfg.node, g.index) for g in telemetry.gpus}
-    ports = load_nvlink_remote(cfg.nvlink_remote_file, "nvlink_remote_file") if cfg.nvlink_remote_file else None
+    ports = (load_nvlink_remote(cfg.nvlink_remote_file, "nvlink_remote_file") if cfg.nvlink_remote_file
+             else capture_nvlink_remote(cfg.nvlink_remote_command, cfg.state_dir)
+             if cfg.device == "nvml" and cfg.nvlink_remote_command else None)
     dec: Decode | LogDecoder = decode or default_decoder(cfg.node, slots, ports)
     if cfg.kmsg_file is not None:
         return KmsgFileReplay(cfg.node, dec, cfg.kmsg_file, clock=clock, proc_root=cfg.proc_root)

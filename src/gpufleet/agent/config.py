@@ -111,6 +111,8 @@ class AgentConfig(BaseSettings):
     kmsg_file: Path | None = None  # replay this recorded kernel log instead of following kmsg_path
     # `nvidia-smi nvlink -R` captured at boot: names the GPU on the far end of an SXid's switch port
     nvlink_remote_file: Path | None = None
+    # without nvlink_remote_file (device "nvml"): run this at start and use its output (empty: don't)
+    nvlink_remote_command: list[str] = Field(default_factory=lambda: ["nvidia-smi", "nvlink", "-R"])
     # role -> path of a mount to watch for presence and free space, e.g. mounts = {checkpoints = "/ckpt"}
     mounts: dict[str, str] = Field(default_factory=dict)
     # The node status file for Slurm's HealthCheckProgram (agent/nodestatus.py); None = <state_dir>/node-status.json.
