@@ -145,8 +145,11 @@ class Catalog:
     def _find(self, kind: str, code: int | None, rule: str, subcode: str = "") -> CatalogEntry | None:
         get = self.entries.get
         hit = get((kind, code)) if code is not None else None
-        if subcode and code is not None and (hit is None or not hit.site):
-            hit = self.subcodes.get((kind, code, subcode)) or hit
+        if subcode and code is not None:
+            # a site entry for the row beats one for the code, which beats the shipped row
+            sub = self.subcodes.get((kind, code, subcode))
+            if sub is not None and (hit is None or not hit.site or sub.site):
+                hit = sub
         if hit is None and rule:
             hit = self.rules.get((kind, rule)) or (get((rule, code)) if code is not None else None) or get((rule, None))
         return hit if hit is not None else get((kind, None))
@@ -169,11 +172,12 @@ class Catalog:
             raise InvalidInput(key, doc[key], "only [[override]] and [[escalation]] tables")
         merged = dict(self.entries)
         rules = dict(self.rules)
+        subcodes = dict(self.subcodes)
         # Event kinds, and every catalog kind the data knows (the decoder's aer, nvlink, kernel_panic, ...).
         known = {k.value for k in EventKind} | {k for k, _ in self.entries} | {k for k, _ in self.rules}
         for i, item in enumerate(_tables(doc, "override")):
             path = f"override[{i}]"
-            _only(item, path, {"kind", "code", "rule", "severity", "action", "name", "meaning"})
+            _only(item, path, {"kind", "code", "rule", "subcode", "severity", "action", "name", "meaning"})
             kind = _kind(item, path, known)
             code = _code(item, path)
             rule = item.get("rule", "")
@@ -181,7 +185,8 @@ class Catalog:
                 raise InvalidInput(f"{path}.rule", rule, "the name of an agent rule, e.g. hbm_thermal")
             if rule and code is not None:
                 raise InvalidInput(f"{path}.rule", rule, "either code or rule, not both")
-            base = self.lookup(kind, code, rule)
+            subcode = _subcode(item, path, kind, code, self.subcodes)
+            base = self.lookup(kind, code, rule, subcode)
             entry = replace(
                 base,
                 code=code,
@@ -190,10 +195,12 @@ class Catalog:
                 name=str(item.get("name", base.name)),
                 meaning=str(item.get("meaning", base.meaning)),
                 source=source,
-                rule=rule,
+                rule=subcode or rule,
                 site=True,
             )
-            if rule:
+            if subcode and code is not None:
+                subcodes[(kind, code, subcode)] = entry
+            elif rule:
                 rules[(kind, rule)] = entry
             else:
                 merged[(kind, code)] = entry
@@ -215,7 +222,7 @@ class Catalog:
                 action=_enum(Action, item["action"], f"{path}.action") if "action" in item else None,
             )
             escalations = [e for e in escalations if (e.kind, e.code) != (esc.kind, esc.code)] + [esc]
-        return Catalog(entries=merged, escalations=tuple(escalations), rules=rules, subcodes=self.subcodes)
+        return Catalog(entries=merged, escalations=tuple(escalations), rules=rules, subcodes=subcodes)
 
 
 def _tables(doc: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
@@ -238,6 +245,20 @@ def _kind(item: Mapping[str, Any], path: str, known: set[str]) -> str:
     if kind not in known:
         raise InvalidInput(f"{path}.kind", kind, f"one of {sorted(known)}")
     return kind
+
+
+def _subcode(item: Mapping[str, Any], path: str, kind: str, code: int | None,
+             rows: Mapping[tuple[str, int, str], CatalogEntry]) -> str:
+    """A decoded subcode row of (kind, code) the catalog knows (``SAW_MVB:0x00000001:000000``), or ""."""
+    row = item.get("subcode", "")
+    if row == "":
+        return ""
+    known = sorted(r for k, c, r in rows if k == kind and c == code)
+    if not isinstance(row, str) or code is None or row not in known:
+        want = (f"one of the {len(known)} decoded rows of {kind} {code}, e.g. {known[0]}" if known
+                else f"absent: {kind} {code} has no decoded subcode rows (XIDs 144-150 do)")
+        raise InvalidInput(f"{path}.subcode", row, want)
+    return row
 
 
 def _code(item: Mapping[str, Any], path: str) -> int | None:
