@@ -52,6 +52,7 @@ class _Fault:
     time: datetime
     id: str
     sources: set[str] = field(default_factory=set)
+    rank: int = 0  # the severity rank of the judgement the fault was counted with
 
 
 @dataclass(slots=True)
@@ -188,7 +189,17 @@ class Admission:
         self._expire(e.time)
         key: FaultKey = (e.node, e.kind.value, e.code, e.component)
         f = self._faults.get(key)
+        rank = e.judgement.severity.rank if e.judgement is not None else 0
         if f is not None and e.source not in f.sources and abs(e.time - f.time) <= self.merge_window:
+            if rank > f.rank:
+                # Another source knows the fault is worse (the kernel line's decoded NVLink5 row after
+                # NVML's code-only XID 149): counted, so the worse judgement is the one acted on.
+                log.info("%s: %s %s from %s is judged worse than %s (first seen by %s): counted", e.node, e.kind,
+                         e.code if e.code is not None else "", e.source, f.id, ", ".join(sorted(f.sources)))
+                if self._undo is not None:
+                    self._undo.append(partial(self._restore, key, f))
+                self._faults[key] = _Fault(f.time, e.id, f.sources | {e.source}, rank)
+                return None
             f.sources.add(e.source)
             if self._undo is not None:
                 self._undo.append(partial(f.sources.discard, e.source))
@@ -198,7 +209,7 @@ class Admission:
         if self._undo is not None:
             self._undo.append(partial(self._restore, key, f))
             self._undo.append(self._order.pop)
-        self._faults[key] = _Fault(e.time, e.id, {e.source})
+        self._faults[key] = _Fault(e.time, e.id, {e.source}, rank)
         self._order.append((e.time, key))
         return None
 

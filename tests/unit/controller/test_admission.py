@@ -9,6 +9,7 @@ from gpufleet.controller.clock import ManualClock
 from gpufleet.controller.service import Controller
 from gpufleet.controller.store.db import migrate, throwaway_engine
 from gpufleet.controller.store.repo import Store
+from gpufleet.domain.catalog import load_default_catalog
 from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.topology import Topology, to_fleet
 from gpufleet.domain.topology_gen import generate_hgx
@@ -53,6 +54,41 @@ def test_one_xid_seen_by_nvml_and_the_kernel_log_is_one_fault_and_does_not_escal
     rows = {r.id: r for r in c.store.events(node="r01-n01")}
     assert rows["n:kmsg:1"].fault_of == "n:nvml:1" and rows["n:nvml:1"].fault_of is None
     assert c.admission.merges == 1
+
+
+FATAL_149 = "NETIR/NETIR_INT:0x00000000:000000"  # a row of NVIDIA's XID 144-150 decode judged fatal
+INFO_149 = next(r for (k, c, r), e in load_default_catalog().subcodes.items()
+                if (k, c) == ("xid", 149) and e.severity.value == "info")
+
+
+def test_the_kernel_lines_decoded_row_counts_when_it_is_worse_than_nvmls_code_only_xid() -> None:
+    """NVML reports XID 149 by code only (degraded); the kernel line for the same fault carries its
+    decoded NVLink5 row, judged fatal: that sighting is counted, so the node is drained as fatal."""
+    c, clock = _controller()
+    _running_a_job(c, "r01-n01")
+    at = clock.advance(timedelta(seconds=5))
+    c.ingest([_xid("n:nvml:1", "r01-n01", 149, at, "nvml")])
+    assert [d.severity for d in c.store.decisions()] == ["degraded"]
+    row = HealthEvent("n:kmsg:1", "r01-n01", EventKind.XID, at + timedelta(seconds=1), "r01-n01-gpu1", 149,
+                      source="kmsg", attrs=(("gpu", "1"), ("nvl5_row", FATAL_149)))
+    c.ingest([row])
+    assert sorted(d.severity for d in c.store.decisions()) == ["degraded", "fatal"]
+    rows = {r.id: r for r in c.store.events(node="r01-n01")}
+    assert rows["n:kmsg:1"].fault_of is None and c.admission.merges == 0
+    # a third source repeating the fault at the fatal judgement is merged onto the counted one
+    c.ingest([_xid("n:dcgm:1", "r01-n01", 149, at + timedelta(seconds=2), "dcgm")])
+    assert {r.id: r for r in c.store.events(node="r01-n01")}["n:dcgm:1"].fault_of == "n:kmsg:1"
+
+
+def test_a_decoded_row_no_worse_than_the_first_report_is_merged_as_before() -> None:
+    c, clock = _controller()
+    at = clock.advance(timedelta(seconds=5))
+    c.ingest([_xid("n:nvml:1", "r01-n01", 149, at, "nvml")])
+    row = HealthEvent("n:kmsg:1", "r01-n01", EventKind.XID, at + timedelta(seconds=1), "r01-n01-gpu1", 149,
+                      source="kmsg", attrs=(("gpu", "1"), ("nvl5_row", INFO_149)))
+    c.ingest([row])
+    assert {r.id: r for r in c.store.events(node="r01-n01")}["n:kmsg:1"].fault_of == "n:nvml:1"
+    assert c.admission.merges == 1 and len(c.store.decisions()) == 1
 
 
 def test_the_same_xid_twice_from_one_source_or_far_apart_still_escalates() -> None:
