@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +116,22 @@ def test_time_to_market(ctl: Controller) -> None:
     assert "time to market" in table and "100 % of nodes ready after" in table and "0.0 min" in table
     assert all(n in table for n in NODES)  # --nodes: a row per node
     assert "n1" not in cli(ctl, "ttm")
+
+
+def test_goodput_of_the_cluster_and_its_jobs(ctl: Controller) -> None:
+    end = datetime.now(UTC)
+    start = end.replace(microsecond=0) - timedelta(minutes=30)
+    for job, productive in (("j-big", 1500.0), ("j-small", 600.0)):
+        ctl.api.post(f"/jobs/{job}/goodput", {"run": "r1", "world": 8, "intervals": [{
+            "start": start.isoformat(), "end": (start + timedelta(minutes=30)).isoformat(),
+            "productive_s": productive, "badput_s": {"checkpoint_save": 1800.0 - productive},
+            "steps": 100, "step_s": productive, "flops": 1e15, "peak_flops": 1e15}]})
+    doc = cli_json(ctl, "goodput", "--since", "2h")
+    api = ctl.api.get("/goodput", since=(end - timedelta(hours=2)).isoformat())
+    assert doc["cluster"] == api["cluster"] and doc["jobs_total"] == 2
+    assert [j["job"] for j in cli_json(ctl, "goodput", "--since", "2h", "--limit", "1")["jobs"]] == [
+        api["jobs"][0]["job"]]
+    table = cli(ctl, "goodput", "--since", "2h")
+    assert "goodput of the cluster" in table and "j-big" in table and "j-small" in table
+    assert "checkpoint_save" in table  # the largest badput category is named
+    assert "--since" in cli(ctl, "goodput", "--since", "soon", expect=2)

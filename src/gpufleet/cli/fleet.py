@@ -280,3 +280,39 @@ def ttm(ctx: typer.Context,
         return Group(t, per)
 
     _out(doc, as_json, table)
+
+
+@fleet_app.command()
+def goodput(ctx: typer.Context,
+            since: Annotated[str, typer.Option(help="how far back, e.g. 24h or 7d (at most 366d)")] = "24h",
+            limit: Annotated[int, typer.Option(help="jobs listed, longest first")] = 20,
+            as_json: AsJson = False) -> None:
+    """Goodput of the cluster and its jobs over a time range: ETTR, MFU, badput by category."""
+    from datetime import UTC, datetime
+
+    from gpufleet.domain.durations import parse_duration
+
+    start = datetime.now(UTC) - parse_duration(since, "--since")
+    if limit < 1:
+        raise InvalidInput("--limit", limit, "1 or more jobs")
+    doc = _client(ctx).call("GET", "/goodput", since=start.isoformat(), limit=min(limit, 1000))
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{100 * v:.1f} %"
+
+    def table(d: dict[str, Any]) -> Any:
+        from rich.console import Group
+
+        c = d["cluster"]
+        worst = sorted(((k, v) for k, v in c["badput_s"].items() if v > 0), key=lambda kv: -kv[1])[:3]
+        rows = [["range", f"{_when(d['since'])} - {_when(d['until'])}"], ["jobs", d["jobs_total"]],
+                ["ETTR", pct(c["ettr"])], ["MFU", pct(c["mfu"])],
+                ["GPU-hours (productive / elapsed)", f"{c['productive_s'] / 3600:.1f} / {c['elapsed_s'] / 3600:.1f}"],
+                ["largest badput", ", ".join(f"{k} {v / 3600:.1f} GPU-h" for k, v in worst) or "-"]]
+        head = _table("goodput of the cluster", ["what", "value"], rows)
+        jobs = _table("jobs, longest first", ["job", "ETTR", "MFU", "GPU-hours", "steps"],
+                      [[j["job"], pct(j["ettr"]), pct(j["mfu"]), f"{j['elapsed_s'] / 3600:.1f}", f"{j['steps']:g}"]
+                       for j in d["jobs"]])
+        return Group(head, jobs)
+
+    _out(doc, as_json, table)
