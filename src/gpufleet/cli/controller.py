@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 if TYPE_CHECKING:
+    from gpufleet.controller.kubesync import GpuNodeSync
+    from gpufleet.controller.service import Controller
     from gpufleet.controller.settings import ControllerSettings
     from gpufleet.domain.fleet import Fleet
     from gpufleet.schedulers.port import Scheduler
@@ -50,6 +52,8 @@ def serve(
     rt = build(settings, scheduler, validator=_validator(settings, scheduler))
     if fleet is not None:
         rt.controller.register_fleet(fleet)
+    if scheduler.name == "kubernetes":
+        rt.reconciler.on_pass.append(gpunode_sync(rt.controller, scheduler).run_pass)
     if not settings.tokens:
         typer.echo("warning: no tokens configured: every /v1 request will be refused (see docs/api.md)", err=True)
     rt.start_reconciler()
@@ -133,6 +137,26 @@ def _kubernetes(settings: ControllerSettings, sim_nodes: int,
         sched.cache = ClusterCache(sched.api, node_selector=settings.kube_node_selector).start()
     where = settings.kubeconfig or ("the service account" if not settings.kube_context else settings.kube_context)
     return sched, None, f"Kubernetes at {sched.api.configuration.host} ({where})"
+
+
+def gpunode_sync(controller: Controller, scheduler: Scheduler) -> GpuNodeSync:
+    """The controller's GPUNode resources on the Kubernetes adapter (controller/kubesync.py): this is
+    where the controller's views meet the CRD's types, so neither side imports the other."""
+    from gpufleet.controller.kubesync import GpuNodeSync, NodeView
+    from gpufleet.schedulers.kubernetes import KubernetesScheduler
+    from gpufleet.schedulers.kubernetes.crd import GPUNodeStatus, VerdictView
+    from gpufleet.schedulers.kubernetes.gpunodes import GpuNodes
+
+    assert isinstance(scheduler, KubernetesScheduler)
+    resources = GpuNodes(scheduler)
+
+    def status(v: NodeView) -> GPUNodeStatus:
+        return GPUNodeStatus(state=v.state, since=v.since, reason=v.reason, evidence=v.evidence,
+                             verdicts=tuple(VerdictView(x.component, x.kind, x.confidence, x.action)
+                                            for x in v.verdicts))
+
+    return GpuNodeSync(controller, lambda views: resources.publish({n: status(v) for n, v in views.items()}),
+                       resources.maintenance)
 
 
 def _validator(settings: ControllerSettings, scheduler: Scheduler) -> SlurmValidator | None:

@@ -151,6 +151,10 @@ class KubernetesScheduler:
                 config_file=kubeconfig, context=context, client_configuration=configuration)
         return cls(k8s.ApiClient(configuration), **kwargs)
 
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run one API call under the adapter's rate limit and error mapping (the GPUNode publisher's)."""
+        return self._call(fn, raw_statuses=(404, 409))
+
     # ---- reads --------------------------------------------------------------------------------
     def list_nodes(self) -> Sequence[SchedNode]:
         nodes, pods = self._snapshot()

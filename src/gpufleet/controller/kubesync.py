@@ -1,0 +1,97 @@
+"""The controller's side of the ``GPUNode`` resources (docs/kubernetes.md): its store's node states
+published after every reconciler pass, and ``spec.maintenance: true`` taken as an operator's drain.
+
+The Kubernetes side (the objects, the API calls) is ``schedulers/kubernetes/gpunodes.py``; this module
+only decides what to show and what a maintenance request does, so the controller never imports the
+Kubernetes client. What a node shows: its lifecycle state and since when, the reason and evidence of
+its latest transition, and the standing correlation verdicts that name it. Only nodes whose state
+changed since the last pass cost a store read (one query for all of them). A maintenance request drains
+a node that is serving (``ready``, ``in_service``, ``suspect``) once, audited under the actor
+``gpunode-spec``; clearing the flag does not resume the node — returning it stays an operator's act.
+A failing API server is logged and retried at the next pass; it never stops the reconciler.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+from gpufleet.correlate.model import SuspectAction
+from gpufleet.domain.errors import Conflict, GpufleetError
+from gpufleet.lifecycle.engine import OperatorOp
+from gpufleet.lifecycle.states import SCHEDULABLE, NodeState
+
+from .service import Controller
+
+log = logging.getLogger(__name__)
+ACTOR = "gpunode-spec"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    component: str
+    kind: str
+    confidence: float
+    action: SuspectAction
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    state: NodeState
+    since: datetime
+    reason: str = ""
+    evidence: tuple[str, ...] = ()
+    verdicts: tuple[Verdict, ...] = ()
+
+
+class GpuNodeSync:
+    def __init__(self, controller: Controller, publish: Callable[[Mapping[str, NodeView]], int],
+                 maintenance: Callable[[], Mapping[str, str]]) -> None:
+        self.controller, self._publish, self._maintenance = controller, publish, maintenance
+        self._views: dict[str, NodeView] = {}
+        self._drained: set[str] = set()  # maintenance requests already acted on (until the flag clears)
+
+    def run_pass(self, *_: object) -> None:
+        """One pass (a reconciler ``on_pass`` observer): publish, then act on maintenance requests."""
+        try:
+            self._publish(self.views())
+            self._act(self._maintenance())
+        except GpufleetError as err:
+            log.warning("GPUNode resources not updated this pass (%s); trying again at the next", err)
+
+    def views(self) -> dict[str, NodeView]:
+        c = self.controller
+        with c.lock:
+            states = {n: (r.state, r.since) for n, r in c.engine.nodes.items()}
+            verdicts: dict[str, list[Verdict]] = {}
+            for s in c.verdicts:
+                for n in s.affected_nodes:
+                    verdicts.setdefault(n, []).append(Verdict(s.component, s.kind, round(s.confidence, 3), s.action))
+        changed = [n for n, (st, since) in states.items()
+                   if (v := self._views.get(n)) is None or (v.state, v.since) != (st, since)]
+        last = c.store.last_transitions() if changed else {}
+        for n in changed:
+            t = last.get(n)
+            st, since = states[n]
+            self._views[n] = NodeView(st, since, t.reason if t is not None else "",
+                                      tuple(str(e) for e in (t.evidence if t is not None else ())))
+        for n in set(self._views) - set(states):
+            del self._views[n]
+        return {n: NodeView(v.state, v.since, v.reason, v.evidence, tuple(verdicts.get(n, ())))
+                for n, v in self._views.items()}
+
+    def _act(self, requests: Mapping[str, str]) -> None:
+        self._drained &= set(requests)  # a cleared flag may be set again later
+        for node, why in sorted(requests.items()):
+            if node in self._drained or node not in self.controller.engine.nodes:
+                continue
+            if self.controller.state_of(node) not in SCHEDULABLE:
+                self._drained.add(node)  # already out: nothing to do
+                continue
+            try:
+                self.controller.operate(node, OperatorOp.DRAIN, ACTOR, f"spec.maintenance: {why or 'requested'}")
+            except Conflict as err:
+                log.info("GPUNode %s asks for maintenance: %s", node, err)
+            self._drained.add(node)
