@@ -12,6 +12,7 @@ import pytest
 
 from gpufleet.cli.controller import gpunode_sync
 from gpufleet.controller.clock import ManualClock
+from gpufleet.controller.reconciler import Reconciler
 from gpufleet.controller.service import Controller
 from gpufleet.controller.store.db import make_engine, migrate
 from gpufleet.controller.store.repo import Store
@@ -20,6 +21,7 @@ from gpufleet.domain.fleet import Node
 from gpufleet.lifecycle.config import parse_policy
 from gpufleet.lifecycle.states import NodeState
 from gpufleet.schedulers.kubernetes import KubernetesScheduler
+from gpufleet.schedulers.kubernetes.gpunodes import resource_name
 from tests.k8s.fakeapi import FakeKubeAPI
 from tests.k8s.harness import client_for, node_object
 
@@ -92,3 +94,26 @@ def test_a_failing_api_server_is_logged_and_the_next_pass_catches_up(
     assert "not updated this pass" in caplog.text
     sync.run_pass()
     assert {o["metadata"]["name"] for o in api.objects("gpunodes")} == set(NODES)
+
+
+def test_each_action_the_reconciler_carries_out_is_a_remediation(
+        world: tuple[FakeKubeAPI, Controller, KubernetesScheduler]) -> None:
+    api, c, sched = world
+    sync = gpunode_sync(c, sched)
+    reconciler = Reconciler(c, sched)
+    reconciler.on_pass.append(sync.run_pass)
+    reconciler.on_action.append(sync.on_action)
+    c.ingest([HealthEvent("x79", "gpu-a", EventKind.XID, T0 + timedelta(seconds=1), "gpu-a-gpu0", 79)])
+    reconciler.run_once()
+    (drain,) = [r for r in c.store.actions(node="gpu-a") if r.kind == "drain"]
+    assert drain.status == "done"
+    rems = {o["metadata"]["name"]: o for o in api.objects("remediations")}
+    name = resource_name(drain.id)
+    assert name in rems and ":" not in name
+    rem = rems[name]
+    assert rem["spec"]["node"] == "gpu-a" and rem["spec"]["action"] == "drain"
+    assert rem["spec"]["decision"] == drain.decision_id
+    assert rem["status"]["phase"] == "done" and rem["status"]["finishedAt"].endswith("Z")
+    # the node itself is cordoned by the adapter, and its GPUNode shows the drain
+    assert api.get("nodes", "gpu-a")["spec"].get("unschedulable") is True
+    assert api.get("gpunodes", "gpu-a")["status"]["state"] in ("draining", "drained")

@@ -53,7 +53,9 @@ def serve(
     if fleet is not None:
         rt.controller.register_fleet(fleet)
     if scheduler.name == "kubernetes":
-        rt.reconciler.on_pass.append(gpunode_sync(rt.controller, scheduler).run_pass)
+        sync = gpunode_sync(rt.controller, scheduler)
+        rt.reconciler.on_pass.append(sync.run_pass)
+        rt.reconciler.on_action.append(sync.on_action)
     if not settings.tokens:
         typer.echo("warning: no tokens configured: every /v1 request will be refused (see docs/api.md)", err=True)
     rt.start_reconciler()
@@ -142,9 +144,16 @@ def _kubernetes(settings: ControllerSettings, sim_nodes: int,
 def gpunode_sync(controller: Controller, scheduler: Scheduler) -> GpuNodeSync:
     """The controller's GPUNode resources on the Kubernetes adapter (controller/kubesync.py): this is
     where the controller's views meet the CRD's types, so neither side imports the other."""
-    from gpufleet.controller.kubesync import GpuNodeSync, NodeView
+    from gpufleet.controller.kubesync import GpuNodeSync, NodeView, RemediationView
+    from gpufleet.lifecycle.decisions import ActionKind
     from gpufleet.schedulers.kubernetes import KubernetesScheduler
-    from gpufleet.schedulers.kubernetes.crd import GPUNodeStatus, VerdictView
+    from gpufleet.schedulers.kubernetes.crd import (
+        GPUNodeStatus,
+        RemediationPhase,
+        RemediationSpec,
+        RemediationStatus,
+        VerdictView,
+    )
     from gpufleet.schedulers.kubernetes.gpunodes import GpuNodes
 
     assert isinstance(scheduler, KubernetesScheduler)
@@ -155,8 +164,14 @@ def gpunode_sync(controller: Controller, scheduler: Scheduler) -> GpuNodeSync:
                              verdicts=tuple(VerdictView(x.component, x.kind, x.confidence, x.action)
                                             for x in v.verdicts))
 
+    def remediation(r: RemediationView) -> None:
+        resources.record(r.action_id,
+                         RemediationSpec(r.node, ActionKind(r.kind), r.decision, r.reason, r.requested_at),
+                         RemediationStatus(RemediationPhase(r.phase), r.attempts, r.last_error, r.result,
+                                           r.finished_at))
+
     return GpuNodeSync(controller, lambda views: resources.publish({n: status(v) for n, v in views.items()}),
-                       resources.maintenance)
+                       resources.maintenance, remediation)
 
 
 def _validator(settings: ControllerSettings, scheduler: Scheduler) -> SlurmValidator | None:

@@ -8,6 +8,8 @@ its latest transition, and the standing correlation verdicts that name it. Only 
 changed since the last pass cost a store read (one query for all of them). A maintenance request drains
 a node that is serving (``ready``, ``in_service``, ``suspect``) once, audited under the actor
 ``gpunode-spec``; clearing the flag does not resume the node — returning it stays an operator's act.
+Every action the reconciler carries out is recorded as a ``Remediation`` (``on_action``): created when
+first tried, its phase, attempts, last error and result updated as the outbox moves it on.
 A failing API server is logged and retried at the next pass; it never stops the reconciler.
 """
 
@@ -21,6 +23,7 @@ from datetime import datetime
 from gpufleet.correlate.model import SuspectAction
 from gpufleet.domain.errors import Conflict, GpufleetError
 from gpufleet.lifecycle.engine import OperatorOp
+from gpufleet.lifecycle.plan import OutboxAction
 from gpufleet.lifecycle.states import SCHEDULABLE, NodeState
 
 from .service import Controller
@@ -38,6 +41,27 @@ class Verdict:
 
 
 @dataclass(frozen=True, slots=True)
+class RemediationView:
+    """One outbox action as its ``Remediation`` resource shows it."""
+
+    action_id: str
+    node: str
+    kind: str  # ActionKind value
+    decision: str
+    reason: str
+    requested_at: datetime
+    phase: str  # pending | waiting | done | failed (the outbox's statuses)
+    attempts: int
+    last_error: str
+    result: str
+    finished_at: datetime | None
+
+
+# The reconciler's outcomes -> the outbox status they leave the action in.
+_PHASE = {"done": "done", "waiting": "waiting", "retry": "pending", "failed": "failed"}
+
+
+@dataclass(frozen=True, slots=True)
 class NodeView:
     state: NodeState
     since: datetime
@@ -48,8 +72,10 @@ class NodeView:
 
 class GpuNodeSync:
     def __init__(self, controller: Controller, publish: Callable[[Mapping[str, NodeView]], int],
-                 maintenance: Callable[[], Mapping[str, str]]) -> None:
+                 maintenance: Callable[[], Mapping[str, str]],
+                 remediation: Callable[[RemediationView], None] | None = None) -> None:
         self.controller, self._publish, self._maintenance = controller, publish, maintenance
+        self._remediation = remediation
         self._views: dict[str, NodeView] = {}
         self._drained: set[str] = set()  # maintenance requests already acted on (until the flag clears)
 
@@ -60,6 +86,22 @@ class GpuNodeSync:
             self._act(self._maintenance())
         except GpufleetError as err:
             log.warning("GPUNode resources not updated this pass (%s); trying again at the next", err)
+
+    def on_action(self, row: OutboxAction, outcome: str, now: datetime) -> None:
+        """A reconciler ``on_action`` observer: the action's ``Remediation`` resource, as the outbox has it."""
+        if self._remediation is None or outcome not in _PHASE:
+            return
+        stored = self.controller.store.action(row.id)
+        phase = _PHASE[outcome]
+        view = RemediationView(
+            row.id, row.action.node, row.action.kind.value, row.decision_id, row.action.reason, row.created, phase,
+            stored.attempts if stored is not None else row.attempts,
+            stored.last_error if stored is not None else "", stored.result if stored is not None else "",
+            now if phase in ("done", "failed") else None)
+        try:
+            self._remediation(view)
+        except GpufleetError as err:
+            log.warning("Remediation for %s not recorded (%s)", row.id, err)
 
     def views(self) -> dict[str, NodeView]:
         c = self.controller

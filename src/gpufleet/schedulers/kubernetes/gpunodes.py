@@ -11,6 +11,7 @@ this process last wrote it — and lists the nodes whose spec asks for maintenan
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -22,9 +23,17 @@ from kubernetes.client.exceptions import ApiException
 
 from gpufleet.domain.errors import ExternalError
 from gpufleet.schedulers.kubernetes.adapter import KubernetesScheduler
-from gpufleet.schedulers.kubernetes.crd import GROUP, VERSION, GPUNodeStatus, camel
+from gpufleet.schedulers.kubernetes.crd import (
+    GROUP,
+    VERSION,
+    GPUNodeStatus,
+    RemediationSpec,
+    RemediationStatus,
+    camel,
+)
 
 PLURAL = "gpunodes"
+REMEDIATIONS = "remediations"
 
 
 def to_doc(value: Any) -> Any:
@@ -69,20 +78,32 @@ class GpuNodes:
                 out[str(item["metadata"]["name"])] = str(spec.get("reason") or "")
         return out
 
-    def _write_status(self, node: str, doc: Any) -> None:
+    def record(self, name: str, spec: RemediationSpec, status: RemediationStatus) -> None:
+        """Create or update the ``Remediation`` ``name`` (an outbox action id made a resource name)."""
+        self._write_status(resource_name(name), to_doc(status), plural=REMEDIATIONS, kind="Remediation",
+                           spec=to_doc(spec))
+
+    def _write_status(self, name: str, doc: Any, *, plural: str = PLURAL, kind: str = "GPUNode",
+                      spec: Any = None) -> None:
         body = {"status": doc}
         for _ in range(2):
             try:
                 self._adapter.call(partial(self._custom.patch_cluster_custom_object_status,
-                                           GROUP, VERSION, PLURAL, node, body))
+                                           GROUP, VERSION, plural, name, body))
                 return
             except ApiException as err:
                 if err.status != 404:
-                    raise ExternalError("kubernetes", f"GPUNode {node}: {err.status} {err.reason}") from None
-            obj = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GPUNode", "metadata": {"name": node}, "spec": {}}
+                    raise ExternalError("kubernetes", f"{kind} {name}: {err.status} {err.reason}") from None
+            obj = {"apiVersion": f"{GROUP}/{VERSION}", "kind": kind, "metadata": {"name": name},
+                   "spec": spec if spec is not None else {}}
             try:
-                self._adapter.call(partial(self._custom.create_cluster_custom_object, GROUP, VERSION, PLURAL, obj))
+                self._adapter.call(partial(self._custom.create_cluster_custom_object, GROUP, VERSION, plural, obj))
             except ApiException as err:
                 if err.status != 409:  # created meanwhile by someone else: patch it
-                    raise ExternalError("kubernetes", f"GPUNode {node}: {err.status} {err.reason}") from None
-        raise ExternalError("kubernetes", f"GPUNode {node}: could not create it and write its status")
+                    raise ExternalError("kubernetes", f"{kind} {name}: {err.status} {err.reason}") from None
+        raise ExternalError("kubernetes", f"{kind} {name}: could not create it and write its status")
+
+
+def resource_name(action_id: str) -> str:
+    """An outbox action id (``d-0123abcd:drain``) as a resource name (lower case, '-' and '.' only)."""
+    return re.sub(r"[^a-z0-9.-]+", "-", action_id.lower()).strip("-.")[:253]
