@@ -23,3 +23,14 @@ def require_service(available: bool, what: str) -> None:
     if in_ci():
         pytest.fail(f"{what} is required in CI but is not available", pytrace=False)
     pytest.skip(f"{what} not available (CI would fail here)")
+
+
+@pytest.fixture(autouse=True)
+def _gpufleet_loggers_enabled() -> None:
+    """A library that configures logging with ``disable_existing_loggers`` (the stdlib's default) turns
+    off every logger that existed before it ran; tests that read gpufleet's log lines need them on."""
+    import logging
+
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if name.startswith("gpufleet") and isinstance(logger, logging.Logger):
+            logger.disabled = False

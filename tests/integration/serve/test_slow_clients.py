@@ -7,6 +7,7 @@ Issue #16: 1,000 connections that sent half a request were all still held after 
 from __future__ import annotations
 
 import json
+import logging
 import socket
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -58,6 +59,7 @@ def _status(host: str, port: int) -> dict[str, int]:
 def test_half_sent_requests_are_cut_off_with_a_408_and_counted(
         server: tuple[str, int], caplog: pytest.LogCaptureFixture) -> None:
     host, port = server
+    caplog.set_level(logging.WARNING, "gpufleet.controller.api.slowclients")
     partial = [b"", b"GET /v1/hea", b"GET /v1/health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "]
     socks = []
     for i in range(60):
