@@ -12,6 +12,7 @@ import pytest
 
 from gpufleet.cli.controller import gpunode_sync
 from gpufleet.controller.clock import ManualClock
+from gpufleet.controller.kubesync import FAULT_CLASSES, condition_type
 from gpufleet.controller.reconciler import Reconciler
 from gpufleet.controller.service import Controller
 from gpufleet.controller.store.db import make_engine, migrate
@@ -19,6 +20,8 @@ from gpufleet.controller.store.repo import Store
 from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.fleet import Node
 from gpufleet.lifecycle.config import parse_policy
+from gpufleet.lifecycle.decisions import ActionKind, PlannedAction
+from gpufleet.lifecycle.plan import OutboxAction
 from gpufleet.lifecycle.states import NodeState
 from gpufleet.schedulers.kubernetes import KubernetesScheduler
 from gpufleet.schedulers.kubernetes.gpunodes import resource_name
@@ -117,3 +120,27 @@ def test_each_action_the_reconciler_carries_out_is_a_remediation(
     # the node itself is cordoned by the adapter, and its GPUNode shows the drain
     assert api.get("nodes", "gpu-a")["spec"].get("unschedulable") is True
     assert api.get("gpunodes", "gpu-a")["status"]["state"] in ("draining", "drained")
+
+
+def test_a_drain_marks_its_fault_class_unhealthy_and_a_resume_clears_every_class(
+        world: tuple[FakeKubeAPI, Controller, KubernetesScheduler]) -> None:
+    api, c, sched = world
+    sync = gpunode_sync(c, sched)
+    reconciler = Reconciler(c, sched)
+    reconciler.on_action.append(sync.on_action)
+    c.ingest([HealthEvent("x79", "gpu-a", EventKind.XID, T0 + timedelta(seconds=1), "gpu-a-gpu0", 79)])
+    reconciler.run_once()
+
+    def conditions() -> dict[str, tuple[str, str]]:
+        return {x["type"]: (x["status"], x["reason"]) for x in api.get("nodes", "gpu-a")["status"]["conditions"]}
+
+    got = conditions()
+    assert got["GpufleetGPUHealthy"] == ("False", "GpufleetFault")  # XID 79: a GPU fault
+    assert "GpufleetFabricHealthy" not in got and got["GpufleetHealthy"][0] == "False"
+    (drain,) = [r for r in c.store.actions(node="gpu-a") if r.kind == "drain"]
+    resume = OutboxAction(f"{drain.decision_id}:resume", drain.decision_id, PlannedAction(ActionKind.RESUME, "gpu-a"),
+                          T0)
+    sync.on_action(resume, "done", T0 + timedelta(minutes=5))
+    after = conditions()
+    assert {t: after[t][0] for t in (condition_type(k) for k in FAULT_CLASSES)} == dict.fromkeys(
+        (condition_type(k) for k in FAULT_CLASSES), "True")

@@ -171,7 +171,7 @@ def gpunode_sync(controller: Controller, scheduler: Scheduler) -> GpuNodeSync:
                                            r.finished_at))
 
     return GpuNodeSync(controller, lambda views: resources.publish({n: status(v) for n, v in views.items()}),
-                       resources.maintenance, remediation)
+                       resources.maintenance, remediation, scheduler.set_condition)
 
 
 def _validator(settings: ControllerSettings, scheduler: Scheduler) -> SlurmValidator | None:

@@ -16,12 +16,14 @@ A failing API server is logged and retried at the next pass; it never stops the 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
 from gpufleet.correlate.model import SuspectAction
 from gpufleet.domain.errors import Conflict, GpufleetError
+from gpufleet.domain.events import LINK_KINDS, EventKind
+from gpufleet.lifecycle.decisions import ActionKind
 from gpufleet.lifecycle.engine import OperatorOp
 from gpufleet.lifecycle.plan import OutboxAction
 from gpufleet.lifecycle.states import SCHEDULABLE, NodeState
@@ -57,6 +59,29 @@ class RemediationView:
     finished_at: datetime | None
 
 
+# Node conditions per fault class (``Gpufleet<Class>Healthy``, True = healthy, like GpufleetHealthy):
+# the classes of a drain's evidence go False when the drain is done, and all go True when the node is
+# returned to service.
+FAULT_CLASSES: dict[str, frozenset[EventKind]] = {
+    "GPU": frozenset({EventKind.XID, EventKind.ECC_SBE, EventKind.ECC_DBE, EventKind.ROW_REMAP_PENDING,
+                      EventKind.ROW_REMAP_FAILURE, EventKind.THERMAL, EventKind.GPU_LOST}),
+    "Fabric": frozenset({EventKind.SXID, *LINK_KINDS}),
+    "PCIe": frozenset({EventKind.AER_CORRECTED, EventKind.AER_UNCORRECTED}),
+    "Validation": frozenset({EventKind.CHECK_FAILED}),
+    "Agent": frozenset({EventKind.HEARTBEAT_LOST}),
+}
+
+
+def condition_type(fault_class: str) -> str:
+    return f"Gpufleet{fault_class}Healthy"
+
+
+def fault_classes(kinds: Iterable[str]) -> list[str]:
+    """The fault classes of events of these kinds, in FAULT_CLASSES order."""
+    got = set(kinds)
+    return [c for c, members in FAULT_CLASSES.items() if any(k.value in got for k in members)]
+
+
 # The reconciler's outcomes -> the outbox status they leave the action in.
 _PHASE = {"done": "done", "waiting": "waiting", "retry": "pending", "failed": "failed"}
 
@@ -73,9 +98,10 @@ class NodeView:
 class GpuNodeSync:
     def __init__(self, controller: Controller, publish: Callable[[Mapping[str, NodeView]], int],
                  maintenance: Callable[[], Mapping[str, str]],
-                 remediation: Callable[[RemediationView], None] | None = None) -> None:
+                 remediation: Callable[[RemediationView], None] | None = None,
+                 condition: Callable[[str, str, bool, str, str], None] | None = None) -> None:
         self.controller, self._publish, self._maintenance = controller, publish, maintenance
-        self._remediation = remediation
+        self._remediation, self._condition = remediation, condition
         self._views: dict[str, NodeView] = {}
         self._drained: set[str] = set()  # maintenance requests already acted on (until the flag clears)
 
@@ -88,7 +114,13 @@ class GpuNodeSync:
             log.warning("GPUNode resources not updated this pass (%s); trying again at the next", err)
 
     def on_action(self, row: OutboxAction, outcome: str, now: datetime) -> None:
-        """A reconciler ``on_action`` observer: the action's ``Remediation`` resource, as the outbox has it."""
+        """A reconciler ``on_action`` observer: the action's ``Remediation`` resource, as the outbox has it,
+        and the node's fault-class conditions when a drain or a resume is done."""
+        if outcome == "done" and self._condition is not None:
+            try:
+                self._conditions(row)
+            except GpufleetError as err:
+                log.warning("conditions of %s not written (%s)", row.action.node, err)
         if self._remediation is None or outcome not in _PHASE:
             return
         stored = self.controller.store.action(row.id)
@@ -102,6 +134,19 @@ class GpuNodeSync:
             self._remediation(view)
         except GpufleetError as err:
             log.warning("Remediation for %s not recorded (%s)", row.id, err)
+
+    def _conditions(self, row: OutboxAction) -> None:
+        assert self._condition is not None
+        node, kind = row.action.node, row.action.kind
+        if kind == ActionKind.DRAIN:
+            d = self.controller.store.decision(row.decision_id)
+            if d is None:
+                return
+            for cls in fault_classes(self.controller.store.event_kinds(node, (str(e) for e in d.evidence))):
+                self._condition(node, condition_type(cls), False, "GpufleetFault", d.reason[:1000])
+        elif kind == ActionKind.RESUME:
+            for cls in FAULT_CLASSES:
+                self._condition(node, condition_type(cls), True, "GpufleetResumed", "returned to service by gpufleet")
 
     def views(self) -> dict[str, NodeView]:
         c = self.controller

@@ -374,6 +374,18 @@ class Store:
         with self.session() as s:
             return s.get(ActionRow, action_id)
 
+    def decision(self, decision_id: str) -> DecisionRow | None:
+        with self.session() as s:
+            return s.get(DecisionRow, decision_id)
+
+    def event_kinds(self, node: str, ids: Iterable[str]) -> set[str]:
+        """The kinds of ``node``'s events with these ids (a decision's evidence)."""
+        wanted = list(ids)
+        if not wanted:
+            return set()
+        with self.session() as s:
+            return set(s.scalars(select(EventRow.kind).where(EventRow.node == node, EventRow.id.in_(wanted))))
+
     def update_action(self, action_id: str, *, status: str, now: datetime, attempts: int | None = None,
                       next_attempt: datetime | None = None, error: str | None = None, result: str | None = None,
                       plan: Plan | None = None, nodes: Iterable[NodeRecord] = (),
