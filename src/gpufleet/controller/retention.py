@@ -12,6 +12,9 @@ by a background thread, oldest first, in small transactions.
 * **Archive.** With ``archive_dir``, each batch is appended to ``events-YYYY-MM-DD.jsonl.gz`` (by the
   events' receive date, UTC; one JSON object per event, the API's form) and fsynced before the rows are
   deleted: a crash between the two leaves a duplicate line in the archive, never a lost event.
+* **Diagnostic bundles** (``[retention] bundles``, off by default): bundles captured longer ago than that
+  are deleted at each run, in one statement (there are a few per repair, not millions). At least 7 days:
+  a vendor's RMA asks for them.
 * **Bounded per run.** At most ``max_batches`` per run, so a large backlog (retention switched on for
   an old database) is worked off over several runs while everything else goes on.
 """
@@ -31,7 +34,7 @@ from typing import Any
 from sqlalchemy import delete, select
 
 from gpufleet.controller.clock import Clock
-from gpufleet.controller.store.models import EventRow
+from gpufleet.controller.store.models import BundleRow, EventRow
 from gpufleet.controller.store.repo import Store
 from gpufleet.domain.durations import format_duration
 from gpufleet.domain.errors import InvalidInput
@@ -50,12 +53,20 @@ def check_horizon(keep: timedelta, lookback: timedelta) -> None:
                            "at least 7d)")
 
 
+MIN_BUNDLE_HORIZON = timedelta(days=7)
+
+
 class Retention:
     def __init__(self, store: Store, clock: Clock, keep: timedelta, *, batch: int = 2000, max_batches: int = 50,
-                 archive_dir: Path | None = None) -> None:
+                 archive_dir: Path | None = None, bundles: timedelta = timedelta(0)) -> None:
         if batch < 1 or max_batches < 1:
             raise InvalidInput("retention.batch", batch, "1 or more rows per batch and batches per run")
+        if bundles and bundles < MIN_BUNDLE_HORIZON:
+            raise InvalidInput("retention.bundles", format_duration(bundles),
+                               f"0 (keep every bundle) or at least {format_duration(MIN_BUNDLE_HORIZON)}")
         self.store, self.clock, self.keep = store, clock, keep
+        self.bundles_keep = bundles  # 0: keep every diagnostic bundle
+        self.bundles_deleted = 0
         self.batch, self.max_batches = batch, max_batches
         self.archive_dir = archive_dir
         self.deleted = 0  # totals since start, for /metrics
@@ -64,7 +75,11 @@ class Retention:
 
     def run_once(self) -> int:
         """Delete (and archive) events received before now - keep, up to ``max_batches`` batches; returns
-        how many were deleted."""
+        how many were deleted. Diagnostic bundles older than ``bundles`` go too (when set)."""
+        if self.bundles_keep:
+            self._old_bundles(self.clock.now() - self.bundles_keep)
+        if not self.keep:
+            return 0
         cutoff = self.clock.now() - self.keep
         total = archived = 0
         for _ in range(self.max_batches):
@@ -88,6 +103,18 @@ class Retention:
             except Exception:  # a failed run (database away) is retried at the next interval
                 log.exception("retention run failed; retrying in %.0f s", interval)
             stop.wait(interval)
+
+    def _old_bundles(self, cutoff: datetime) -> int:
+        with self.store.session.begin() as s:
+            ids = list(s.scalars(select(BundleRow.id).where(BundleRow.created < cutoff)))
+            if ids:
+                s.execute(delete(BundleRow).where(BundleRow.id.in_(ids)))
+        gone = len(ids)
+        if gone:
+            self.bundles_deleted += gone
+            log.info("retention: %d diagnostic bundles captured before %s deleted", gone,
+                     cutoff.isoformat(timespec="seconds"))
+        return int(gone)
 
     def _batch(self, cutoff: datetime) -> tuple[int, int, bool]:
         """One transaction: the first ``batch`` events by seq, those received before ``cutoff`` archived

@@ -142,10 +142,11 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
     rs = settings.retention
     if rs.events:
         check_horizon(rs.events, controller.engine.policy.lookback())
-        retention = Retention(controller.store, controller.clock, rs.events, batch=rs.batch,
-                              archive_dir=rs.archive_dir)
     else:
         log.info("retention: every event is kept (set [retention] events to delete old ones)")
+    if rs.events or rs.bundles:
+        retention = Retention(controller.store, controller.clock, rs.events, batch=rs.batch,
+                              archive_dir=rs.archive_dir, bundles=rs.bundles)
     heap.settle("start-up")
     watcher = BmcWatcher(controller, node_bmcs, sel_max_age=settings.repair.sel_max_age) if node_bmcs else None
     return Runtime(settings, controller, reconciler, retention=retention, bmc=watcher,

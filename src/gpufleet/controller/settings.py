@@ -162,6 +162,8 @@ class RetentionSettings(BaseModel):
     archive_dir: Path | None = None  # write them to events-YYYY-MM-DD.jsonl.gz here before deleting them
     batch: int = Field(default=2000, ge=1, le=100_000)  # rows per transaction (ingest waits at most for one)
     interval: float = Field(default=300.0, gt=0)  # seconds between runs (each works off at most 50 batches)
+    # diagnostic bundles captured longer ago than this are deleted (0 = keep every bundle; at least 7d)
+    bundles: Annotated[timedelta, BeforeValidator(_duration_or_zero)] = timedelta(0)
 
 
 class FleetJudgeSettings(BaseModel):

@@ -104,3 +104,28 @@ def test_each_run_is_counted_on_the_controller_metrics(tmp_path: Path) -> None:
     assert rt.retention.run_once() == 3
     assert metrics.registry.get_sample_value("gpufleet_events_deleted_total") == 3
     assert metrics.registry.get_sample_value("gpufleet_events_archived_total") == 3
+
+
+def test_old_diagnostic_bundles_go_and_recent_ones_and_every_event_stay(engine: Engine) -> None:
+    from gpufleet.controller.store.bundles import BundleStore
+    from gpufleet.controller.store.models import BundleRow
+
+    store = Store(engine)
+    bundles = BundleStore(store)
+    now = T0 + timedelta(days=100)
+    for i, age in enumerate((120, 91, 89, 1)):
+        bundles.put(f"b{i}:bundle", "n1", f"a{i}", {"format": "gpufleet.bundle/v1", "parts": {}},
+                    now - timedelta(days=age), "test bundle")
+    _store_events(store, 3, now - timedelta(days=200), "ancient")
+    r = Retention(store, ManualClock(now), timedelta(0), bundles=timedelta(days=90))
+    assert r.run_once() == 0  # events: kept (no [retention] events)
+    with store.session() as s:
+        left = sorted(s.scalars(select(BundleRow.id)))
+    assert left == ["b2:bundle", "b3:bundle"] and r.bundles_deleted == 2
+    assert len(_ids(store)) == 3
+
+
+def test_a_bundle_horizon_under_a_week_is_refused(engine: Engine) -> None:
+    with pytest.raises(InvalidInput) as err:
+        Retention(Store(engine), ManualClock(T0), timedelta(0), bundles=timedelta(days=2))
+    assert err.value.field == "retention.bundles"
