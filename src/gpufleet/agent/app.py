@@ -12,6 +12,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 from gpufleet.agent.clock import AgentClock, SystemClock
@@ -28,6 +29,7 @@ from gpufleet.agent.devices.sim import SimDevice
 from gpufleet.agent.devices.simfaults import Fault, FaultInjector, parse_fault
 from gpufleet.agent.devices.simhost import SimKernelLog, SimSysfs, gpu_serials, serial_prefix
 from gpufleet.agent.exporter import make_registry, serve
+from gpufleet.agent.idlegpu import IdleGpus
 from gpufleet.agent.inventory import collect_inventory
 from gpufleet.agent.nodestatus import NodeStatusWriter
 from gpufleet.agent.nvlinkmap import capture_nvlink_remote
@@ -161,6 +163,8 @@ def run_agent(
         ib=InfinibandCollector(surfaces.ib_root),
         host=HostCollector(cfg.sys_root, cfg.mounts),
         inject=inject,
+        idle=IdleGpus(cfg.node, timedelta(seconds=cfg.idle_gpu_after_s), cfg.idle_gpu_max_util_pct, cfg.proc_root)
+        if cfg.idle_gpu_after_s else None,
     )
     status = agent.open()
     inventory = collect_inventory(cfg.node, device, ib_root=surfaces.ib_root, sys_root=surfaces.sys_root)

@@ -115,6 +115,10 @@ class AgentConfig(BaseSettings):
     nvlink_remote_command: list[str] = Field(default_factory=lambda: ["nvidia-smi", "nvlink", "-R"])
     # role -> path of a mount to watch for presence and free space, e.g. mounts = {checkpoints = "/ckpt"}
     mounts: dict[str, str] = Field(default_factory=dict)
+    # a GPU allocated to a Slurm job (its processes' SLURM_JOB_GPUS / CUDA_VISIBLE_DEVICES) at or under
+    # idle_gpu_max_util_pct this long is reported once as gpu_idle (agent/idlegpu.py); 0 turns it off
+    idle_gpu_after_s: float = Field(1800.0, ge=0)
+    idle_gpu_max_util_pct: float = Field(5.0, ge=0, lt=100)  # utilisation counted as idle, %
     # The node status file for Slurm's HealthCheckProgram (agent/nodestatus.py); None = <state_dir>/node-status.json.
     status_file: Path | None = None
     status_interval_s: float = Field(10.0, gt=0)  # seconds between rewrites of the status file (a new fault: at once)

@@ -24,6 +24,7 @@ from gpufleet.agent.collectors.host import HostCollector
 from gpufleet.agent.collectors.infiniband import InfinibandCollector
 from gpufleet.agent.collectors.kmsg import KernelLog
 from gpufleet.agent.devices.port import Device, DeviceStatus, XidEvent
+from gpufleet.agent.idlegpu import IdleGpus
 from gpufleet.agent.rules import PassiveChecks
 from gpufleet.agent.spool import Spool
 from gpufleet.agent.telemetry import Telemetry
@@ -66,6 +67,7 @@ class Agent:
         on_events: Callable[[Sequence[HealthEvent]], None] | None = None,
         wake_pusher: threading.Event | None = None,
         inject: Callable[[], object] | None = None,
+        idle: IdleGpus | None = None,
     ) -> None:
         self.node = node
         self.device = device
@@ -78,6 +80,7 @@ class Agent:
         self.on_events = on_events
         self.wake_pusher = wake_pusher
         self.inject = inject  # simulated faults that are due (agent/devices/faults.py), run after each tick
+        self.idle = idle  # allocated-but-idle GPUs (agent/idlegpu.py), looked at on the slow tick
         self.status = DeviceStatus(False, "not opened")
         self._next = {"fast": 0.0, "slow": 0.0, "ib": 0.0, "host": 0.0}
         self._indices: range = range(0)
@@ -161,6 +164,10 @@ class Agent:
                     fast = t.fast[i]
                     found = self.checks.on_slow(r2, now, None if fast is None else fast.util_gpu_pct)
                     events += self._local(found, "nvml", i)
+            if self.idle is not None:
+                util = {i: (f.util_gpu_pct if (f := t.fast[i]) is not None else None) for i in self._indices}
+                events += self._guard("idle_gpu", self.idle.observe, now, util) or []
+                t.idle_gpu = self.idle.idle_seconds(now)
         if self.ib is not None and self._due("ib", mono, self.cadence.ib_s):
             ports = self._guard("infiniband", self.ib.read)
             if ports is not None:

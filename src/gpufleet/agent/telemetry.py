@@ -32,6 +32,7 @@ class Telemetry:
     kmsg_source: str = "none"
     kmsg_lines: int = 0
     ticks: int = 0
+    idle_gpu: dict[tuple[int, str], float] = field(default_factory=dict)  # (gpu index, job) -> idle seconds
 
     def set_gpus(self, gpus: tuple[GpuInfo, ...]) -> None:
         self.gpus = gpus

@@ -95,7 +95,7 @@ class Symptom:
 def weigh(catalog: Catalog, kind: EventKind, code: int | None, j: Judgement, info_activation: int) -> Weighing:
     """Fold, ignore, or count (with which step and severity) events of this (kind, code) judged ``j``."""
     damped = kind in FLAPPY
-    if kind in (EventKind.CHECK_PASSED, EventKind.MOVED):
+    if kind in (EventKind.CHECK_PASSED, EventKind.MOVED, EventKind.GPU_IDLE):
         return Weighing(IGNORE, 0.0, 0, j.action, damped)
     severity = j.severity
     if kind is EventKind.SXID and severity is Severity.INFO and not j.collateral:

@@ -98,6 +98,7 @@ _KIND_DEFAULTS: dict[str, tuple[Severity, Action]] = {
     EventKind.MOVED: (Severity.INFO, Action.NONE),
     EventKind.GPU_LOST: (Severity.FATAL, Action.REBOOT),
     EventKind.HEARTBEAT_LOST: (Severity.DEGRADED, Action.DRAIN_AND_INSPECT),
+    EventKind.GPU_IDLE: (Severity.INFO, Action.NONE),  # usage: for the job's owner, never a drain
 }
 
 DEFAULT_ESCALATIONS: tuple[Escalation, ...] = (

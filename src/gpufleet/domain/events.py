@@ -34,6 +34,7 @@ class EventKind(StrEnum):
     CHECK_PASSED = "check_passed"  # an active validation passed (revalidate -> ready, burn-in done)
     GPU_LOST = "gpu_lost"  # GPU fell off the bus / not visible to the driver (XID 79 class)
     HEARTBEAT_LOST = "heartbeat_lost"  # the node's agent stopped reporting
+    GPU_IDLE = "gpu_idle"  # a GPU allocated to a job sat idle past a threshold (usage, not a fault)
 
 
 class Severity(StrEnum):
