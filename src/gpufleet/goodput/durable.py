@@ -134,7 +134,11 @@ class RunRecorder:
         """The loop waits for its input pipeline (badput ``data_wait``)."""
         t0 = self._mono()
         yield
-        self._write({"ev": "data", "dur": round(self._mono() - t0, 6)})
+        self.data_waited(self._mono() - t0)
+
+    def data_waited(self, seconds: float) -> None:
+        """Record ``seconds`` the loop waited for its input, ending now (a framework's callback hook)."""
+        self._write({"ev": "data", "dur": round(max(0.0, seconds), 6)})
 
     def checkpoint_start(self, ckpt: int, step: int, *, is_async: bool) -> None:
         self._write({"ev": "ckpt_start", "ckpt": ckpt, "step": step, "async": is_async})

@@ -1,0 +1,80 @@
+"""GoodputCallback: a Lightning Trainer's run on the CPU becomes the same run log a plain loop writes —
+steps, checkpoints, a resume from a checkpoint, MFU — read back by the report."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import lightning.pytorch as pl  # a dev dependency: CI installs it
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torch.utils.data import DataLoader, TensorDataset
+
+from gpufleet.goodput.durable import read_run
+from gpufleet.goodput.lightning_callback import GoodputCallback
+from gpufleet.goodput.runreport import run_report
+
+
+class Regression(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(8, 1)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def _data() -> DataLoader[tuple[torch.Tensor, ...]]:
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 8, generator=g)
+    return DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=16)
+
+
+def _trainer(tmp_path: Path, steps: int, run: Path) -> pl.Trainer:
+    return pl.Trainer(max_steps=steps, accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
+                      enable_model_summary=False, default_root_dir=tmp_path,
+                      callbacks=[GoodputCallback(run, flops_per_step=2e6, peak_flops=1e12, tokens_per_step=16),
+                                 ModelCheckpoint(dirpath=tmp_path / "ckpt", every_n_train_steps=5,
+                                                 save_top_k=-1)])
+
+
+def test_a_fit_and_its_resume_read_back_as_one_run_with_one_restart(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    _trainer(tmp_path, 12, run).fit(Regression(), _data())
+    first = run_report(read_run(run))
+    assert first.steps_kept == 12 and first.restarts == ()
+    assert first.mfu is not None and first.mfu.flops_per_step == 2e6
+    assert first.tokens_kept == 12 * 16
+    assert first.goodput.productive > 0
+    records = [json.loads(line) for line in (run / "goodput-rank0.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if r["ev"] == "ckpt_persisted"] == [5, 10]  # Lightning's saves
+    saved = sorted((tmp_path / "ckpt").glob("*.ckpt"))
+    assert [p.name for p in saved] == ["epoch=0-step=10.ckpt", "epoch=0-step=5.ckpt"]
+    # a requeued job: Lightning restores step 10 and runs to 20
+    _trainer(tmp_path, 20, run).fit(Regression(), _data(), ckpt_path=str(tmp_path / "ckpt" / "epoch=0-step=10.ckpt"))
+    both = run_report(read_run(run))
+    assert len(both.restarts) == 1
+    assert both.restarts[0].resumed == 10
+    assert both.steps_kept == 20 and both.steps_redone == 2  # steps 10 and 11 ran again after the restore
+
+
+def test_an_exception_in_fit_is_recorded_as_a_failure(tmp_path: Path) -> None:
+    class Broken(Regression):
+        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+            if self.global_step == 3:
+                raise RuntimeError("CUDA error: an illegal memory access was encountered")
+            return super().training_step(batch, batch_idx)
+
+    run = tmp_path / "run"
+    with pytest.raises(RuntimeError):
+        _trainer(tmp_path, 12, run).fit(Broken(), _data())
+    text = (run / "goodput-rank0.jsonl").read_text()
+    failures = [json.loads(line) for line in text.splitlines() if '"failure"' in line]
+    assert len(failures) == 1 and "illegal memory access" in failures[0]["cause"]
+    assert run_report(read_run(run)).steps_kept == 3
