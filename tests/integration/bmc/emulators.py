@@ -63,7 +63,8 @@ def _tool(name: str) -> str:
     return found
 
 
-def _spawn(argv: list[str], log: Path, url: str, auth: tuple[str, str] | None) -> Service:
+def _spawn(argv: list[str], log: Path, url: str, auth: tuple[str, str] | None,
+           verify: str | bool = True) -> Service:
     with log.open("ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
@@ -73,7 +74,7 @@ def _spawn(argv: list[str], log: Path, url: str, auth: tuple[str, str] | None) -
         if proc.poll() is not None:
             return True
         try:
-            return httpx.get(f"{url}/redfish/v1/", auth=auth, timeout=2).status_code == 200
+            return httpx.get(f"{url}/redfish/v1/", auth=auth, timeout=2, verify=verify).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -82,8 +83,27 @@ def _spawn(argv: list[str], log: Path, url: str, auth: tuple[str, str] | None) -
     return svc
 
 
-def start_emulator(root: Path, systems: dict[str, str], user: str, password: str) -> Service:
-    """``sushy-emulator --fake`` with one fake system per ``name -> uuid``, all powered On."""
+def make_ca(root: Path, host: str = "127.0.0.1") -> tuple[Path, Path, Path]:
+    """A throwaway CA and a server certificate for ``host`` (the openssl command line): (ca.crt, crt, key)."""
+    require_service(shutil.which("openssl") is not None, "the openssl command")
+    root.mkdir(parents=True, exist_ok=True)
+
+    def openssl(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=root, check=True, capture_output=True, timeout=60)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=bmc-test-ca",
+            "-keyout", "ca.key", "-out", "ca.crt")
+    (root / "san.ext").write_text(f"subjectAltName=IP:{host}\n", encoding="utf-8")
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={host}", "-keyout", "bmc.key", "-out", "bmc.csr")
+    openssl("x509", "-req", "-in", "bmc.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
+            "-out", "bmc.crt", "-extfile", "san.ext")
+    return root / "ca.crt", root / "bmc.crt", root / "bmc.key"
+
+
+def start_emulator(root: Path, systems: dict[str, str], user: str, password: str, *,
+                   tls: tuple[Path, Path, Path] | None = None) -> Service:
+    """``sushy-emulator --fake`` with one fake system per ``name -> uuid``, all powered On; over HTTPS with
+    ``tls`` = (CA, certificate, key) from :func:`make_ca`."""
     import bcrypt
 
     root.mkdir(parents=True, exist_ok=True)
@@ -102,6 +122,9 @@ def start_emulator(root: Path, systems: dict[str, str], user: str, password: str
             "from sushy_tools.emulator.main import main; sys.argv[0] = 'sushy-emulator'; sys.exit(main())")
     argv = [sys.executable, "-c", boot, "--config", str(root / "emulator.conf"), "--fake", "-i", "127.0.0.1",
             "-p", str(port)]
+    if tls is not None:
+        argv += ["--ssl-certificate", str(tls[1]), "--ssl-key", str(tls[2])]
+        return _spawn(argv, root / "emulator.log", f"https://127.0.0.1:{port}", (user, password), str(tls[0]))
     return _spawn(argv, root / "emulator.log", f"http://127.0.0.1:{port}", (user, password))
 
 

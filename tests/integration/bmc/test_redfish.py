@@ -36,7 +36,7 @@ from gpufleet.domain.fleet import simulated_fleet
 from gpufleet.lifecycle.config import parse_policy
 from gpufleet.schedulers.sim import SimScheduler
 from tests.e2e.harness import wait_until
-from tests.integration.bmc.emulators import Mockup, Service, free_port, start_emulator, start_static
+from tests.integration.bmc.emulators import Mockup, Service, free_port, make_ca, start_emulator, start_static
 from tests.integration.reconciler.test_repair_ladder import Tickets
 
 pytestmark = pytest.mark.redfish
@@ -181,6 +181,23 @@ def test_wrong_credentials_fail_without_echoing_them(emulator: Service, caplog: 
     with pytest.raises(Exception) as err:
         bmc.power_state()
     assert "401" in str(err.value) and wrong not in str(err.value) and wrong not in caplog.text
+
+
+def test_a_bmc_over_https_is_trusted_through_the_site_ca_bundle_and_refused_without_it(tmp_path: Path) -> None:
+    tls = make_ca(tmp_path / "tls")
+    svc = start_emulator(tmp_path / "emulator-tls", {"node0": UUID0}, USER, PASSWORD, tls=tls)
+    try:
+        assert svc.url.startswith("https://")
+        trusted = RedfishBmc(BmcTarget("node0", svc.url, Secret(USER), Secret(PASSWORD), UUID0),
+                             ca_bundle=tls[0], timeout=5)
+        assert trusted.power_state() == "On"
+        untrusted = bmc_of(svc.url, "node0", UUID0)  # the system trust store does not know the site CA
+        with pytest.raises(Exception) as err:
+            untrusted.power_state()
+        assert "CERTIFICATE_VERIFY_FAILED" in str(err.value) or "certificate verify failed" in str(err.value)
+        assert_no_credentials(str(err.value))
+    finally:
+        svc.stop()
 
 
 def test_unreachable_bmc_is_retried_with_backoff_then_the_ladder_files_a_ticket(
