@@ -12,7 +12,7 @@ import pytest
 
 from gpufleet.cli.controller import gpunode_sync
 from gpufleet.controller.clock import ManualClock
-from gpufleet.controller.kubesync import FAULT_CLASSES, condition_type
+from gpufleet.controller.kubesync import FAULT_CLASSES, GpuNodeSync, condition_type
 from gpufleet.controller.reconciler import Reconciler
 from gpufleet.controller.service import Controller
 from gpufleet.controller.store.db import make_engine, migrate
@@ -99,15 +99,21 @@ def test_a_failing_api_server_is_logged_and_the_next_pass_catches_up(
     assert {o["metadata"]["name"] for o in api.objects("gpunodes")} == set(NODES)
 
 
-def test_each_action_the_reconciler_carries_out_is_a_remediation(
-        world: tuple[FakeKubeAPI, Controller, KubernetesScheduler]) -> None:
-    api, c, sched = world
+def _drain_gpu_a_through_a_reconciler_pass(c: Controller, sched: KubernetesScheduler) -> GpuNodeSync:
+    """A fatal XID on gpu-a, then one real reconciler pass with the sync wired as the CLI wires it."""
     sync = gpunode_sync(c, sched)
     reconciler = Reconciler(c, sched)
     reconciler.on_pass.append(sync.run_pass)
     reconciler.on_action.append(sync.on_action)
     c.ingest([HealthEvent("x79", "gpu-a", EventKind.XID, T0 + timedelta(seconds=1), "gpu-a-gpu0", 79)])
     reconciler.run_once()
+    return sync
+
+
+def test_each_action_the_reconciler_carries_out_is_a_remediation(
+        world: tuple[FakeKubeAPI, Controller, KubernetesScheduler]) -> None:
+    api, c, sched = world
+    _drain_gpu_a_through_a_reconciler_pass(c, sched)
     (drain,) = [r for r in c.store.actions(node="gpu-a") if r.kind == "drain"]
     assert drain.status == "done"
     rems = {o["metadata"]["name"]: o for o in api.objects("remediations")}
@@ -125,11 +131,7 @@ def test_each_action_the_reconciler_carries_out_is_a_remediation(
 def test_a_drain_marks_its_fault_class_unhealthy_and_a_resume_clears_every_class(
         world: tuple[FakeKubeAPI, Controller, KubernetesScheduler]) -> None:
     api, c, sched = world
-    sync = gpunode_sync(c, sched)
-    reconciler = Reconciler(c, sched)
-    reconciler.on_action.append(sync.on_action)
-    c.ingest([HealthEvent("x79", "gpu-a", EventKind.XID, T0 + timedelta(seconds=1), "gpu-a-gpu0", 79)])
-    reconciler.run_once()
+    sync = _drain_gpu_a_through_a_reconciler_pass(c, sched)
 
     def conditions() -> dict[str, tuple[str, str]]:
         return {x["type"]: (x["status"], x["reason"]) for x in api.get("nodes", "gpu-a")["status"]["conditions"]}

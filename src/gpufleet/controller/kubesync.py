@@ -3,7 +3,11 @@ published after every reconciler pass, and ``spec.maintenance: true`` taken as a
 
 The Kubernetes side (the objects, the API calls) is ``schedulers/kubernetes/gpunodes.py``; this module
 only decides what to show and what a maintenance request does, so the controller never imports the
-Kubernetes client. What a node shows: its lifecycle state and since when, the reason and evidence of
+Kubernetes client. :class:`NodeView` is the controller's value; the CRD's ``GPUNodeStatus`` is the wire
+shape of the same facts, built from it in one place (``cli/controller.gpunode_sync``) — the import
+contract keeps ``schedulers.kubernetes`` out of the controller, so the two cannot be one type.
+
+What a node shows: its lifecycle state and since when, the reason and evidence of
 its latest transition, and the standing correlation verdicts that name it. Only nodes whose state
 changed since the last pass cost a store read (one query for all of them). A maintenance request drains
 a node that is serving (``ready``, ``in_service``, ``suspect``) once, audited under the actor
