@@ -166,7 +166,8 @@ class Agent:
                     events += self._local(found, "nvml", i)
             if self.idle is not None:
                 util = {i: (f.util_gpu_pct if (f := t.fast[i]) is not None else None) for i in self._indices}
-                events += self._guard("idle_gpu", self.idle.observe, now, util) or []
+                for e in self._guard("idle_gpu", self.idle.observe, now, util) or []:
+                    events += self._local([e], "nvml", int(e.attr("gpu")))  # pci named as for every GPU event
                 t.idle_gpu = self.idle.idle_seconds(now)
         if self.ib is not None and self._due("ib", mono, self.cadence.ib_s):
             ports = self._guard("infiniband", self.ib.read)

@@ -97,6 +97,8 @@ def test_the_agents_slow_tick_reports_idle_allocated_gpus_and_exports_the_idle_t
         clock.advance(1.0)
     idle = [e for e in seen if e.kind == EventKind.GPU_IDLE]
     assert sorted(e.component for e in idle) == reported
+    pci = {g.index: g.pci_bus_id for g in dev.gpus()}
+    assert all(e.attr("pci") == pci[int(e.attr("gpu"))] and e.source == "nvml" for e in idle)
     samples = [smp for m in make_registry(agent.telemetry).collect() if m.name == "gpufleet_gpu_idle_seconds"
                for smp in m.samples]
     assert sorted((smp.labels["gpu"], smp.labels["job"]) for smp in samples if smp.value >= 120) == (
