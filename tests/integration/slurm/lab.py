@@ -161,7 +161,8 @@ class SlurmLab:
             self.cmd("scontrol", "update", f"nodename={n}", "state=resume", check=False)
         wait_for(lambda: not self.cmd("squeue", "-h", "-t", "R,CG,CF,PD", check=False).stdout.strip(),
                  "all lab jobs gone")
-        wait_for(self._all_idle, "all lab nodes idle and undrained")
+        wait_for(self._all_idle, lambda: "all lab nodes idle and undrained; sinfo says: " + self.cmd(
+            "sinfo", "-h", "-N", "-n", ",".join(self.nodes), "-o", "%N %T %E", check=False).stdout.strip())
 
     def _all_idle(self) -> bool:
         out = self.cmd("sinfo", "-h", "-N", "-n", ",".join(self.nodes), "-o", "%N %T", check=False).stdout
