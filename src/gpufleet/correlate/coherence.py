@@ -3,31 +3,41 @@
 Every symptom event (and every non-fatal SXID, which the catalog rates informational) makes its
 reporter a *witness* for each of the symptom's candidates: for a switch, the distinct far unit (tray,
 node) or, inside one HGX node, the distinct GPU; for a replaceable unit, the distinct component inside
-it; for a cable, the end that reported; ``self`` for a component reporting about itself. Within the
-coherence ``window`` a candidate ``c`` has ``k`` distinct witnesses and ``u`` *units* (distinct
-witness-minutes: a burst counts once, errors that recur minute after minute count again).
+it; for a cable, the end that reported; for a component reporting about itself, one witness per kind
+of event it reports (``self:link_error``, ``self:aer_corrected``: a NIC with symbol errors *and*
+corrected AERs is two coincidences). Within the coherence ``window`` a candidate ``c`` has ``k``
+distinct witnesses and ``u`` *units* (distinct witness-minutes: a burst counts once, errors that recur
+minute after minute count again).
 
 Background model (the null): each component of class ``r`` (GPU, NIC, NVSwitch, leaf, ...) reports
 weak events in a window with probability ``q[r]``, independently; a report names one of its ``deg``
 links at random. So the number of witnesses ``c`` collects by chance is about Poisson with mean
 ``mu(c) = sum_r E(c, r) * q[r]``, where the *exposure* ``E(c, r)`` counts the reporters that can name
-``c`` (a reporter inside ``c`` or ``c`` itself counts 1, a far end ``1/deg``). Given ``k`` active
-witnesses, the units beyond one each are geometric with continuation ``g``. The surprise is
+``c`` (a reporter inside ``c`` or ``c`` itself counts 1, a far end ``1/deg``). A background witness's
+minutes beyond its first (its *excess*) are negative binomial with the mean and variance of the
+stream's active reporters (Poisson when the variance is not above the mean). The surprise is
 
-    p(c) = P(Poisson(mu) >= k) * P(NegBin(k, g) >= u - k) * SCAN
+    p(c) = min(P(Poisson(mu) >= k), 2 P(Poisson(mu_s) >= k_s)) * P(excess of k witnesses >= u - k) * SCAN
 
-(``SCAN`` = 3 pays for looking at two statistics; a cable's two ends are computed exactly, and for a
-switch or unit only ``k`` counts: repetition is evidence about what a witness reports on).
-``c`` is *significant* when ``p(c) <= alpha(c)``,
-the share of the false-alarm budget (default 1 false verdict per 1,000 node-days) that falls on one
-candidate of its kind in one window: ``budget * nodes * window / 1 day / (kinds * candidates of the
-kind)``.
+with ``k_s`` the witnesses active in the last third of the window and ``mu_s = mu (W/3 + d)/(W + d)``
+(``d`` the background's mean activity span: a reporter is active for an interval, not an instant).
+``SCAN`` = 3 pays for looking at several statistics; a cable's two ends are computed exactly; for a
+switch or unit only ``k`` counts (repetition is evidence about what a witness reports on).
+``c`` is *significant* when ``p(c) <= alpha(c)``, the share of the false-alarm budget (default 1 false
+verdict per 1,000 node-days) that falls on one candidate of its kind in one window:
+``budget * nodes * window / 1 day / (kinds * candidates of the kind)``.
+
+Moves: when a unit leaves a slot, the pattern there (its ``p``) is kept for ``rate_window`` as
+evidence that *stays* with the slot and *follows* the unit (:meth:`Coherence.moved`). A later pattern
+at either place is combined with it by Fisher's method and tested against the budget share split over
+the few kept patterns of its class (not over every candidate: only moved units are tried).
 
 Rates are learned from the stream: ``q[(kind, r)]`` is the fraction of class-``r`` components that
 reported event kind ``kind`` in the last ``rate_window`` (reporters explained by a significant
 candidate left out, so a fault in progress does not raise its own background), shrunk towards the
-cold-start prior ``PRIOR_Q`` with ``PRIOR_WEIGHT`` component-windows; ``q[r]`` sums over kinds. ``g``
-likewise (prior 0.5). Rates are refreshed once a minute of stream time.
+cold-start prior ``PRIOR_Q`` with ``PRIOR_WEIGHT`` component-windows; ``q[r]`` sums over kinds. The
+excess's mean and variance likewise (prior Poisson(0.5)). Rates are refreshed once a minute of stream
+time. docs/correlate.md §Weak signals has the model on an example.
 """
 
 from __future__ import annotations
@@ -36,15 +46,24 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpufleet.correlate.tails import log_negbin_tail as _log_negbin_tail
+from gpufleet.correlate.tails import log_poisson_tail as _log_poisson_tail
 from gpufleet.domain.topology import Topology
 
 PRIOR_Q = 0.01  # per component, per kind, per window: a corrected-error report (our assumption)
-PRIOR_WEIGHT = 200.0  # component-windows the prior is worth
-PRIOR_G, PRIOR_G_WEIGHT = 0.5, 20.0
+PRIOR_WEIGHT = 50.0  # component-windows the prior is worth
+# Repetition: a background witness's minutes beyond its first (its *excess*) are negative binomial with
+# mean and variance learned from the stream's active reporters, shrunk to a Poisson(0.5) prior worth
+# PRIOR_REP_WEIGHT reporters (variance <= mean: Poisson).
+PRIOR_EXCESS, PRIOR_REP_WEIGHT = 0.5, 20.0
 SCAN = 3.0
+SHORT = 3.0  # the short scale is window / SHORT
+_LN2 = math.log(2.0)
 UNIT_S = 60.0
 REFRESH_S = 60.0
 _DAY = 86400.0
+FOLLOWS, STAYS = "follows", "stays"
+_SELF: dict[str, str] = {}
 _SHARED_KINDS = frozenset({"nvswitch", "leaf_switch", "spine_switch", "core_switch", "node", "compute_tray",
                            "switch_tray"})
 _EXPOSURE_CACHE = 200_000  # candidates whose exposure is kept (a pure function of the topology)
@@ -60,6 +79,7 @@ class _Cand:
     cls: str = ""
     significant: bool = False
     log_p: float = 0.0
+    basis: str = ""  # FOLLOWS / STAYS: significant with the pattern kept from before a move
 
 
 class Coherence:
@@ -87,6 +107,7 @@ class Coherence:
         nodes = counts.get("node", 0) + counts.get("compute_tray", 0)
         share = budget_per_node_day * max(1, nodes) * window_s / _DAY / max(1, len(counts) - 1)
         self._log_alpha = {k: math.log(share / n) for k, n in counts.items()}
+        self._log_share = math.log(share)
         self._alpha = {k: share / n for k, n in counts.items()}
         self._cands: dict[str, _Cand] = {}
         shared = _SHARED.get(id(topology))
@@ -97,9 +118,11 @@ class Coherence:
         self._exposure = shared[1]
         self._deg: dict[str, int] = {}
         self._seen: dict[tuple[str, str], dict[str, tuple[float, int, int]]] = {}  # (kind, class) -> reporter
+        self._hist: dict[str, dict[str, tuple[float, float]]] = {}  # candidate -> basis -> (move time, ln p)
+        self._log_alpha_hist: dict[str, float] = {}  # per class: the share over the kept patterns of the class
         self._explained: dict[str, float] = {}  # reporter -> until when it is left out of the rates
         self._q: dict[str, float] = {}
-        self._g = PRIOR_G
+        self._rep = (PRIOR_EXCESS, math.inf)  # (mean excess per witness, negative-binomial size; inf: Poisson)
         self._start = math.inf
         self._refreshed = -math.inf
         self._swept = -math.inf
@@ -130,12 +153,14 @@ class Coherence:
         out: list[str] = []
         alpha = self._alpha
         cands = self._cands
-        for c, w, cls, inside in pairs:
+        me = _SELF.get(kind) or _SELF.setdefault(kind, "self:" + kind)
+        for c, named, cls, inside in pairs:
             lb = q_r if inside else q_r / deg  # this reporter's own share of mu(c)
+            w = me if named == "self" else named  # about itself: one witness per kind of event it reports
             st = cands.get(c)
             if st is None:
                 st = cands[c] = _Cand({w: (t, 1, minute)}, {key: t}, {w: reporter}, cls)
-                if SCAN * lb >= alpha[cls]:
+                if SCAN * lb >= alpha[cls] and c not in self._hist:
                     continue  # one witness, one unit: p >= SCAN * (1 - e^-lb), cannot be significant
                 if self._score(c, st, t, lb):
                     out.append(self._significant(st, c, t))
@@ -147,9 +172,10 @@ class Coherence:
                 st.reporters[w] = reporter
             elif old[2] != minute:
                 st.wit[w] = old = (t, old[1] + 1, minute)
-                rep = 1.0 if cls in _SHARED_KINDS else self._g ** (old[1] - 1)
-                if len(st.wit) == 1 and SCAN * lb * (1 - lb / 2) * rep >= alpha[cls]:
-                    continue  # one witness: p >= SCAN * P(it speaks) * g^(units-1), not significant
+                rep = 0.0 if cls in _SHARED_KINDS else self._log_rep_tail(old[1] - 1, 1)
+                if (len(st.wit) == 1 and math.log(SCAN * lb * (1 - lb / 2)) + rep >= math.log(alpha[cls])
+                        and c not in self._hist):
+                    continue  # one witness: p >= SCAN * P(it speaks) * P(excess >= units-1), not significant
             else:
                 st.wit[w] = (t, old[1], minute)
                 continue  # same witness, same minute: the statistic did not move
@@ -190,17 +216,55 @@ class Coherence:
         st = self._cands.get(c)
         return st is not None and st.significant
 
-    def forget(self, slots: set[str]) -> None:
-        """A move changed who sits in ``slots``: drop the patterns of candidates there."""
-        links = self._topo.links
+    def moved(self, from_slot: str, to_slot: str, t: float) -> None:
+        """A unit left ``from_slot`` for ``to_slot``. The weak pattern seen at the old slot (the slot
+        itself, what is inside it, the cables on it) is kept for ``rate_window`` twice: as evidence
+        that *stays* with the slot (its cabling, its connector) and, for the unit and what it carries,
+        as evidence that *follows* it to the same relative place under ``to_slot``. The live patterns
+        there start afresh: the occupant changed. A later pattern at either place is combined with
+        the kept one (:meth:`_score`)."""
+        topo = self._topo
+        inside = {from_slot, *topo.descendants(from_slot)}
+        links = topo.links
+        hist = self._hist
         for c in list(self._cands):
             ln = links.get(c)
-            if c in slots or (ln is not None and (ln.a in slots or ln.b in slots)):
-                del self._cands[c]
+            if not (c in inside or (ln is not None and (ln.a in inside or ln.b in inside))):
+                continue
+            st = self._cands.pop(c)
+            lp = self._log_p(c, st, t)
+            if lp >= 0.0:
+                continue  # nothing there but the background
+            self._keep(c, STAYS, t, lp)
+            if ln is None and c.startswith(from_slot):
+                dest = to_slot + c[len(from_slot):]
+                if dest in topo.components:
+                    self._keep(dest, FOLLOWS, t, lp)
+        self._hist = hist = {c: h for c, h in hist.items() if any(t - v[0] <= self._rate_window for v in h.values())}
+        fam: dict[str, int] = {}
+        for c, h in hist.items():
+            cls = self._cls(c)
+            fam[cls] = fam.get(cls, 0) + len(h)
+        self._log_alpha_hist = {cls: self._log_share - math.log(n) for cls, n in fam.items()}
+
+    def _keep(self, c: str, basis: str, t: float, lp: float) -> None:
+        h = self._hist.setdefault(c, {})
+        old = h.get(basis)
+        if old is None or t - old[0] > self._rate_window or lp < old[1]:
+            h[basis] = (t, lp)
+
+    def basis(self, c: str) -> str:
+        """``follows`` / ``stays`` when ``c`` is significant only with the pattern kept from before a
+        move (:meth:`moved`); else ``""``."""
+        st = self._cands.get(c)
+        return st.basis if st is not None and st.significant else ""
 
     # -- the statistic ------------------------------------------------------------------------------------
 
     def _score(self, c: str, st: _Cand, t: float, mu_lb: float) -> bool:
+        hist = self._hist.get(c) if self._hist else None
+        if hist:
+            return self._score_with_history(c, st, t, hist)
         cutoff = t - self.window
         wit = st.wit
         if any(v[0] < cutoff for v in wit.values()):
@@ -215,7 +279,7 @@ class Coherence:
         # cable's 12 minutes must not make its leaf surprising. Shared parts use k alone.
         tail_u = math.log(SCAN)
         if st.cls not in _SHARED_KINDS:
-            tail_u += _log_negbin_tail(units - k, k, self._g)
+            tail_u += self._log_rep_tail(units - k, k)
         ln = self._topo.links.get(c)
         if ln is None and _log_poisson_tail(k, mu_lb) + tail_u > log_alpha:
             # Screen: mu >= mu_lb (this reporter's own share of the exposure) and the tail grows
@@ -229,12 +293,62 @@ class Coherence:
             tail = pa * pb if k >= 2 else 1.0 - (1.0 - pa) * (1.0 - pb) if k == 1 else 1.0
             log_k = math.log(max(tail, 1e-300))
         else:
-            log_k = _log_poisson_tail(k, self.mu(c))
+            mu = self.mu(c)
+            log_k = _log_poisson_tail(k, mu)
+            # A second, shorter scale: the witnesses active in the last third of the window (a
+            # fault's witnesses come closer together than the background's). A background reporter
+            # is active for an interval, not an instant (about its mean excess minutes), so the
+            # share of ``mu`` that falls in the short scale is (W/3 + d) / (W + d). The better of the
+            # two scales pays a factor 2 for the choice.
+            short_s = self.window / SHORT
+            k_s = sum(1 for v in wit.values() if v[0] >= t - short_s)
+            if k_s >= 2:
+                d = self._rep[0] * UNIT_S
+                log_k = min(log_k, _log_poisson_tail(k_s, mu * (short_s + d) / (self.window + d))) + _LN2
         st.log_p = log_k + tail_u
+        st.basis = ""
         sig = st.log_p <= log_alpha
         if not sig:
             st.significant = False
         return sig
+
+    def _log_p(self, c: str, st: _Cand, t: float) -> float:
+        """ln p of ``c``'s witnesses now, without the screens."""
+        self._score(c, st, t, 0.0)
+        return st.log_p
+
+    def _score_with_history(self, c: str, st: _Cand, t: float, hist: dict[str, tuple[float, float]]) -> bool:
+        """``c``'s pattern now, alone or combined with one kept from before a move (Fisher's method
+        for two independent p-values, ``x (1 - ln x)`` with ``x`` their product, and a factor 2 for
+        trying both the slot's and the unit's history)."""
+        self._hist[c] = {}  # the live pattern alone first, against the class's threshold
+        try:
+            if self._score(c, st, t, 0.0):
+                return True
+        finally:
+            self._hist[c] = hist
+        # The combined test is tried only on the few candidates a move left a pattern for: its share
+        # of the budget is split over those (per class), not over every candidate of the class.
+        alone = st.log_p
+        log_alpha = self._log_alpha_hist.get(st.cls, self._log_share)
+        sig = False
+        for basis, (th, lp) in hist.items():
+            if t - th > self._rate_window:
+                continue
+            x = alone + lp
+            comb = x + math.log1p(-x) + math.log(2.0)
+            if comb <= log_alpha and (not sig or comb < st.log_p):
+                st.log_p, st.basis, sig = comb, basis, True
+        if not sig:
+            st.significant = False
+        return sig
+
+    def _log_rep_tail(self, e: int, k: int) -> float:
+        """ln P(the excess minutes of ``k`` background witnesses sum to ``e`` or more)."""
+        m, size = self._rep
+        if size == math.inf:
+            return _log_poisson_tail(e, k * m)
+        return _log_negbin_tail(e, k * size, size / (size + m))
 
     def _p_end(self, r: str) -> float:
         """Probability that end ``r`` of a cable reports on that cable in one window."""
@@ -283,7 +397,7 @@ class Coherence:
             self._explained = {r: u for r, u in self._explained.items() if u > t}
         explained = self._explained
         per_class: dict[str, float] = {}
-        active = units = 0
+        active = excess = excess2 = 0
         for (_, cls), seen in self._seen.items():
             stale = [r for r, v in seen.items() if v[0] < cutoff]
             for r in stale:
@@ -294,44 +408,17 @@ class Coherence:
                     continue
                 n += 1
                 active += 1
-                units += v[1]
+                excess += v[1] - 1
+                excess2 += (v[1] - 1) ** 2
             size = self._class_size.get(cls, 1)
             rate = (PRIOR_Q * PRIOR_WEIGHT + n / windows) / (PRIOR_WEIGHT + size)
             per_class[cls] = per_class.get(cls, 0.0) + rate
         self._q = per_class
-        self._g = (PRIOR_G * PRIOR_G_WEIGHT + max(0, units - active)) / (PRIOR_G_WEIGHT + max(units, 0))
+        w = PRIOR_REP_WEIGHT
+        m = (PRIOR_EXCESS * w + excess) / (w + active)
+        var = (PRIOR_EXCESS * (1 + PRIOR_EXCESS) * w + excess2) / (w + active) - m * m
+        self._rep = (m, m * m / (var - m) if var > m * 1.001 else math.inf)
         if t - self._swept >= self.window:
             self._swept = t
             for c in [c for c, st in self._cands.items() if all(v[0] < t - self.window for v in st.wit.values())]:
                 del self._cands[c]
-
-
-def _log_poisson_tail(k: int, mu: float) -> float:
-    """ln P(X >= k), X ~ Poisson(mu)."""
-    if k <= 0:
-        return 0.0
-    mu = max(mu, 1e-12)
-    term = math.exp(-mu)
-    cdf = 0.0
-    for i in range(k):
-        cdf += term
-        term *= mu / (i + 1)
-    tail = 1.0 - cdf
-    if tail > 1e-12:
-        return math.log(tail)
-    # far tail: the first term dominates
-    return -mu + k * math.log(mu) - math.lgamma(k + 1) + math.log1p(mu / (k + 1))
-
-
-def _log_negbin_tail(e: int, k: int, g: float) -> float:
-    """ln P(Y >= e), Y the sum of ``k`` geometric counts with continuation ``g`` (failures before k successes)."""
-    if e <= 0 or k <= 0:
-        return 0.0
-    p = 1.0 - g
-    cdf = 0.0
-    term = p**k  # P(Y = 0)
-    for j in range(e):
-        cdf += term
-        term *= g * (j + k) / (j + 1)
-    tail = 1.0 - cdf
-    return math.log(tail) if tail > 1e-12 else math.log(max(term, 1e-300))

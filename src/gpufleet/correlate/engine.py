@@ -27,7 +27,7 @@ import logging
 from collections import deque
 from datetime import datetime, timedelta
 
-from gpufleet.correlate.coherence import Coherence
+from gpufleet.correlate.coherence import FOLLOWS, STAYS, Coherence
 from gpufleet.correlate.describe import action_for, reason_for
 from gpufleet.correlate.explain import Explanation, SymptomLike, explain
 from gpufleet.correlate.inventory import Inventory, MoveRecord
@@ -358,6 +358,8 @@ class Engine:
         changed = self._expire(self._now) or []
         self.inventory.forget_before(time)
         displaced = self.inventory.serial_at(to_slot)
+        if self.coherence is not None:
+            self.coherence.moved(from_slot, to_slot, t)
         touched = set(self.inventory.move(serial, from_slot, to_slot))
         archived: list[Symptom] = []
         for sym in list(self._syms.values()):
@@ -528,17 +530,18 @@ class Engine:
         finding = Basis.SHARED
         component = c
         slots = self._slots(c)
-        rec: MoveRecord | None = self.inventory.follows(slots)
+        coh = self.coherence
+        weak = coh.basis(c) if coh is not None else ""  # significant only with a pattern from before a move
+        rec: MoveRecord | None = self.inventory.follows(slots, weak=weak == FOLLOWS)
         if rec is not None:
             finding = Basis.FOLLOWS_SERIAL
         else:
-            rec = self.inventory.stays(slots)
+            rec = self.inventory.stays(slots, weak=weak == STAYS)
             if rec is not None:
                 finding = Basis.STAYS_AT_SLOT
                 if ex.kind != "link":
                     component = rec.from_slot
                     kind = self.kind_of(component)
-        coh = self.coherence
         if coh is not None and coh.is_significant(c):
             # A set of witnesses this unlikely under the background: at the false-alarm threshold as
             # sure as the emit level, each further decade of surprise halves the doubt.

@@ -86,16 +86,18 @@ class Inventory:
         if self._records and self._records[0].time < cutoff:
             self._records = [r for r in self._records if r.time >= cutoff]
 
-    def follows(self, slots: tuple[str, ...]) -> MoveRecord | None:
-        """A move that brought a previously symptomatic unit into one of ``slots`` (still there)."""
+    def follows(self, slots: tuple[str, ...], *, weak: bool = False) -> MoveRecord | None:
+        """A move that brought a previously symptomatic unit into one of ``slots`` (still there);
+        ``weak``: any such move (the coherence statistic found the unit's weak pattern at both slots)."""
         for rec in reversed(self._records):
-            if rec.symptoms and rec.to_slot in slots and self.serial_at(rec.to_slot) == rec.serial:
+            if (rec.symptoms or weak) and rec.to_slot in slots and self.serial_at(rec.to_slot) == rec.serial:
                 return rec
         return None
 
-    def stays(self, slots: tuple[str, ...]) -> MoveRecord | None:
-        """A move that took a symptomatic unit out of one of ``slots`` (now holding another unit)."""
+    def stays(self, slots: tuple[str, ...], *, weak: bool = False) -> MoveRecord | None:
+        """A move that took a symptomatic unit out of one of ``slots`` (now holding another unit);
+        ``weak``: any such move (the slot's weak pattern was seen under both units)."""
         for rec in reversed(self._records):
-            if rec.symptoms and rec.from_slot in slots and self.serial_at(rec.from_slot) != rec.serial:
+            if (rec.symptoms or weak) and rec.from_slot in slots and self.serial_at(rec.from_slot) != rec.serial:
                 return rec
         return None

@@ -8,9 +8,10 @@ from datetime import timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpufleet.correlate.coherence import _log_negbin_tail, _log_poisson_tail
 from gpufleet.correlate.engine import Engine
 from gpufleet.correlate.model import SuspectAction, VerdictStatus
+from gpufleet.correlate.tails import log_negbin_tail as _log_negbin_tail
+from gpufleet.correlate.tails import log_poisson_tail as _log_poisson_tail
 from gpufleet.domain.events import EventKind as E
 from gpufleet.domain.fleet import ComponentKind as K
 from gpufleet.domain.topology_gen import generate_nvl72
@@ -85,12 +86,17 @@ def test_poisson_and_negative_binomial_tails_match_closed_forms() -> None:
         two = 1.0 - math.exp(-mu) * (1.0 + mu)
         assert math.isclose(_log_poisson_tail(2, mu), math.log(two), rel_tol=1e-4)
     assert _log_poisson_tail(0, 0.1) == 0.0
-    # one geometric count with continuation g: P(Y >= e) = g**e
-    for g in (0.2, 0.5, 0.8):
+    # size 1 is geometric: P(Y >= e) = (1 - p)**e
+    for p in (0.2, 0.5, 0.8):
         for e in (1, 3, 7):
-            assert math.isclose(_log_negbin_tail(e, 1, g), e * math.log(g), rel_tol=1e-6)
-    # two counts: P(Y >= 1) = 1 - (1-g)**2
+            assert math.isclose(_log_negbin_tail(e, 1, p), e * math.log(1 - p), rel_tol=1e-6)
+    # size 2: P(Y >= 1) = 1 - p**2
     assert math.isclose(_log_negbin_tail(1, 2, 0.5), math.log(0.75), rel_tol=1e-9)
+    # a real size against the pmf summed from log-gamma
+    for size, p, e in ((0.7, 0.4, 3), (3.3, 0.8, 5), (12.5, 0.9, 2)):
+        pmf = [math.exp(math.lgamma(j + size) - math.lgamma(j + 1) - math.lgamma(size)
+                        + size * math.log(p) + j * math.log(1 - p)) for j in range(e)]
+        assert math.isclose(_log_negbin_tail(e, size, p), math.log(1 - sum(pmf)), rel_tol=1e-9)
 
 
 # -- properties -------------------------------------------------------------------------------------------

@@ -1,0 +1,105 @@
+"""Moves amplify weak evidence (issue #14 item 3): a weak pattern seen at a unit's old slot and again
+at its new slot names the unit; seen again at the old slot under another unit, it names the slot."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from gpufleet.correlate.engine import Engine
+from gpufleet.correlate.model import Basis, SuspectAction, VerdictStatus
+from gpufleet.domain.events import EventKind as E
+from gpufleet.domain.fleet import ComponentKind as K
+from gpufleet.domain.topology_gen import generate_hgx
+from tests.unit.correlate.helpers import Stream
+
+TOPO = generate_hgx(16)
+NICS = TOPO.of_kind(K.NIC)
+A, B = "r01-n02-nic3", "r03-n01-nic5"
+
+
+def _nic_pattern(s: Stream, nic: str, at: float) -> None:
+    """A failing NIC's SerDes: three symbol errors on its port and two corrected AERs in six minutes."""
+    port = TOPO.links_of(nic)[0]
+    for i in range(3):
+        s.add(at + 100 * i, E.LINK_ERROR, nic, link=port)
+    for i in range(2):
+        s.add(at + 50 + 150 * i, E.AER_CORRECTED, nic)
+
+
+def _swap(s: Stream, at: float, a: str = A, b: str = B) -> None:
+    s.add(at, E.MOVED, serial=TOPO.components[a].serial, src=a, dst=b)
+    s.add(at + 30, E.MOVED, serial=TOPO.components[b].serial, src=b, dst=a)
+
+
+def _actionable(eng: Engine, s: Stream) -> list[str]:
+    return [v.suspect.component for ev in s.events for v in eng.observe(ev)
+            if v.status is not VerdictStatus.CLEARED and v.suspect.action is not SuspectAction.OBSERVE]
+
+
+def test_the_weak_pattern_alone_is_not_enough() -> None:
+    s = Stream()
+    _nic_pattern(s, A, 60)
+    eng = Engine(TOPO)
+    assert _actionable(eng, s) == []
+    assert eng.coherence is not None and not eng.coherence.is_significant(A)
+
+
+def test_a_weak_pattern_that_follows_the_unit_names_its_new_slot() -> None:
+    s = Stream()
+    _nic_pattern(s, A, 60)
+    _swap(s, 480)
+    _nic_pattern(s, B, 600)
+    eng = Engine(TOPO)
+    assert _actionable(eng, s) == [B]
+    top = eng.suspects()[0]
+    assert top.component == B and top.finding is Basis.FOLLOWS_SERIAL
+    assert top.serial == TOPO.components[A].serial  # the unit that carried the pattern
+
+
+def test_a_weak_pattern_that_stays_names_the_old_slot() -> None:
+    s = Stream()
+    _nic_pattern(s, A, 60)
+    _swap(s, 480)
+    _nic_pattern(s, A, 600)  # again at A, now holding B's unit: the slot (its cable, its port)
+    eng = Engine(TOPO)
+    named = _actionable(eng, s)
+    assert named and set(named) <= {A, TOPO.links_of(A)[0]}
+    top = eng.suspects()[0]
+    assert top.finding is Basis.STAYS_AT_SLOT
+
+
+def test_the_same_pattern_at_an_unrelated_nic_is_not_combined() -> None:
+    s = Stream()
+    _nic_pattern(s, A, 60)
+    _swap(s, 480)
+    _nic_pattern(s, "r04-n03-nic1", 600)  # neither the unit's new slot nor its old one
+    assert _actionable(Engine(TOPO), s) == []
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.floats(0, 1700), st.sampled_from(NICS), st.sampled_from(["link", "aer"])),
+                max_size=30),
+       st.floats(100, 1500), st.sampled_from(NICS), st.sampled_from(NICS))
+def test_swapping_healthy_units_under_sparse_noise_creates_no_verdict(
+    noise: list[tuple[float, str, str]], at: float, a: str, b: str
+) -> None:
+    """Background: at most one event per NIC; a swap of two units must not turn it into a verdict."""
+    s = Stream()
+    seen: set[str] = set()
+    events = []
+    for t, nic, what in sorted(noise):
+        if nic in seen:
+            continue
+        seen.add(nic)
+        events.append((t, nic, what))
+    moved = False
+    for t, nic, what in events:
+        if not moved and t >= at and a != b:
+            _swap(s, at, a, b)
+            moved = True
+        if what == "link":
+            s.add(t, E.LINK_ERROR, nic, link=TOPO.links_of(nic)[0])
+        else:
+            s.add(t, E.AER_CORRECTED, nic)
+    assert _actionable(Engine(TOPO), s) == []
