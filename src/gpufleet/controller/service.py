@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from gpufleet.correlate.engine import Engine
-from gpufleet.correlate.model import Suspect, SuspectAction, Verdict, VerdictStatus
+from gpufleet.correlate.model import Basis, Suspect, SuspectAction, Verdict, VerdictStatus
 from gpufleet.domain.errors import Conflict, ExternalError, GpufleetError, InvalidInput, NotFound
 from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.fleet import Fleet, Node
@@ -36,10 +36,14 @@ from .admission import Admission
 from .clock import Clock
 from .identity import Identity
 from .store.db import brief
+from .store.namings import NamingStore
 from .store.repo import EventKey, IngestRound, Round, Store
 
 MAX_CLOCK_SKEW = timedelta(minutes=5)
 _NO_DRAIN = frozenset({SuspectAction.OBSERVE, SuspectAction.ISOLATE_SWITCH})
+# Findings the per-node policy cannot reach from one node's events: weak signals only (each event is
+# informational), a pattern that followed its unit or stayed at its slot across a move.
+_BEYOND_EVENTS = frozenset({Basis.DEGRADING, Basis.FOLLOWS_SERIAL, Basis.STAYS_AT_SLOT})
 
 log = logging.getLogger(__name__)
 
@@ -236,7 +240,12 @@ class Controller:
                 self.verdicts = _standing(self.verdicts, v)
                 if v.status == VerdictStatus.CLEARED:
                     continue
-                if len(s.affected_nodes) < 2 or s.action in _NO_DRAIN:
+                if s.repeats and v.status == VerdictStatus.NEW:
+                    log.warning("correlation: %s", s.reason)
+                    plan.audit.append(AuditEntry(now, Actor.POLICY, f"correlate:{s.component}", "repeat_offender",
+                                                 s.component, s.reason))
+                if s.action in _NO_DRAIN or (len(s.affected_nodes) < 2 and s.finding not in _BEYOND_EVENTS
+                                             and not s.repeats):
                     continue  # one node's own fault: the per-node policy handles it
                 fault = ComponentFault(s.component, s.kind, s.affected_nodes, s.reason or s.action.value,
                                        tuple(str(r) for r in s.evidence))
@@ -467,7 +476,7 @@ class Controller:
         if self.topology is None:
             self._correlator_stale = False
             return
-        correlator = Engine(self.topology, catalog=self.policy_file.catalog)
+        correlator = Engine(self.topology, catalog=self.policy_file.catalog, history=NamingStore(self.store))
         verdicts: list[Suspect] = []
         try:
             window = self.store.events_since(self.clock.now() - correlator.window)

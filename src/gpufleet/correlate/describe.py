@@ -51,4 +51,6 @@ def reason_for(ex: Explanation, finding: Basis, rec: MoveRecord | None) -> str:
             f"{base}; the pattern stayed at slot {rec.from_slot} after unit {rec.serial} was moved "
             f"to {rec.to_slot}: suspect the slot's cabling/port"
         )
+    if finding is Basis.DEGRADING:
+        return f"{base}; weak signals only, no fault yet: a degrading part (drain at the next checkpoint)"
     return base

@@ -32,6 +32,15 @@ from gpufleet.correlate.describe import action_for, reason_for
 from gpufleet.correlate.explain import Explanation, SymptomLike, explain
 from gpufleet.correlate.inventory import Inventory, MoveRecord
 from gpufleet.correlate.model import Basis, Ref, Suspect, SuspectAction, Verdict, VerdictStatus, sort_refs
+from gpufleet.correlate.offenders import (
+    REPEAT_WINDOW,
+    UNIT_KINDS,
+    MemoryHistory,
+    Naming,
+    UnitHistory,
+    earlier_episodes,
+    repeat_reason,
+)
 from gpufleet.correlate.symptoms import FOLD, IGNORE, Symptom, Weighing, weigh
 from gpufleet.domain.catalog import Action, Catalog, load_default_catalog
 from gpufleet.domain.eventio import EventFields, FileEvent
@@ -72,6 +81,7 @@ class Engine:
         coherence_window: timedelta = timedelta(minutes=15),
         false_alarm_budget: float = 1e-3,
         coherence: bool = True,
+        history: UnitHistory | None = None,
     ) -> None:
         self.topology = topology
         self.window = window
@@ -107,6 +117,10 @@ class Engine:
             Coherence(topology, self.kind_of, window_s=coherence_window.total_seconds(),
                       budget_per_node_day=false_alarm_budget) if coherence else None
         )
+        # Units named by actionable verdicts (by serial, any slot): a unit named again after an
+        # earlier episode is a repeat offender (correlate/offenders.py).
+        self.history: UnitHistory = history if history is not None else MemoryHistory()
+        self._repeats: dict[str, tuple[Naming, ...]] = {}  # serial -> its earlier episodes' first namings
         self.unknown = 0  # events naming a component the topology does not have
         self.late = 0  # events older than the window on arrival
 
@@ -263,6 +277,7 @@ class Engine:
             sym.counts[0] += 1
             self._queue.append((t, sym.key, sym.serial, step, 0))
             self._activate(sym)
+            sym.boosted = True
             out.append(sym)
         return out
 
@@ -339,6 +354,7 @@ class Engine:
 
     def _deactivate(self, sym: Symptom) -> None:
         sym.active = False
+        sym.boosted = False
         sym.top = -1
         for c in sym.cands:
             cov = self._cover.get(c)
@@ -467,6 +483,7 @@ class Engine:
                 out.append(Verdict(VerdictStatus.CHANGED, full, time))
         for comp, cur in now.items():
             if cur.confidence >= self._emit:
+                self._name_unit(cur, time)
                 full = self._suspect(expl[comp], full=True)
                 self._emitted[comp] = (full, expl[comp].candidate)
                 self._standing[expl[comp].candidate] = cur.confidence
@@ -481,6 +498,17 @@ class Engine:
                 v.suspect.action,
             )
         return out
+
+    def _name_unit(self, s: Suspect, time: datetime) -> None:
+        """Record an actionable new verdict on a unit; note its earlier episodes (a repeat offender)."""
+        if s.serial is None or s.action is SuspectAction.OBSERVE or s.kind not in UNIT_KINDS:
+            return
+        if s.finding is Basis.STAYS_AT_SLOT:
+            return  # the slot, not the unit in it
+        before = earlier_episodes(self.history.named(s.serial, time - REPEAT_WINDOW), time)
+        if before:
+            self._repeats[s.serial] = tuple(before)
+        self.history.record(Naming(s.serial, s.component, s.kind, time))
 
     def suspects(self, now: datetime | None = None) -> list[Suspect]:
         """Every current suspect, ranked by confidence (primaries and their alternatives)."""
@@ -542,6 +570,8 @@ class Engine:
                 if ex.kind != "link":
                     component = rec.from_slot
                     kind = self.kind_of(component)
+        if finding is Basis.SHARED and all(isinstance(s, Symptom) and s.boosted for s in ex.symptoms):
+            finding = Basis.DEGRADING  # no symptom reached its own count: weak signals only
         if coh is not None and coh.is_significant(c):
             # A set of witnesses this unlikely under the background: at the false-alarm threshold as
             # sure as the emit level, each further decade of surprise halves the doubt.
@@ -549,15 +579,21 @@ class Engine:
         if rec is not None:
             conf = min(0.99, 1.0 - (1.0 - conf) * 0.3)
         action = action_for(ex, kind, finding, conf, self._emit)
+        serial = self.inventory.serial_at(component) if component in self._comps else None
+        before = self._repeats.get(serial, ()) if serial is not None and finding is not Basis.STAYS_AT_SLOT else ()
+        if before and action is not SuspectAction.OBSERVE:
+            action = SuspectAction.DRAIN_AND_REPLACE
         evidence: tuple[Ref, ...] = ()
         reason = ""
         if full:
             evidence = self._evidence(ex, rec)
             reason = reason_for(ex, finding, rec)
+            if before and serial is not None:
+                reason = f"{reason}; {repeat_reason(serial, before)}"
         return Suspect(
             component,
             kind,
-            self.inventory.serial_at(component) if component in self._comps else None,
+            serial,
             round(conf, 4),
             action,
             evidence,
@@ -565,6 +601,7 @@ class Engine:
             finding,
             reason,
             len(ex.symptoms),
+            len(before),
         )
 
     def _slots(self, c: str) -> tuple[str, ...]:

@@ -37,6 +37,7 @@ class Basis(StrEnum):
     FOLLOWS_SERIAL = "follows_serial"  # the pattern moved with the unit to its new slot
     STAYS_AT_SLOT = "stays_at_slot"  # the pattern stayed at the slot after its unit was swapped
     ALTERNATIVE = "alternative"  # a less likely explanation of another suspect's symptoms
+    DEGRADING = "degrading"  # weak signals only (the coherence statistic), no fault yet: act at a checkpoint
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,7 @@ class Suspect:
     finding: Basis = Basis.SHARED
     reason: str = ""
     symptoms: int = 0  # distinct symptoms (reporter, link) explained
+    repeats: int = 0  # earlier episodes in which this unit (serial, any slot) was named: a repeat offender
 
     def to_dict(self) -> dict[str, Any]:
         """The public verdict form (exactly the documented keys)."""

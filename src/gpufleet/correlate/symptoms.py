@@ -43,6 +43,7 @@ class Symptom:
     __slots__ = (
         "action",
         "active",
+        "boosted",
         "cands",
         "counts",
         "floor",
@@ -67,6 +68,7 @@ class Symptom:
         self.local = local
         self.weight = 0.0
         self.counts = [0, 0, 0]
+        self.boosted = False  # activated by the coherence statistic, not by its own count
         self.active = False
         self.top = -1
         self.refs: deque[tuple[float, Ref]] = deque(maxlen=_REFS_PER_SYMPTOM)

@@ -233,3 +233,14 @@ class GoodputIntervalRow(Base):
     received: Mapped[datetime]
     __table_args__ = (UniqueConstraint("job_id", "run", "start", name="uq_goodput_job_run_start"),
                       Index("ix_goodput_intervals_end", "end"))
+
+
+class UnitNamingRow(Base):
+    """An actionable verdict named the unit ``serial`` at slot ``component`` (migration 0007): the
+    correlator's repeat-offender history, which outlives the correlation window and restarts."""
+
+    __tablename__ = "unit_namings"
+    serial: Mapped[str] = mapped_column(String(128), primary_key=True)
+    time: Mapped[datetime] = mapped_column(primary_key=True)
+    component: Mapped[str] = mapped_column(String(256), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(64))
