@@ -70,6 +70,7 @@ class Controller:
         # With a topology, every event also goes through the correlation engine; a verdict that blames
         # a shared component (leaf, NVSwitch, cable, tray) drains the nodes behind it as one decision.
         self.correlator: Engine | None = None
+        self.namings = NamingStore(store)  # the correlator's repeat-offender history
         self.verdicts: list[Suspect] = []
         self.topology = topology
         self.lock = threading.RLock()
@@ -210,6 +211,7 @@ class Controller:
                     out[slot] = self.ingest_many([events])[0]
                 return out
             self._commit()
+            self._flush_namings()
             if written is not None:
                 self._notify(written.plan)
             return out
@@ -446,6 +448,7 @@ class Controller:
         self.admission.commit()
 
     def _rollback(self) -> None:
+        self.namings.discard()  # what this round's verdicts named: its window is replayed on the rebuild
         self.engine.rollback()
         self.admission.rollback()
 
@@ -469,6 +472,12 @@ class Controller:
         heap.settle("reloading state after a failed write")
         return True
 
+    def _flush_namings(self) -> None:
+        try:
+            self.namings.flush()
+        except Exception as err:  # kept in memory; the next round writes them
+            log.error("could not record repeat-offender history (%s); retrying with the next round", brief(err))
+
     def _rebuild_correlator(self) -> None:
         """A correlation engine holding the window's events as the store has them, and the verdicts
         standing at its end. Replaying decides nothing: what those verdicts drained is already in the
@@ -476,17 +485,24 @@ class Controller:
         if self.topology is None:
             self._correlator_stale = False
             return
-        correlator = Engine(self.topology, catalog=self.policy_file.catalog, history=NamingStore(self.store))
+        self.namings.discard()
+        correlator = Engine(self.topology, catalog=self.policy_file.catalog, history=self.namings)
         verdicts: list[Suspect] = []
+        now = self.clock.now()
         try:
-            window = self.store.events_since(self.clock.now() - correlator.window)
+            start = now - correlator.window
+            # Which unit sits where outlives the window: the moves of the last week come first.
+            moves = [e for e in self.store.events_since(now - correlator.inventory.memory, kinds={"moved"})
+                     if e.time < start]
+            window = self.store.events_since(start)
         except Exception as err:
             log.error("could not read the correlation window from the store (%s); rebuilding it later", brief(err))
             return
-        for e in self.admission.prepare(window):
+        for e in [*moves, *self.admission.prepare(window)]:
             for v in correlator.observe_health_event(e):
                 verdicts = _standing(verdicts, v)
         self.correlator, self.verdicts, self._correlator_stale = correlator, verdicts, False
+        self._flush_namings()
         if window:
             log.info("correlation: rebuilt the %s window from %d stored events, %d verdict(s) standing",
                      correlator.window, len(window), len(verdicts))

@@ -39,6 +39,10 @@ class Inventory:
         self._records: list[MoveRecord] = []
         self._limbo: dict[str, dict[str, str | None]] = {}  # displaced units by serial: suffix -> serial
 
+    @property
+    def memory(self) -> timedelta:
+        return self._memory
+
     def serial_at(self, slot: str) -> str | None:
         if slot in self._at:
             return self._at[slot]

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpufleet.correlate.engine import Engine
-from gpufleet.correlate.model import SuspectAction, VerdictStatus
+from gpufleet.correlate.model import Basis, SuspectAction, VerdictStatus
 from gpufleet.correlate.tails import log_negbin_tail as _log_negbin_tail
 from gpufleet.correlate.tails import log_poisson_tail as _log_poisson_tail
 from gpufleet.domain.events import EventKind as E
@@ -50,6 +50,7 @@ def test_twelve_single_link_errors_to_one_chip_name_the_chip() -> None:
     top = eng.suspects()[0]
     assert top.component == CHIP and top.action is SuspectAction.DRAIN_AND_REPLACE
     assert top.confidence >= 0.9 and len(top.evidence) == 12
+    assert top.finding is Basis.DEGRADING and "weak signals only" in top.reason  # no event reached a count
     # Without the coherence statistic (counts only) the same stream explains nothing.
     assert _actionable(Engine(TOPO, coherence=False), s) == []
 
@@ -163,3 +164,14 @@ def test_adding_a_witness_never_lowers_the_confidence(k: int, times: list[float]
         return next((x.confidence for x in eng.suspects(end) if x.component == CHIP), 0.0)
 
     assert confidence(k + 1) >= confidence(k) - 1e-9
+
+
+def test_a_weak_pattern_that_turns_into_a_fault_is_no_longer_only_degrading() -> None:
+    s = Stream()
+    _twelve_trays(s)
+    trays = [t for t in TRAYS if t.startswith("r01-")][:12]
+    s.add(400, E.SXID, CHIP, code=20034, link=_port(trays[0]))  # the chip fails: a fatal SXID
+    eng = Engine(TOPO)
+    _actionable(eng, s)
+    top = eng.suspects()[0]
+    assert top.component == CHIP and top.finding is Basis.SHARED
