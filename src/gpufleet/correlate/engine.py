@@ -422,6 +422,8 @@ class Engine:
     def _witness(self, c: str, kind: str, s: SymptomLike) -> str:
         if not s.link:
             return s.reporter if s.reporter != c else "self"
+        if s.reporter == c and isinstance(s, Symptom) and s.top <= 0:
+            return "self"  # a part's own informational reports about its ports: one noisy part, one witness
         ln = self._links[s.link]
         if kind in ("node", "compute_tray", "switch_tray"):
             for e in (ln.a, ln.b):
@@ -438,7 +440,9 @@ class Engine:
 
     def _explain(self, syms: set[Symptom]) -> list[Explanation]:
         cover = self._cover
-        return explain(syms, lambda c: cover.get(c, ()), self.kind_of, self._witness)
+        coh = self.coherence
+        return explain(syms, lambda c: cover.get(c, ()), self.kind_of, self._witness,
+                       significant=coh.is_significant if coh is not None else None)
 
     def _cluster(self, seeds: set[str]) -> tuple[set[str], set[Symptom]]:
         cands, syms = set(seeds), set[Symptom]()

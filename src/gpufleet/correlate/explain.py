@@ -49,6 +49,7 @@ MIN_WITNESSES: dict[str, int] = {
     "compute_tray": 2,
     "switch_tray": 2,
 }
+_SHIFT = max(COST.values())
 SWITCHES = frozenset({"nvswitch", "leaf_switch", "spine_switch", "core_switch"})
 UNITS = frozenset({"node", "compute_tray", "switch_tray"})
 SEVERITY_WEIGHT = (0.5, 0.8, 1.0)  # info (rate-activated), degraded, fatal
@@ -102,12 +103,21 @@ def explain(
     kind_of: Callable[[str], str],
     witness: Witness,
     alternatives: int = 2,
+    significant: Callable[[str], bool] | None = None,
 ) -> list[Explanation]:
-    """Greedy explanation of ``symptoms``; ``cover(c)`` yields the active symptoms candidate c explains."""
+    """Greedy explanation of ``symptoms``; ``cover(c)`` yields the active symptoms candidate c explains.
+
+    ``significant(c)``: the coherence statistic found ``c``'s pattern of witnesses unlikely under the
+    background (its own test, at the false-alarm budget). Such a candidate's Occam cost is lowered by
+    the largest cost, so it is cheaper than any candidate that is not (the data already paid for the
+    larger hypothesis: a tray whose weak pattern followed it across a swap is not out-bid by one of its
+    GPUs), while among significant candidates the usual order stands (an HGX chip over its node)."""
     remaining = set(symptoms)
     cands: set[str] = {c for s in remaining for c in s.cands}
     covers = {c: [s for s in cover(c) if s in remaining] for c in cands}
     kinds = {c: kind_of(c) for c in cands}
+    cost = {c: COST.get(kinds[c], 1.0) - (_SHIFT if significant is not None and significant(c) else 0.0)
+            for c in cands}
     out: list[Explanation] = []
     while remaining:
         best: tuple[float, float, str] | None = None
@@ -115,15 +125,15 @@ def explain(
             mine = [s for s in covers[c] if s in remaining]
             if not mine or not _eligible(c, kinds[c], mine, witness, kind_of):
                 continue
-            score = sum(weight(c, s) for s in mine) - COST.get(kinds[c], 1.0)
-            key = (score, -COST.get(kinds[c], 1.0), c)
+            score = sum(weight(c, s) for s in mine) - cost[c]
+            key = (score, -cost[c], c)
             if best is None or key > best:
                 best = key
         if best is None:
             break
         c = best[2]
         mine_set = frozenset(s for s in covers[c] if s in remaining)
-        out.append(_confidence(c, kinds, mine_set, best[0], covers, alternatives, witness, kind_of))
+        out.append(_confidence(c, kinds, mine_set, best[0], covers, alternatives, witness, kind_of, cost))
         remaining -= mine_set
         cands.discard(c)
     return out
@@ -155,6 +165,7 @@ def _confidence(
     alternatives: int,
     witness: Witness,
     kind_of: Callable[[str], str],
+    cost: dict[str, float],
 ) -> Explanation:
     total = sum(weight(c, s) for s in mine)
     strength = 1.0 - math.exp(-total)
@@ -164,7 +175,8 @@ def _confidence(
         if not theirs or not _eligible(other, kinds[other], theirs, witness, kind_of):
             continue  # e.g. a leaf with one reporting port cannot explain anything
         overlap = [s for s in theirs if s in mine]
-        rivals.append((sum(weight(other, s) for s in overlap) - COST.get(kinds.get(other, ""), 1.0), other))
+        rivals.append((sum(weight(other, s) for s in overlap) - cost.get(other, COST.get(kinds.get(other, ""), 1.0)),
+                       other))
     rivals.sort(key=lambda r: (-r[0], r[1]))
     runner_up = rivals[0][0] if rivals else score - 1.5
     confidence = min(0.99, strength * _sigmoid(3.0 * (score - runner_up)))
