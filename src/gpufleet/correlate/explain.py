@@ -125,7 +125,9 @@ def explain(
             mine = [s for s in covers[c] if s in remaining]
             if not mine or not _eligible(c, kinds[c], mine, witness, kind_of):
                 continue
-            score = sum(weight(c, s) for s in mine) - cost[c]
+            # Rounded: a sum over a set has no fixed order, and the last bits must not break a tie
+            # that the Occam cost and the name are there to break (the same stream, the same verdict).
+            score = round(sum(weight(c, s) for s in mine) - cost[c], 9)
             key = (score, -cost[c], c)
             if best is None or key > best:
                 best = key
@@ -175,8 +177,8 @@ def _confidence(
         if not theirs or not _eligible(other, kinds[other], theirs, witness, kind_of):
             continue  # e.g. a leaf with one reporting port cannot explain anything
         overlap = [s for s in theirs if s in mine]
-        rivals.append((sum(weight(other, s) for s in overlap) - cost.get(other, COST.get(kinds.get(other, ""), 1.0)),
-                       other))
+        rivals.append((round(sum(weight(other, s) for s in overlap)
+                             - cost.get(other, COST.get(kinds.get(other, ""), 1.0)), 9), other))
     rivals.sort(key=lambda r: (-r[0], r[1]))
     runner_up = rivals[0][0] if rivals else score - 1.5
     confidence = min(0.99, strength * _sigmoid(3.0 * (score - runner_up)))
