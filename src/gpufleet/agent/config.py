@@ -24,9 +24,9 @@ import socket
 import tomllib
 from dataclasses import fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpufleet.agent.rules import Thresholds
@@ -129,6 +129,11 @@ class AgentConfig(BaseSettings):
     reboot_command: list[str] = Field(default_factory=lambda: ["systemctl", "reboot"], min_length=1)  # argv of a reboot
     fabric_manager_command: list[str] = Field(  # argv that restarts NVIDIA Fabric Manager
         default_factory=lambda: ["systemctl", "restart", "nvidia-fabricmanager"], min_length=1)
+    # Maintenance rollouts (agent/maintenance.py, docs/maintenance.md): name -> argv of the scripts a rollout
+    # may run here as its action (script:<name>); the controller only ever sends a name from this table
+    maintenance_scripts: dict[Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,24}$")],
+                              Annotated[list[str], Field(min_length=1)]] = Field(default_factory=dict)
+    maintenance_timeout_s: float = Field(3600.0, gt=0)  # a maintenance script still running after this failed
     cadence: CadenceModel = Field(default_factory=CadenceModel)  # see [cadence]: how often each source is read
     thresholds: ThresholdsModel = Field(default_factory=ThresholdsModel)  # see [thresholds]: when a reading is reported
 
