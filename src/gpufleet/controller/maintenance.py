@@ -104,12 +104,19 @@ class Maintenance:
         why = reason or "aborted by operator"
         now = self.controller.clock.now()
         with self._lock:
-            r = self.store.set_state(rid, R.ABORTED, why, now, self._audit(rid, "maintenance_abort", why, actor),
+            r = self.store.set_state(rid, R.ABORTING, why, now, self._audit(rid, "maintenance_abort", why, actor),
                                      expect=(R.PLANNED, R.RUNNING, R.PAUSED, R.STOPPED))
             n = self.store.skip_pending(rid, f"rollout aborted: {why}", now, self._audit(
                 rid, "maintenance_skip", "pending nodes skipped: the rollout was aborted", actor))
             log.warning("maintenance %s aborted by %s (%s): %d pending node(s) skipped", rid, actor, why, n)
-            return self.store.get(r.id)
+            return self._aborted(self.store.get(r.id))
+
+    def _aborted(self, r: Rollout) -> Rollout:
+        """An aborting rollout with no node in flight any more is aborted (the runner stops looking at it)."""
+        if r.state != R.ABORTING or r.at(*IN_FLIGHT):
+            return r
+        return self.store.set_state(r.id, R.ABORTED, r.reason, self.controller.clock.now(),
+                                    self._audit(r.id, "maintenance_aborted", "no node in flight any more"))
 
     def preview(self, r: Rollout) -> list[list[str]]:
         """The batches the rest of ``r`` would run in if nothing else changed (``lifecycle.maintenance.waves``)."""
@@ -122,13 +129,15 @@ class Maintenance:
     # ---- the pass ---------------------------------------------------------------------------
     def on_pass(self) -> None:
         with self._lock:
-            for r in self.store.list(active_only=True):
+            active = self.store.list(active_only=True)
+            for r in active:
                 try:
                     self._advance(r)
                 except ExternalError as err:  # the scheduler or the database: the next pass goes on
                     log.warning("maintenance %s: %s; trying again on the next pass", r.id, err)
             self.last_pass = self.controller.clock.now()
-            self.load()
+            if active or self.controller.under_maintenance:
+                self.load()
 
     def _advance(self, r: Rollout) -> None:
         failed = []
@@ -144,6 +153,9 @@ class Maintenance:
         if r.state == R.RUNNING:
             self._admit(r)
             r = self.store.get(r.id)
+        if r.state == R.ABORTING:
+            self._aborted(r)
+            return
         if r.state in (R.RUNNING, R.STOPPED) and all(n.step in FINISHED for n in r.nodes):
             counts = {s: len(r.at(s)) for s in FINISHED}
             detail = ", ".join(f"{c} {s}" for s, c in counts.items() if c)
@@ -164,7 +176,7 @@ class Maintenance:
     def _draining(self, r: Rollout, n: NodeStep, state: NodeState) -> Step:
         now = self.controller.clock.now()
         if state in SCHEDULABLE:  # recorded as draining, the drain decision not yet (a crash in between)
-            if r.state == R.ABORTED:
+            if r.state == R.ABORTING:
                 return self._step(r, n, Step.SKIPPED, "rollout aborted before the drain")
             try:
                 self.controller.maintenance_drain(n.node, r.id, r.actor)
@@ -179,7 +191,7 @@ class Maintenance:
         if state != NodeState.DRAINED:
             return self._step(r, n, Step.FAILED, f"is {state} (taken by something else while draining): "
                               "the action was not run")
-        if r.state == R.ABORTED:  # drained but not acted on: back to service through revalidation
+        if r.state == R.ABORTING:  # drained but not acted on: back to service through revalidation
             self.controller.operate(n.node, OperatorOp.RESUME, f"maintenance:{r.id}",
                                     f"maintenance {r.id} aborted before its action")
             return self._step(r, n, Step.SKIPPED, "rollout aborted before the action: revalidated, then returned")

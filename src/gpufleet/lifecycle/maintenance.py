@@ -57,11 +57,13 @@ class RolloutState(StrEnum):
     RUNNING = "running"
     PAUSED = "paused"  # no node starts and no action is sent; nodes past their action finish
     STOPPED = "stopped"  # a node failed and on_failure = stop (start again to go on)
-    ABORTED = "aborted"  # no node starts any more; nodes drained but not acted on return to service
+    ABORTING = "aborting"  # no node starts any more; nodes drained but not acted on return; the rest finish
+    ABORTED = "aborted"  # aborted, and no node is in flight any more
     DONE = "done"  # every node finished
 
 
-ACTIVE = frozenset({RolloutState.RUNNING, RolloutState.PAUSED, RolloutState.STOPPED, RolloutState.ABORTED})
+# The states whose rollouts the runner looks at each pass (nodes in flight may need it).
+ACTIVE = frozenset({RolloutState.RUNNING, RolloutState.PAUSED, RolloutState.STOPPED, RolloutState.ABORTING})
 
 
 class OnFailure(StrEnum):
@@ -123,7 +125,8 @@ class Spec:
     max_unavailable_domain: int = 1  # nodes of one failure domain out at once, whatever the reason
     on_failure: OnFailure = OnFailure.STOP
     validate: str = FULL  # the validation level before a node returns: quick | full
-    drain_timeout: timedelta = timedelta(hours=2)  # checkpoint wait + drain
+    # checkpoint wait + drain: longer than the policy's checkpoint_wait_timeout (2h by default)
+    drain_timeout: timedelta = timedelta(hours=3)
     action_timeout: timedelta = timedelta(minutes=30)  # the agent's result for the action
     validate_timeout: timedelta = timedelta(hours=3)  # the validation's verdict
 

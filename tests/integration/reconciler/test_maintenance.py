@@ -160,9 +160,9 @@ def test_pause_holds_the_action_and_abort_returns_a_drained_node_untouched(world
     assert w.repairs.pending(a) == [], "paused: the action is not sent"
     with pytest.raises(Conflict, match="is paused"):
         w.m.pause(rid, "op")
-    w.m.abort(rid, "op", "postponed")
+    assert w.m.abort(rid, "op", "postponed").state == "aborting", "a is drained: it is returned first"
     w.step()
-    assert w.steps(rid) == {a: "skipped", b: "skipped"}
+    assert w.steps(rid) == {a: "skipped", b: "skipped"} and w.m.store.get(rid).state == "aborted"
     w.validations()
     w.step()
     w.step()

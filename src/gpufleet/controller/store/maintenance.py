@@ -15,7 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.errors import Conflict, NotFound
-from gpufleet.lifecycle.maintenance import FINISHED, IN_FLIGHT, RolloutState, Spec, Step
+from gpufleet.lifecycle.maintenance import ACTIVE, FINISHED, IN_FLIGHT, RolloutState, Spec, Step
 from gpufleet.lifecycle.plan import AuditEntry
 
 from .convert import audit_values
@@ -87,8 +87,7 @@ class MaintenanceStore:
     def list(self, *, active_only: bool = False, limit: int = 100) -> list[Rollout]:
         q = select(MaintenanceRow).order_by(MaintenanceRow.created.desc(), MaintenanceRow.id).limit(limit)
         if active_only:
-            q = q.where(MaintenanceRow.state.in_([s.value for s in (RolloutState.RUNNING, RolloutState.PAUSED,
-                                                                   RolloutState.STOPPED, RolloutState.ABORTED)]))
+            q = q.where(MaintenanceRow.state.in_([s.value for s in ACTIVE]))
         with self.session() as s:
             rows = list(s.scalars(q))
             nodes = list(s.scalars(select(MaintenanceNodeRow).where(
