@@ -32,7 +32,7 @@ from typing import Any
 from gpufleet.controller.service import Controller
 from gpufleet.controller.store.maintenance import MaintenanceStore, NodeStep, Rollout
 from gpufleet.controller.store.repairs import CommandStatus, RepairStore
-from gpufleet.domain.errors import Conflict, ExternalError, NotFound
+from gpufleet.domain.errors import Conflict, ExternalError, GpufleetError, NotFound
 from gpufleet.lifecycle.engine import OperatorOp
 from gpufleet.lifecycle.maintenance import (
     FINISHED,
@@ -133,8 +133,10 @@ class Maintenance:
             for r in active:
                 try:
                     self._advance(r)
-                except ExternalError as err:  # the scheduler or the database: the next pass goes on
+                except GpufleetError as err:  # the scheduler, the database, a node that moved meanwhile
                     log.warning("maintenance %s: %s; trying again on the next pass", r.id, err)
+                except Exception:  # never let one rollout stop the others or the reconciler's pass
+                    log.exception("maintenance %s: pass failed; trying again on the next pass", r.id)
             self.last_pass = self.controller.clock.now()
             if active or self.controller.under_maintenance:
                 self.load()
