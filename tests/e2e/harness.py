@@ -355,10 +355,11 @@ class Fleet:
 
     # ---- agents -----------------------------------------------------------------------------
     def agent(self, node: str, *args: str, wait: bool = True, timeout: float = 20.0,
-              env: Mapping[str, str] | None = None) -> Agent:
+              env: Mapping[str, str] | None = None, config: str = "") -> Agent:
         """Start ``gpufleet agent --device sim`` for ``node`` with extra ``args``; by default wait until the
         controller has its heartbeat. The kernel log is off unless ``args`` name one (the machine's own
-        /dev/kmsg is not the test's); the simulated device brings its own simulated sysfs (InfiniBand)."""
+        /dev/kmsg is not the test's); the simulated device brings its own simulated sysfs (InfiniBand).
+        ``config``: top-level settings put before the harness's agent config (e.g. ``maintenance_scripts``)."""
         assert self.ctl is not None, "start the controller first"
         if node in self.agents and self.agents[node].proc.alive:
             raise AssertionError(f"agent {node} is already running")
@@ -371,9 +372,9 @@ class Fleet:
             argv.append("--no-kmsg")
         argv += list(args)
         runs = sum(1 for p in self.procs if p.name == f"agent {node}")
-        config = self.root / "agents" / node / f"agent-{runs + 1}.toml"
-        config.write_text(AGENT_CONFIG)
-        argv += ["--config", str(config)]
+        conf = self.root / "agents" / node / f"agent-{runs + 1}.toml"
+        conf.write_text(config + AGENT_CONFIG)
+        argv += ["--config", str(conf)]
         proc = Proc.spawn(f"agent {node}", argv, self.root / "agents" / node / f"agent-{runs + 1}.log",
                           env=child_env(env))
         self.procs.append(proc)

@@ -15,7 +15,8 @@ each queued command and posts ``POST /v1/nodes/{node}/commands/{id}/result`` ``{
   ``systemctl restart nvidia-fabricmanager``). ``diagnostic_bundle``: what a vendor RMA asks for
   (``agent.bundle``), saved under ``<state_dir>/bundles/`` and uploaded with
   ``PUT /v1/nodes/{node}/commands/{id}/bundle`` before the result is posted (again after a restart,
-  from the saved file: captured once, uploaded until the controller has it).
+  from the saved file: captured once, uploaded until the controller has it). ``script:<name>``: a
+  maintenance script this agent's config names (agent.maintenance; a rollout's action).
 * A 409 answer (the controller gave up waiting: the command expired) drops the command; any other
   failure to post keeps the result for the next poll.
 """
@@ -39,6 +40,7 @@ from gpufleet.agent import bundle as bundles
 from gpufleet.agent.config import AgentConfig
 from gpufleet.agent.devices.port import Device
 from gpufleet.agent.devices.sim import SimDevice
+from gpufleet.lifecycle.maintenance import SCRIPT_PREFIX
 
 log = logging.getLogger(__name__)
 _KEEP = 200  # journal entries kept (the newest)
@@ -177,7 +179,7 @@ class CommandPoller:
                     "succeeded" if out.ok else "failed", out.detail)
         book[cid] = entry
         self._save(book)
-        if entry["ok"] and self.on_repaired is not None and kind != BUNDLE:
+        if entry["ok"] and self.on_repaired is not None and kind != BUNDLE and not kind.startswith(SCRIPT_PREFIX):
             self.on_repaired(kind)
         return entry
 
@@ -259,8 +261,11 @@ def start_poller(cfg: AgentConfig, token: str, device: Device, stop: threading.E
     """Poll for repair commands in a thread (``commands`` on and pushing to a controller)."""
     if not (cfg.commands and cfg.push and cfg.controller):
         return None
+    from gpufleet.agent.maintenance import MaintenanceScripts
+
     repairs: NodeRepairs = (SimRepairs(device) if isinstance(device, SimDevice)
                             else HostRepairs(cfg.reboot_command, cfg.fabric_manager_command))
+    repairs = MaintenanceScripts(repairs, cfg.maintenance_scripts, cfg.node, timeout=cfg.maintenance_timeout_s)
     poller = CommandPoller(cfg.controller, token, cfg.node, repairs, cfg.state_dir / "commands.json",
                            boot_id=boot_id_reader(cfg.proc_root), on_repaired=on_repaired,
                            interval=cfg.command_poll_s, bundler=lambda: bundles.collect(cfg, device),

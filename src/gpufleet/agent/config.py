@@ -26,12 +26,13 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpufleet.agent.rules import Thresholds
 from gpufleet.agent.runner import Cadence
 from gpufleet.domain.errors import InvalidInput
+from gpufleet.lifecycle.maintenance import SCRIPT_NAME
 
 
 def _defaults(cls: type) -> dict[str, Any]:
@@ -129,8 +130,22 @@ class AgentConfig(BaseSettings):
     reboot_command: list[str] = Field(default_factory=lambda: ["systemctl", "reboot"], min_length=1)  # argv of a reboot
     fabric_manager_command: list[str] = Field(  # argv that restarts NVIDIA Fabric Manager
         default_factory=lambda: ["systemctl", "restart", "nvidia-fabricmanager"], min_length=1)
+    # Maintenance rollouts (agent/maintenance.py, docs/maintenance.md): name -> argv of the scripts a rollout
+    # may run here as its action (script:<name>); the controller only ever sends a name from this table
+    maintenance_scripts: dict[str, list[str]] = Field(default_factory=dict)
+    maintenance_timeout_s: float = Field(3600.0, gt=0)  # a maintenance script still running after this failed
     cadence: CadenceModel = Field(default_factory=CadenceModel)  # see [cadence]: how often each source is read
     thresholds: ThresholdsModel = Field(default_factory=ThresholdsModel)  # see [thresholds]: when a reading is reported
+
+    @field_validator("maintenance_scripts")
+    @classmethod
+    def _script_names(cls, v: dict[str, list[str]]) -> dict[str, list[str]]:
+        for name, argv in v.items():
+            if not SCRIPT_NAME.match(name):
+                raise ValueError(f"script name {name!r}: lowercase letters, digits, - and _, at most 25")
+            if not argv or not all(argv):
+                raise ValueError(f"script {name!r}: an argv of one or more non-empty strings")
+        return v
 
 
 def load_config(path: Path | None = None, **overrides: object) -> AgentConfig:

@@ -51,6 +51,7 @@ _COMMANDS: tuple[str, ...] = (
     "topology",
     "correlate",
     "fleet",
+    "maintenance",
     "goodput",
 )
 

@@ -31,6 +31,7 @@ from gpufleet.schedulers.port import Job, SchedNode, SchedNodeState, Scheduler, 
 
 from .faults import fault_of
 from .fleetjudge import FleetJudge
+from .maintenance import Maintenance
 from .placement import place_suspects_last
 from .repairer import Repairer
 from .service import Controller
@@ -74,7 +75,7 @@ class Validator(Protocol):
 class Reconciler:
     def __init__(self, controller: Controller, scheduler: Scheduler, validator: Validator | None = None,
                  *, fleet_judge: FleetJudge | None = None, sync_interval: float = 0.0,
-                 repairer: Repairer | None = None) -> None:
+                 repairer: Repairer | None = None, maintenance: Maintenance | None = None) -> None:
         if sync_interval < 0:
             raise InvalidInput("scheduler_sync_interval", sync_interval, "seconds, 0 or more (0 = every pass)")
         self.controller = controller
@@ -82,6 +83,7 @@ class Reconciler:
         self.validator = validator
         self.repairer = repairer  # repair executors and the escalation ladder (None: repair is people's)
         self.fleet_judge = fleet_judge  # runs at its own low cadence after the actions (docs/checks.md)
+        self.maintenance = maintenance  # maintenance rollouts, moved on after the actions (docs/maintenance.md)
         self.cfg = controller.policy_file.config
         self.scheduler_ok = True
         self.last_error = ""
@@ -107,6 +109,8 @@ class Reconciler:
         due = self.controller.store.due_actions(self.controller.clock.now())
         for row in due:
             self.execute(row)
+        if self.maintenance is not None:
+            self.maintenance.on_pass()
         if self.fleet_judge is not None:
             self.fleet_judge.on_pass()
         for observe in self.on_pass:

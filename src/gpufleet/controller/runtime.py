@@ -30,6 +30,7 @@ from gpufleet.controller.executors.port import Executor
 from gpufleet.controller.executors.ticket import TicketExecutor
 from gpufleet.controller.fleetjudge import FleetJudge
 from gpufleet.controller.ingest import GroupCommitter
+from gpufleet.controller.maintenance import Maintenance
 from gpufleet.controller.reconciler import Reconciler, Validator
 from gpufleet.controller.repairer import Repairer
 from gpufleet.controller.retention import Retention, check_horizon
@@ -135,9 +136,11 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
     judge = FleetJudge(controller, fj.window, fj.min_samples, threshold=fj.threshold, min_rel=fj.min_rel,
                        checks=fj.checks, every=fj.every) if fj.every else None
     node_bmcs = bmcs(settings)
+    maintenance = Maintenance(controller, scheduler)
+    maintenance.load()  # before the first pass: a node a rollout drained is not handed to repair
     reconciler = Reconciler(controller, scheduler, validator, fleet_judge=judge,
                             sync_interval=settings.scheduler_sync_interval,
-                            repairer=repairer(settings, controller, node_bmcs))
+                            repairer=repairer(settings, controller, node_bmcs), maintenance=maintenance)
     retention = None
     rs = settings.retention
     if rs.events:

@@ -85,6 +85,8 @@ class Controller:
         self.on_plan: list[Callable[[Plan], None]] = []  # observers (the demo's live view)
         self.max_clock_skew = MAX_CLOCK_SKEW  # how far ahead of our clock a reported time may be
         self.clock_skew: dict[str, float] = {}  # node -> its agent's clock minus ours at its last heartbeat (s)
+        # Nodes a maintenance rollout holds (controller.maintenance keeps it; the time-driven rules skip them).
+        self.under_maintenance: set[str] = set()
 
     # ---- inventory --------------------------------------------------------------------------
     def register(self, nodes: Iterable[Node], *, state: NodeState = NodeState.NEW, actor_id: str = "system") -> int:
@@ -311,6 +313,21 @@ class Controller:
             self._persist(plan)
             return plan
 
+    def maintenance_drain(self, node: str, rollout: str, actor_id: str) -> Plan:
+        """Take a serving node out for a maintenance rollout (``LifecycleEngine.maintenance_drain``)."""
+        with self.lock, self._atomic():
+            self.under_maintenance.add(node)
+            plan = self.engine.maintenance_drain(node, rollout, actor_id, self.clock.now())
+            self._persist(plan)
+            return plan
+
+    def maintenance_work(self, node: str, what: str, actor_id: str) -> Plan:
+        """drained -> repair while a maintenance action runs (``LifecycleEngine.maintenance_work``)."""
+        with self.lock, self._atomic():
+            plan = self.engine.maintenance_work(node, what, actor_id, self.clock.now())
+            self._persist(plan)
+            return plan
+
     # ---- operators --------------------------------------------------------------------------
     def operate(self, node: str, op: OperatorOp, actor_id: str, reason: str = "") -> Plan:
         with self.lock, self._atomic():
@@ -343,7 +360,7 @@ class Controller:
         with self.lock:
             now = self.clock.now()
             with self._atomic():
-                plan = self.engine.tick(now)
+                plan = self.engine.tick(now, frozenset(self.under_maintenance))
                 released = self.admission.release(now, self._covered)
                 if released:
                     plan.extend(self.engine.observe(released, now))

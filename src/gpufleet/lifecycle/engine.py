@@ -294,9 +294,11 @@ class LifecycleEngine:
                 plan.extend(self._move(rec, S.DRAINED, now, "drain complete: node empty", Actor.SCHEDULER))
         return plan
 
-    def tick(self, now: datetime) -> Plan:
+    def tick(self, now: datetime, skip: Set[str] = frozenset()) -> Plan:
+        """Time-driven rules; ``skip``: nodes a maintenance rollout holds (a node it drained is not
+        handed to repair behind its back)."""
         plan = Plan()
-        for node in sorted(self._timed):  # only states with time-driven rules (drained, new)
+        for node in sorted(self._timed - skip):  # only states with time-driven rules (drained, new)
             rec = self.nodes[node]
             decision = self.policy.on_tick(rec.view(), now)
             if decision is not None:
@@ -327,6 +329,42 @@ class LifecycleEngine:
         d = Decision(did, node, now, rec.state, S.REVALIDATE, "repair_done", why, Severity.INFO, Actor.SYSTEM,
                      f"executor:{step}", actions=(PlannedAction(ActionKind.VALIDATE, node, why, level=level),))
         return self._commit(d, now)
+
+    # ---- maintenance (lifecycle.maintenance; controller.maintenance runs the rollouts) -------------
+    def maintenance_drain(self, node: str, rollout: str, actor_id: str, now: datetime) -> Plan:
+        """Take a serving node out for a maintenance rollout: its job is asked to checkpoint, then the
+        node is drained (one ``drain_after_checkpoint`` action; it drains at once when no job runs).
+        Conflict when the node is not serving or the breaker / budget forbids it: the rollout checked
+        both before, this is the last word, under the same lock as every other decision."""
+        rec = self._node(node)
+        if rec.state not in SCHEDULABLE or rec.committed or node in self.held:
+            what = "committed to a drain" if rec.committed else "held by the breaker" if node in self.held else ""
+            raise Conflict(f"node {node} is {rec.state}{f' ({what})' if what else ''}: not serving, "
+                           "not taken for maintenance")
+        why = self.budget_violation(node, self._out)
+        if why is not None:
+            raise Conflict(f"node {node} not taken for maintenance: {why}")
+        reason = f"maintenance {rollout}"
+        did = decision_id(node, "maintenance", rec.state, S.DRAINING, (rollout,))
+        d = Decision(did, node, now, rec.state, S.DRAINING, "maintenance", reason, Severity.INFO, Actor.OPERATOR,
+                     actor_id, actions=(PlannedAction(ActionKind.DRAIN_AFTER_CHECKPOINT, node, reason),))
+        return self._commit(d, now)
+
+    def maintenance_work(self, node: str, what: str, actor_id: str, now: datetime) -> Plan:
+        """A drained node's maintenance action is about to run: drained -> repair (out of service and
+        being worked on; no repair action is queued: the rollout carries the action out). Success goes
+        on with :meth:`repair_succeeded` (a validation), failure leaves the node in repair."""
+        rec = self._node(node)
+        if rec.state != S.DRAINED:
+            raise Conflict(f"node {node} is {rec.state}, not drained: the maintenance action is not run")
+        return self._move(rec, S.REPAIR, now, what, Actor.OPERATOR, actor_id=actor_id)
+
+    def budget_violation(self, node: str, out: Set[str]) -> str | None:
+        """Why the breaker forbids taking ``node`` out with ``out`` already out (tripped, or over the
+        blast-radius budget), or None."""
+        if self.breaker.tripped:
+            return f"breaker tripped: {self.breaker.reason}"
+        return self._violation(node, set(out))
 
     # ---- operators --------------------------------------------------------------------------
     def operator(self, node: str, op: OperatorOp, actor_id: str, reason: str, now: datetime) -> Plan:

@@ -15,6 +15,7 @@ from sqlalchemy import Engine, func, select
 
 from gpufleet.controller.api.app import create_app
 from gpufleet.controller.clock import ManualClock
+from gpufleet.controller.maintenance import Maintenance
 from gpufleet.controller.reconciler import Reconciler
 from gpufleet.controller.service import Controller
 from gpufleet.controller.settings import Role, TokenConfig
@@ -98,7 +99,7 @@ def make_api(tmp_path: Path, nodes: int = 8, racks: int = 2, *, fast_ingest: boo
     controller = Controller(Store(engine), load_policy(), clock)
     names = node_ids(nodes, racks)
     scheduler = SimScheduler(names)
-    reconciler = Reconciler(controller, scheduler)
+    reconciler = Reconciler(controller, scheduler, maintenance=Maintenance(controller, scheduler))
     app = create_app(controller, tuple(TOKENS.values()), reconciler, fast_ingest=fast_ingest)
     client = TestClient(app)
     api = Api(app, client, controller, reconciler, scheduler, clock, engine, names)

@@ -57,10 +57,17 @@ ACCESS: dict[tuple[str, str], set[str]] = {
     ("GET", "/v1/nodes/{node}/bundles"): READ,
     ("GET", "/v1/bundles/{bundle_id}"): READ,
     ("GET", "/v1/firmware"): READ,
+    ("POST", "/v1/maintenance"): OPERATE,
+    ("GET", "/v1/maintenance"): READ,
+    ("GET", "/v1/maintenance/{rollout}"): READ,
+    ("POST", "/v1/maintenance/{rollout}/start"): OPERATE,
+    ("POST", "/v1/maintenance/{rollout}/pause"): OPERATE,
+    ("POST", "/v1/maintenance/{rollout}/abort"): OPERATE,
 }
 
 PARAMS = {"node": "r01-n01", "action_id": "d-0000000000000000:drain", "job_id": "job-1",
-          "command_id": "d-0000000000000000:repair:1:gpu_reset", "bundle_id": "d-0000000000000000:repair:bundle"}
+          "command_id": "d-0000000000000000:repair:1:gpu_reset", "bundle_id": "d-0000000000000000:repair:bundle",
+          "rollout": "m-0000000000"}
 
 
 def body_for(method: str, path: str, now: str) -> Any:
@@ -78,6 +85,8 @@ def body_for(method: str, path: str, now: str) -> Any:
         return {"intervals": [{"start": hour_ago, "end": now, "productive_s": 3600}]}
     if path.endswith(("/heartbeat", "/checkpoint")):
         return {"time": now}
+    if path == "/v1/maintenance":
+        return {"selector": "all", "action": "reboot"}
     if path == "/v1/mode":
         return {"dry_run": True}
     if path == "/v1/held/approve":

@@ -36,18 +36,20 @@ def tickets() -> Iterator[Tickets]:
 
 
 class AgentProcess:
-    """``gpufleet agent --device sim`` as its own process, pushing to the lab controller."""
+    """``gpufleet agent --device sim`` as its own process, pushing to the lab controller. ``config``:
+    top-level agent settings added to its config file (e.g. ``maintenance_scripts``)."""
 
-    def __init__(self, tmp: Path, node: str, url: str, inject: str) -> None:
+    def __init__(self, tmp: Path, node: str, url: str, inject: str = "", config: str = "") -> None:
         token = tmp / f"{node}-token"
         token.write_text(AGENT_TOKEN)
         conf = tmp / f"{node}-agent.toml"
-        conf.write_text("command_poll_s = 0.3\nheartbeat_s = 1\n[cadence]\nslow_s = 0.5\n")
+        conf.write_text(f"{config}command_poll_s = 0.3\nheartbeat_s = 1\n[cadence]\nslow_s = 0.5\n")
         self.log = tmp / f"{node}-agent.log"
         self.proc = subprocess.Popen(
             [GPUFLEET, "agent", "--device", "sim", "--gpus", "2", "--node", node, "--controller", url,
              "--token-file", str(token), "--state-dir", str(tmp / f"{node}-state"), "--no-kmsg",
-             "--metrics-port", "0", "--metrics-addr", "127.0.0.1", "--config", str(conf), "--inject", inject],
+             "--metrics-port", "0", "--metrics-addr", "127.0.0.1", "--config", str(conf),
+             *(("--inject", inject) if inject else ())],
             stdout=self.log.open("w"), stderr=subprocess.STDOUT)
 
     def stop(self) -> None:

@@ -34,6 +34,7 @@ from .commands import commands_router
 from .fastpath import FastPathCounts, IngestFastPath
 from .goodput import GoodputObserver, goodput_router
 from .limits import DEFAULT_LIMITS, Limits, RefusedCounts, RequestLimits
+from .maintenance import maintenance_router
 from .schemas import (
     ApproveIn,
     AwareTime,
@@ -297,6 +298,8 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
                                      if caller.role == Role.AGENT else None, goodput_observers))
     v1.include_router(commands_router(controller, _may_report))  # the agent command channel (repairs)
     v1.include_router(ttm_router(controller))  # GET /v1/ttm: time to market
+    if reconciler is not None and reconciler.maintenance is not None:  # maintenance rollouts
+        v1.include_router(maintenance_router(reconciler.maintenance))
     v1.include_router(bmc_router(controller, _may_report, bmc, bundles))  # firmware, diagnostic bundles
     app.include_router(v1)
     installed = metrics.install(app, controller, committer, reconciler, retention)  # GET /metrics

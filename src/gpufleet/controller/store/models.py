@@ -235,8 +235,35 @@ class GoodputIntervalRow(Base):
                       Index("ix_goodput_intervals_end", "end"))
 
 
+class MaintenanceRow(Base):
+    """A maintenance rollout (migration 0007, controller.maintenance): its spec as JSON and its state."""
+
+    __tablename__ = "maintenance_rollouts"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))  # lifecycle.maintenance.RolloutState
+    spec: Mapped[dict[str, Any]] = mapped_column(default=dict)  # lifecycle.maintenance.Spec.as_dict
+    actor: Mapped[str] = mapped_column(String(128))  # who planned it (the token's name)
+    reason: Mapped[str] = mapped_column(Text, default="")  # why it is stopped, paused, aborted ...
+    created: Mapped[datetime]
+    updated: Mapped[datetime]
+
+
+class MaintenanceNodeRow(Base):
+    """One node of a rollout and its step (migration 0007). ``command`` is the agent command's key."""
+
+    __tablename__ = "maintenance_nodes"
+    rollout: Mapped[str] = mapped_column(String(64), primary_key=True)
+    node: Mapped[str] = mapped_column(String(128), primary_key=True)
+    seq: Mapped[int] = mapped_column(Integer)  # its place in the rollout's order
+    step: Mapped[str] = mapped_column(String(16))  # lifecycle.maintenance.Step
+    since: Mapped[datetime]
+    detail: Mapped[str] = mapped_column(Text, default="")
+    command: Mapped[str] = mapped_column(String(200), default="")
+    __table_args__ = (Index("ix_maintenance_nodes_step", "step"),)
+
+
 class UnitNamingRow(Base):
-    """An actionable verdict named the unit ``serial`` at slot ``component`` (migration 0007): the
+    """An actionable verdict named the unit ``serial`` at slot ``component`` (migration 0008): the
     correlator's repeat-offender history, which outlives the correlation window and restarts."""
 
     __tablename__ = "unit_namings"

@@ -1,4 +1,4 @@
-"""The correlator's repeat-offender history in the database (table ``unit_namings``, migration 0007).
+"""The correlator's repeat-offender history in the database (table ``unit_namings``, migration 0008).
 
 Implements :class:`gpufleet.correlate.offenders.UnitHistory`: the engine asks which earlier verdicts
 named a serial and records each new one. Keyed by (serial, time, slot): recording again what a

@@ -3,8 +3,8 @@
 * ``unit_namings``: one row per actionable verdict that named a replaceable unit, keyed by (serial,
   time, slot) so a controller that replays its correlation window records nothing twice.
 
-Revision ID: 0007
-Revises: 0006
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-11-26 21:00:00
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = '0007'
-down_revision = '0006'
+revision = '0008'
+down_revision = '0007'
 branch_labels = None
 depends_on = None
 
