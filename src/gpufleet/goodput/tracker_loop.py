@@ -76,6 +76,19 @@ class TrackerLoop:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    @classmethod
+    def from_env(cls, run_dir: str | Path, exporter: TrackerExporter, *, period_s: float = 60.0) -> TrackerLoop:
+        """Infra events from ``$GPUFLEET_CONTROLLER`` with the token in ``$GPUFLEET_TOKEN_FILE`` (a viewer
+        token is enough) for ``$SLURM_JOB_ID`` (else the job the run log recorded); none when unset."""
+        import os
+
+        from gpufleet.goodput.push import controller_token
+
+        url = os.environ.get("GPUFLEET_CONTROLLER", "")
+        token = controller_token(os.environ.get("GPUFLEET_TOKEN_FILE", "")) if url else ""
+        return cls(run_dir, exporter, controller=url, token=token, job=os.environ.get("SLURM_JOB_ID", ""),
+                   period_s=float(os.environ.get("GPUFLEET_TRACKER_PERIOD", period_s)))
+
     def start(self) -> TrackerLoop:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="gpufleet-tracker", daemon=True)
