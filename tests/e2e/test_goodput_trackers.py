@@ -133,11 +133,11 @@ def test_export_after_the_fact_puts_the_reports_goodput_and_the_jobs_infra_event
     assert {(r["node"], r["source"], r["kind"]) for r in wrows} == seen
 
 
-def test_in_the_training_loop_mlflow_gets_the_series_as_it_goes_into_the_scripts_own_run(
-        mlflow_server: str, tmp_path: Path) -> None:
+def test_in_the_training_loop_mlflow_gets_the_series_and_the_infra_events_as_they_happen(
+        ctl: Controller, mlflow_server: str, tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
-    from gpufleet.goodput.mlflow_export import MlflowExporter
+    from gpufleet.goodput.mlflow_export import EVENTS_ARTIFACT, MlflowExporter
     from gpufleet.goodput.tracker_loop import TrackerLoop
 
     client = MlflowClient(mlflow_server)
@@ -145,10 +145,15 @@ def test_in_the_training_loop_mlflow_gets_the_series_as_it_goes_into_the_scripts
     mine = client.create_run(exp, run_name="train").info.run_id  # the training script's own run
     run = tmp_path / "run"
     t = [time.time() - 100]
-    rec = RunRecorder(run, rank=0, world=1, launched=t[0], fsync="never", push=False, wall=lambda: t[0],
-                      monotonic=lambda: t[0])
+    rec = RunRecorder(run, rank=0, world=1, launched=t[0], fsync="never", push=False, host="n1",
+                      wall=lambda: t[0], monotonic=lambda: t[0])
     rec.model(1e12, peak_flops=1e13)
-    loop = TrackerLoop(run, MlflowExporter(mlflow_server, run_id=mine), period_s=0.1).start()
+    loop = TrackerLoop(run, MlflowExporter(mlflow_server, run_id=mine), controller=ctl.url, token=ADMIN_TOKEN,
+                       job=JOB, period_s=0.1).start()
+
+    def events_logged() -> int:
+        return int(client.get_run(mine).data.tags.get("gpufleet.infra_events", "0"))
+
     for step in range(30):
         with rec.step(step):
             t[0] += 1.0
@@ -160,6 +165,11 @@ def test_in_the_training_loop_mlflow_gets_the_series_as_it_goes_into_the_scripts
             # the interval that checkpoint closed reaches the run while training goes on
             wait_until(lambda s=step: len(client.get_metric_history(mine, "goodput/ettr")) >= (s + 1) // 10,
                        f"goodput/ettr points for the checkpoint at step {step}", timeout=60)
+        if step in (12, 22):  # something happens to the node while the job trains on it
+            before = events_logged()
+            ctl.api.post("/events", {"events": [{"id": f"sbe{step}", "node": "n1", "kind": "ecc_sbe",
+                                                 "time": _iso(time.time())}]})
+            wait_until(lambda b=before: events_logged() > b, f"the event of step {step} in the run's tags")
     rec.end()
     rec.close()
     loop.close()
@@ -169,6 +179,9 @@ def test_in_the_training_loop_mlflow_gets_the_series_as_it_goes_into_the_scripts
     assert ettr[-1].value == pytest.approx(report.goodput.ettr, abs=1e-9)
     mfu = client.get_metric_history(mine, "goodput/mfu")
     assert [m.value for m in mfu] == pytest.approx([0.1] * len(mfu))  # 1 TFLOP per 1 s step at a 10 TFLOP/s peak
+    rows = _rows(json.loads(Path(client.download_artifacts(mine, EVENTS_ARTIFACT, str(tmp_path))).read_text()))
+    ids = [json.loads(r["attrs"]).get("event_id") for r in rows if r["source"] == "event"]
+    assert sorted(ids) == ["sbe12", "sbe22"]  # each once: the table is appended to, not logged again
     assert client.get_run(mine).info.status == "RUNNING"  # the script's run: the script ends it, not us
 
 

@@ -11,9 +11,9 @@
 A daemon thread wakes every ``period_s``: it reads the run directory (the durable log the recorder
 writes; the training loop never calls into this), logs the final intervals it has not logged yet
 (:func:`gpufleet.goodput.trackers.goodput_series`) and, when a controller is given, fetches the
-infrastructure events on the job's nodes since the run began (``GET /v1/jobs/{job}/events``, at most
-``max_events`` kept, newest win) and logs the table again when it changed. On :meth:`close` it does a last
-round and the run's totals, waiting at most ``close_timeout_s``.
+infrastructure events on the job's nodes since the run began (``GET /v1/jobs/{job}/events``: the newest
+1000 each round; at most ``max_events`` kept, newest win) and logs the table again when it changed. On
+:meth:`close` it does a last round and the run's totals, waiting at most ``close_timeout_s``.
 
 Never in training's way: a tracker or controller that is down, slow or refuses is logged as a warning and
 counted (:attr:`counts`); what was not logged is tried again next round (the run directory is the spool);
@@ -147,9 +147,11 @@ class TrackerLoop:
             lead = min(logs, key=lambda lg: lg.rank)
             job = self.job or next((a.job for a in reversed(lead.attempts) if a.job), "")
             nodes = self.nodes or tuple(sorted({a.host for lg in logs for a in lg.attempts if a.host}))
-            since = self._events[-1].time if self._events else lead.attempts[0].launched
+            # the whole run each round (the newest 1000): an event reported late, with its own older time,
+            # is still found; merging keeps each once
             try:
-                fetched, _cut = fetch_job_events(self.controller, self.token, job, nodes=nodes, since=since)
+                fetched, _cut = fetch_job_events(self.controller, self.token, job, nodes=nodes,
+                                                 since=lead.attempts[0].launched)
             except Exception as err:
                 self.counts.controller_errors += 1
                 log.warning("tracker export: no infrastructure events this round: %s", err)
