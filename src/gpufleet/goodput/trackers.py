@@ -60,8 +60,9 @@ class InfraEvent:
 
     def row(self) -> list[Any]:
         """The table row, in :data:`EVENT_COLUMNS` order (time as ISO 8601 UTC, attrs as JSON)."""
-        return [datetime.fromtimestamp(self.time, UTC).isoformat(), self.node, self.source, self.kind,
-                self.severity or "", self.component or "", "" if self.code is None else str(self.code), self.message,
+        when = datetime.fromtimestamp(self.time, UTC).isoformat(timespec="microseconds")  # fixed width: sorts
+        return [when, self.node, self.source, self.kind, self.severity or "", self.component or "",
+                "" if self.code is None else str(self.code), self.message,
                 json.dumps(dict(self.attrs), sort_keys=True, default=str)]
 
     @classmethod

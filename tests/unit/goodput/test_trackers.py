@@ -49,7 +49,7 @@ def test_events_from_the_controller_parse_and_merge_once_each() -> None:
            "component": "n1-gpu3", "code": 79, "message": "fell off the bus", "attrs": {"event_id": "e1"}}
     e = InfraEvent.from_doc(doc)
     assert e.time == 1795262400.0 and e.code == 79 and e.attrs == {"event_id": "e1"}
-    assert e.row()[0] == "2026-11-21T12:00:00+00:00" and e.row()[-1] == '{"event_id": "e1"}'
+    assert e.row()[0] == "2026-11-21T12:00:00.000000+00:00" and e.row()[-1] == '{"event_id": "e1"}'
     earlier = InfraEvent(e.time - 60, "n2", "transition", "draining", "drain")
     assert merge_events([e], [earlier, e]) == [earlier, e]
 
