@@ -5,7 +5,8 @@
     from gpufleet.goodput.mlflow_export import MlflowExporter
     from gpufleet.goodput.tracker_loop import TrackerLoop
 
-    with RunRecorder("runs/exp1") as rec, TrackerLoop("runs/exp1", MlflowExporter(run_id=run.info.run_id)):
+    # rank 0; the loop outside the recorder: the recorder's end is written before the loop's last round
+    with TrackerLoop("runs/exp1", MlflowExporter(run_id=run.info.run_id)), RunRecorder("runs/exp1") as rec:
         ...  # the training loop; nothing else changes
 
 A daemon thread wakes every ``period_s``: it reads the run directory (the durable log the recorder
