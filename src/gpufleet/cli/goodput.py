@@ -1,5 +1,6 @@
 """``gpufleet goodput report RUN_DIR``: a training run's ETTR, MTTF, badput, restarts, MFU and stragglers
-from the per-rank logs that :class:`gpufleet.goodput.durable.RunRecorder` wrote."""
+from the per-rank logs that :class:`gpufleet.goodput.durable.RunRecorder` wrote; ``push`` sends them to the
+controller, ``export`` to MLflow or W&B with the infrastructure events on the job's nodes."""
 
 from __future__ import annotations
 
@@ -70,3 +71,70 @@ def register(app: typer.Typer) -> None:
         typer.echo(json.dumps(vars(counts)))
         if counts.failed_posts:
             raise typer.Exit(1)
+
+    @goodput.command("export")
+    def export(
+        run_dir: Annotated[Path, typer.Argument(help="Directory holding goodput-rank<R>.jsonl files.")],
+        mlflow: Annotated[str | None, typer.Option(
+            "--mlflow", help="MLflow tracking URI (http://host:5000); needs gpufleet[mlflow].")] = None,
+        experiment: Annotated[str, typer.Option(help="MLflow experiment (created when missing).")] = "gpufleet",
+        mlflow_run: Annotated[str | None, typer.Option(
+            "--mlflow-run", help="Log into this existing MLflow run id instead of a new run.")] = None,
+        wandb: Annotated[bool, typer.Option("--wandb", help="Log to Weights & Biases; needs gpufleet[wandb].")] = False,
+        project: Annotated[str, typer.Option(help="W&B project.")] = "gpufleet",
+        wandb_mode: Annotated[str | None, typer.Option(
+            "--wandb-mode", help="online, offline or disabled (default: $WANDB_MODE, else online).")] = None,
+        name: Annotated[str | None, typer.Option(help="Run name (default: the run directory's name).")] = None,
+        controller: Annotated[str, typer.Option(
+            envvar="GPUFLEET_CONTROLLER", help="Controller URL: add the infra events on the job's nodes.")] = "",
+        token_file: Annotated[Path | None, typer.Option(
+            envvar="GPUFLEET_TOKEN_FILE", help="File holding a bearer token (viewer or above).")] = None,
+        job: Annotated[str, typer.Option(help="Job id (default: the one the run log recorded).")] = "",
+        node: Annotated[list[str] | None, typer.Option(
+            help="The job's nodes (repeat; default: the hosts the run log recorded).")] = None,
+        after: Annotated[float, typer.Option(
+            help="Also the events up to this many seconds after the run's end (the drain its failure caused, "
+                 "the push's last findings).")] = 300.0,
+    ) -> None:
+        """Log the run's goodput series (ETTR, MFU, badput per interval), totals and the infrastructure
+        events on its nodes (drains, XIDs, AER, checkpoint requests, stragglers) to MLflow or W&B."""
+        from gpufleet.domain.errors import InvalidInput
+        from gpufleet.goodput.durable import read_run
+        from gpufleet.goodput.push import controller_token, fetch_job_events
+        from gpufleet.goodput.runreport import run_report
+        from gpufleet.goodput.trackers import InfraEvent, TrackerExporter, export_run, merge_events, run_events
+
+        if (mlflow is None) == (not wandb):
+            raise InvalidInput("--mlflow/--wandb", f"mlflow={mlflow!r}, wandb={wandb}", "exactly one tracker")
+        logs = read_run(run_dir)
+        r = run_report(logs)
+        fetched: list[InfraEvent] = []
+        if controller:
+            if token_file is None:
+                raise InvalidInput("--token-file", None, "a token file for the controller (or $GPUFLEET_TOKEN_FILE)")
+            hosts = node or sorted({a.host for lg in logs for a in lg.attempts if a.host})
+            lead = min(logs, key=lambda lg: lg.rank)
+            since = lead.attempts[0].launched if lead.attempts else None
+            if after < 0:
+                raise InvalidInput("--after", after, "seconds >= 0")
+            until = (r.intervals[-1].end + after) if r.intervals else None
+            fetched, cut = fetch_job_events(controller, controller_token(token_file), job or r.job, nodes=hosts,
+                                            since=since, until=until)
+            if cut:
+                typer.echo("note: the controller listed only the newest 1000 events", err=True)
+        events = merge_events(fetched, run_events(r, logs))
+        run_name = name or run_dir.resolve().name
+        exporter: TrackerExporter
+        if mlflow is not None:
+            from gpufleet.goodput.mlflow_export import MlflowExporter
+
+            exporter = MlflowExporter(mlflow, run_id=mlflow_run, experiment=experiment, run_name=run_name)
+        else:
+            from gpufleet.goodput.wandb_export import WandbExporter
+
+            exporter = WandbExporter(project=project, name=run_name, mode=wandb_mode)
+        points = export_run(r, exporter, events)
+        exporter.close()
+        where = getattr(exporter, "run_id", None) or getattr(getattr(exporter, "run", None), "id", "")
+        typer.echo(json.dumps({"tracker": "mlflow" if mlflow is not None else "wandb", "run": where,
+                               "points": points, "events": len(events), "ettr": r.goodput.ettr}))

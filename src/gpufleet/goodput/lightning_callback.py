@@ -17,6 +17,11 @@ and Lightning's own per-batch work), every checkpoint Lightning saves
 (recorded as a synchronous save at the step it holds), a restore when ``fit`` resumes from a checkpoint,
 and the end of the run. An exception in ``fit`` is recorded as a failure before it propagates.
 
+``tracker``: an experiment-tracker backend (:class:`~gpufleet.goodput.mlflow_export.MlflowExporter`,
+:class:`~gpufleet.goodput.wandb_export.WandbExporter`): on global rank 0 a
+:class:`~gpufleet.goodput.tracker_loop.TrackerLoop` feeds it the goodput series and, with
+``$GPUFLEET_CONTROLLER`` set, the infrastructure events on the job's nodes, until the fit ends.
+
 Lightning is an optional dependency (``pip install lightning``); importing this module without it raises
 an ``ImportError`` that says so.
 """
@@ -33,12 +38,17 @@ except ImportError as err:  # pragma: no cover - exercised only without lightnin
     raise ImportError("gpufleet.goodput.lightning_callback needs Lightning: pip install lightning") from err
 
 from gpufleet.goodput.durable import RunRecorder
+from gpufleet.goodput.tracker_loop import TrackerLoop
+from gpufleet.goodput.trackers import TrackerExporter
 
 
 class GoodputCallback(pl.Callback):
     def __init__(self, run_dir: str | Path, *, flops_per_step: float | None = None,
-                 peak_flops: float | None = None, dtype: str = "", tokens_per_step: int | None = None) -> None:
+                 peak_flops: float | None = None, dtype: str = "", tokens_per_step: int | None = None,
+                 tracker: TrackerExporter | None = None, tracker_period_s: float = 60.0) -> None:
         super().__init__()
+        self.tracker, self.tracker_period_s = tracker, tracker_period_s
+        self._loop: TrackerLoop | None = None
         self.run_dir = Path(run_dir)
         self.flops_per_step, self.peak_flops, self.dtype = flops_per_step, peak_flops, dtype
         self.tokens_per_step = tokens_per_step
@@ -55,6 +65,8 @@ class GoodputCallback(pl.Callback):
         if trainer.ckpt_path:  # fit(ckpt_path=...) resumed: the restore happened before this hook
             self.recorder.restore_start()
             self.recorder.restore_end(trainer.global_step)
+        if self.tracker is not None and trainer.global_rank == 0:
+            self._loop = TrackerLoop.from_env(self.run_dir, self.tracker, period_s=self.tracker_period_s).start()
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
@@ -87,12 +99,19 @@ class GoodputCallback(pl.Callback):
             self.recorder.end()
             self.recorder.close()
             self.recorder = None
+        self._close_tracker()
+
+    def _close_tracker(self) -> None:
+        if self._loop is not None:
+            self._loop.close()  # a last round with the run's totals (bounded: the tracker may be down)
+            self._loop = None
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if self.recorder is not None:
             self.recorder.failure(f"{type(exception).__name__}: {exception}")
             self.recorder.close()
             self.recorder = None
+        self._close_tracker()
 
 
 def _sync(module: pl.LightningModule) -> None:

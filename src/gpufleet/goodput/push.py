@@ -14,6 +14,9 @@ Training never waits for any of this: :class:`gpufleet.goodput.durable.RunRecord
 a separate low-priority process on rank 0 (``python -m gpufleet.goodput.push RUN_DIR --follow --parent
 PID``) when ``$GPUFLEET_CONTROLLER`` is set; it pushes every ``period`` seconds and once more after the
 training process exits. ``gpufleet goodput push RUN_DIR`` does one round by hand.
+
+The other way, :func:`fetch_job_events` reads what happened to the job's nodes (``GET
+/v1/jobs/{job}/events``) for the experiment trackers (:mod:`gpufleet.goodput.trackers`).
 """
 
 from __future__ import annotations
@@ -25,16 +28,18 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from gpufleet.domain.errors import GpufleetError, InvalidInput
+from gpufleet.domain.errors import ExternalError, GpufleetError, InvalidInput
 from gpufleet.goodput.durable import read_run
 from gpufleet.goodput.intervals import Interval, run_intervals
 from gpufleet.goodput.runreport import run_report
 from gpufleet.goodput.straggler import straggler_event
+from gpufleet.goodput.trackers import InfraEvent
 
 log = logging.getLogger(__name__)
 STATE_FILE = "goodput-push.json"
@@ -178,6 +183,45 @@ class GoodputPusher:
                 self.push_once()
                 next_at = time.monotonic() + period_s
         self.push_once()
+
+
+def controller_token(token_file: str | Path) -> str:
+    """The bearer token in ``token_file`` (``$GPUFLEET_TOKEN_FILE``, ``--token-file``)."""
+    try:
+        token = Path(token_file).read_text("utf-8").strip() if str(token_file) else ""
+    except OSError as err:
+        raise InvalidInput("token_file", str(token_file), f"a readable token file ({err.strerror})") from None
+    if not token:
+        raise InvalidInput("token_file", str(token_file), "a file holding the controller's bearer token")
+    return token
+
+
+def fetch_job_events(controller: str, token: str, job: str, *, nodes: Sequence[str] = (),
+                     since: float | None = None, until: float | None = None, limit: int = 1000,
+                     timeout_s: float = 5.0) -> tuple[list[InfraEvent], bool]:
+    """``GET /v1/jobs/{job}/events``: the infrastructure events on the job's nodes (``nodes``, or the
+    ones the scheduler runs it on now) in ``[since, until)`` (Unix seconds), oldest first, and whether
+    the controller cut the list at ``limit``. Raises :class:`ExternalError` when the controller cannot
+    answer, :class:`InvalidInput` for a bad URL or job."""
+    import httpx
+
+    if not controller.startswith(("http://", "https://")):
+        raise InvalidInput("controller", controller, "an http:// or https:// URL")
+    if not job:
+        raise InvalidInput("job", job, "the job id the controller knows (e.g. the Slurm job id)")
+    params: list[tuple[str, str | int | float | bool | None]] = [("node", n) for n in sorted(set(nodes))]
+    params.append(("limit", limit))
+    params += [(k, _iso(v)) for k, v in (("since", since), ("until", until)) if v is not None]
+    url = f"{controller.rstrip('/')}/v1/jobs/{job}/events"
+    try:
+        resp = httpx.get(url, params=params, headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s)
+    except httpx.HTTPError as err:
+        raise ExternalError("controller", f"GET {url}: {type(err).__name__}: {err}") from err
+    if resp.status_code != 200:
+        raise ExternalError("controller", f"GET {url} answered {resp.status_code}: {resp.text[:300]}",
+                            retryable=resp.status_code >= 500)
+    doc = resp.json()
+    return [InfraEvent.from_doc(e) for e in doc.get("events", [])], bool(doc.get("truncated"))
 
 
 def _alive(pid: int) -> bool:

@@ -50,6 +50,7 @@ ACCESS: dict[tuple[str, str], set[str]] = {
     ("POST", "/v1/jobs/{job_id}/checkpoint"): REPORT,
     ("POST", "/v1/jobs/{job_id}/goodput"): REPORT,
     ("GET", "/v1/jobs/{job_id}/goodput"): READ,
+    ("GET", "/v1/jobs/{job_id}/events"): READ,
     ("GET", "/v1/goodput"): READ,
     ("GET", "/v1/nodes/{node}/commands"): REPORT,
     ("POST", "/v1/nodes/{node}/commands/{command_id}/result"): REPORT,

@@ -50,3 +50,13 @@ def test_tco_and_the_html_report(tmp_path: Path) -> None:
     assert isinstance(bad.exception, InvalidInput) and bad.exception.field == "--html"
     neg = CliRunner().invoke(app, ["goodput", "report", str(run), "--price-per-gpu-hour", "-1"])
     assert isinstance(neg.exception, InvalidInput) and neg.exception.field == "price_per_gpu_hour"
+
+
+def test_export_needs_exactly_one_tracker_and_a_token_with_a_controller(tmp_path: Path) -> None:
+    _crash_and_resume(tmp_path)
+    for args in ([], ["--mlflow", "http://127.0.0.1:1", "--wandb"]):
+        out = CliRunner().invoke(app, ["goodput", "export", str(tmp_path), *args], env={"GPUFLEET_CONTROLLER": ""})
+        assert isinstance(out.exception, InvalidInput) and out.exception.field == "--mlflow/--wandb", out.output
+    out = CliRunner().invoke(app, ["goodput", "export", str(tmp_path), "--wandb", "--controller", "http://ctl:8080"],
+                             env={"GPUFLEET_TOKEN_FILE": ""})
+    assert isinstance(out.exception, InvalidInput) and out.exception.field == "--token-file", out.output

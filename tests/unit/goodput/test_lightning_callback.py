@@ -78,3 +78,24 @@ def test_an_exception_in_fit_is_recorded_as_a_failure(tmp_path: Path) -> None:
     failures = [json.loads(line) for line in text.splitlines() if '"failure"' in line]
     assert len(failures) == 1 and "illegal memory access" in failures[0]["cause"]
     assert run_report(read_run(run)).steps_kept == 3
+
+
+def test_with_a_tracker_the_fit_logs_its_goodput_series_to_wandb_offline(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpufleet.goodput.wandb_export import WandbExporter
+    from tests.unit.goodput.wandb_file import history, summary
+
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    monkeypatch.delenv("GPUFLEET_CONTROLLER", raising=False)
+    run = tmp_path / "run"
+    tracker = WandbExporter(project="lightning", mode="offline", dir=str(tmp_path))
+    trainer = _trainer(tmp_path, 12, run)
+    (cb,) = [c for c in trainer.callbacks if isinstance(c, GoodputCallback)]
+    cb.tracker = tracker
+    trainer.fit(Regression(), _data())
+    report = run_report(read_run(run))
+    (log,) = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
+    points = [h for h in history(log) if "goodput/ettr" in h]
+    assert len(points) == len(report.intervals) >= 1
+    assert points[-1]["goodput/ettr"] == pytest.approx(report.goodput.ettr, abs=1e-9)
+    assert summary(log)["goodput_total/steps_kept"] == 12

@@ -33,6 +33,7 @@ from .bmc import bmc_router
 from .commands import commands_router
 from .fastpath import FastPathCounts, IngestFastPath
 from .goodput import GoodputObserver, goodput_router
+from .jobevents import job_events_router
 from .limits import DEFAULT_LIMITS, Limits, RefusedCounts, RequestLimits
 from .maintenance import maintenance_router
 from .schemas import (
@@ -296,6 +297,7 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
     goodput_observers: list[GoodputObserver] = []  # the metrics join below
     v1.include_router(goodput_router(controller, lambda caller, job: _may_checkpoint(caller, job, reconciler)
                                      if caller.role == Role.AGENT else None, goodput_observers))
+    v1.include_router(job_events_router(controller, reconciler))  # GET /v1/jobs/{id}/events: for trackers
     v1.include_router(commands_router(controller, _may_report))  # the agent command channel (repairs)
     v1.include_router(ttm_router(controller))  # GET /v1/ttm: time to market
     if reconciler is not None and reconciler.maintenance is not None:  # maintenance rollouts

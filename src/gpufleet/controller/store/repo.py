@@ -289,10 +289,15 @@ class Store:
         with self.session() as s:
             return s.get(NodeRow, node)
 
-    def transitions(self, node: str | None = None, limit: int = 100) -> list[TransitionRow]:
+    def transitions(self, node: str | None = None, limit: int = 100, *, since: datetime | None = None,
+                    until: datetime | None = None) -> list[TransitionRow]:
         q = select(TransitionRow).order_by(TransitionRow.seq.desc()).limit(limit)
         if node:
             q = q.where(TransitionRow.node == node)
+        if since:
+            q = q.where(TransitionRow.time >= since)
+        if until:
+            q = q.where(TransitionRow.time < until)
         with self.session() as s:
             return list(s.scalars(q))
 
@@ -317,7 +322,7 @@ class Store:
             return {t.node: t for t in s.scalars(select(TransitionRow).where(TransitionRow.seq.in_(last)))}
 
     def events(self, *, node: str | None = None, kind: str | None = None, since: datetime | None = None,
-               page: Page = Page()) -> list[EventRow]:
+               until: datetime | None = None, page: Page = Page()) -> list[EventRow]:
         q = select(EventRow).order_by(EventRow.time.desc(), EventRow.seq.desc())
         if node:
             q = q.where(EventRow.node == node)
@@ -325,6 +330,8 @@ class Store:
             q = q.where(EventRow.kind == kind)
         if since:
             q = q.where(EventRow.time >= since)
+        if until:
+            q = q.where(EventRow.time < until)
         with self.session() as s:
             return list(s.scalars(q.limit(page.limit).offset(page.offset)))
 
@@ -339,12 +346,18 @@ class Store:
         with self.session() as s:
             return list(s.scalars(q.limit(page.limit).offset(page.offset)))
 
-    def actions(self, *, node: str | None = None, status: str | None = None, page: Page = Page()) -> list[ActionRow]:
+    def actions(self, *, node: str | None = None, status: str | None = None, page: Page = Page(),
+                since: datetime | None = None, until: datetime | None = None) -> list[ActionRow]:
+        """Outbox actions, newest first; ``since``/``until`` bound the time each was queued."""
         q = select(ActionRow).order_by(ActionRow.created.desc(), ActionRow.id)
         if node:
             q = q.where(ActionRow.node == node)
         if status:
             q = q.where(ActionRow.status == status)
+        if since:
+            q = q.where(ActionRow.created >= since)
+        if until:
+            q = q.where(ActionRow.created < until)
         with self.session() as s:
             return list(s.scalars(q.limit(page.limit).offset(page.offset)))
 
