@@ -175,3 +175,30 @@ def test_a_weak_pattern_that_turns_into_a_fault_is_no_longer_only_degrading() ->
     _actionable(eng, s)
     top = eng.suspects()[0]
     assert top.component == CHIP and top.finding is Basis.SHARED
+
+
+def _chip_confidence(reports: list[tuple[float, int]]) -> float:
+    s = Stream()
+    r01 = [t for t in TRAYS if t.startswith("r01-")]
+    for at, i in sorted(reports):
+        tray = r01[i]
+        s.add(at, E.LINK_ERROR, f"{tray}-gpu{i % 4}", link=_port(tray, i % 4))
+    eng = Engine(TOPO)
+    _actionable(eng, s)
+    return max((x.confidence for x in eng.suspects() if x.component == CHIP), default=0.0)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.floats(0, 600), st.integers(0, 17)), min_size=1, max_size=10,
+                unique_by=lambda r: r[1]),
+       st.floats(0, 600), st.integers(0, 17))
+def test_adding_a_witness_never_lowers_the_chips_confidence(
+    reports: list[tuple[float, int]], at: float, tray: int
+) -> None:
+    """One more distinct tray reporting on the chip (within the window) is more evidence, never less —
+    even though the learned background rate rises with every report."""
+    if any(i == tray for _, i in reports):
+        return
+    before = _chip_confidence(reports)
+    after = _chip_confidence([*reports, (at, tray)])
+    assert after >= before - 1e-9, (before, after)
