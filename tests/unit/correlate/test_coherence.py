@@ -147,25 +147,6 @@ def test_pure_noise_never_creates_an_actionable_verdict(noise: Stream) -> None:
     assert all(s.action is SuspectAction.OBSERVE for s in eng.suspects())
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.integers(5, 17), st.lists(st.floats(0, 300), min_size=18, max_size=18), st.integers(0, 3))
-def test_adding_a_witness_never_lowers_the_confidence(k: int, times: list[float], gpu: int) -> None:
-    trays = [t for t in TRAYS if t.startswith("r01-")]
-
-    def confidence(n: int) -> float:
-        s = Stream()
-        for tray, at in sorted(zip(trays[:n], times[:n], strict=True), key=lambda x: x[1]):
-            s.add(at, E.LINK_ERROR, f"{tray}-gpu{gpu}", link=_port(tray, gpu))
-        # the extra witness arrives last, at the latest time (same clock for both runs)
-        eng = Engine(TOPO)
-        for ev in s.events:
-            eng.observe(ev)
-        end = max(e.time for e in s.events)
-        return next((x.confidence for x in eng.suspects(end) if x.component == CHIP), 0.0)
-
-    assert confidence(k + 1) >= confidence(k) - 1e-9
-
-
 def test_a_weak_pattern_that_turns_into_a_fault_is_no_longer_only_degrading() -> None:
     s = Stream()
     _twelve_trays(s)
@@ -195,8 +176,9 @@ def _chip_confidence(reports: list[tuple[float, int]]) -> float:
 def test_adding_a_witness_never_lowers_the_chips_confidence(
     reports: list[tuple[float, int]], at: float, tray: int
 ) -> None:
-    """One more distinct tray reporting on the chip (within the window) is more evidence, never less —
-    even though the learned background rate rises with every report."""
+    """One more distinct tray reporting on the chip (within the window, at any time, however few
+    reported before) is more evidence, never less — even though the learned background rate rises
+    with every report."""
     if any(i == tray for _, i in reports):
         return
     before = _chip_confidence(reports)
