@@ -68,7 +68,18 @@ _SHARED_KINDS = frozenset({"nvswitch", "leaf_switch", "spine_switch", "core_swit
                            "switch_tray"})
 _EXPOSURE_CACHE = 200_000  # candidates whose exposure is kept (a pure function of the topology)
 # Exposures are a pure function of the topology: engines over the same topology share them.
-_SHARED: dict[int, tuple[Topology, dict[str, dict[str, float]]]] = {}
+# (the topology, exposures by candidate, components and links per class)
+_SHARED: dict[int, tuple[Topology, dict[str, dict[str, float]], dict[str, int]]] = {}
+
+
+def _class_sizes(topology: Topology) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for comp in topology.components.values():
+        k = comp.kind.value
+        counts[k] = counts.get(k, 0) + 1
+    for ln in topology.links.values():
+        counts[ln.kind] = counts.get(ln.kind, 0) + 1
+    return counts
 
 
 @dataclass(slots=True)
@@ -98,24 +109,19 @@ class Coherence:
         self._kind_of = kind_of
         self.window = window_s
         self._rate_window = rate_window_s
-        counts: dict[str, int] = {}
-        for comp in topology.components.values():
-            counts[comp.kind.value] = counts.get(comp.kind.value, 0) + 1
-        for ln in topology.links.values():
-            counts[ln.kind] = counts.get(ln.kind, 0) + 1
-        self._class_size = counts
+        shared = _SHARED.get(id(topology))
+        if shared is None or shared[0] is not topology:
+            if len(_SHARED) >= 4:
+                _SHARED.pop(next(iter(_SHARED)))
+            shared = _SHARED[id(topology)] = (topology, {}, _class_sizes(topology))
+        self._exposure = shared[1]
+        self._class_size = counts = shared[2]
         nodes = counts.get("node", 0) + counts.get("compute_tray", 0)
         share = budget_per_node_day * max(1, nodes) * window_s / _DAY / max(1, len(counts) - 1)
         self._log_alpha = {k: math.log(share / n) for k, n in counts.items()}
         self._log_share = math.log(share)
         self._alpha = {k: share / n for k, n in counts.items()}
         self._cands: dict[str, _Cand] = {}
-        shared = _SHARED.get(id(topology))
-        if shared is None or shared[0] is not topology:
-            if len(_SHARED) >= 4:
-                _SHARED.pop(next(iter(_SHARED)))
-            shared = _SHARED[id(topology)] = (topology, {})
-        self._exposure = shared[1]
         self._deg: dict[str, int] = {}
         self._seen: dict[tuple[str, str], dict[str, tuple[float, int, int]]] = {}  # (kind, class) -> reporter
         self._hist: dict[str, dict[str, tuple[float, float]]] = {}  # candidate -> basis -> (move time, ln p)
