@@ -14,7 +14,8 @@ of the batch to the end of the step, after a device synchronisation on CUDA (wit
 launch time is timed and MFU reads high: docs/goodput.md §MFU) — and its tokens when ``tokens_per_step``
 is given, the gap between one step's end and the next batch's start as data wait (the input pipeline,
 and Lightning's own per-batch work), every checkpoint Lightning saves
-(recorded as a synchronous save at the step it holds), a restore when ``fit`` resumes from a checkpoint,
+(a synchronous save at the step it holds, from the hook until the next batch starts: Lightning writes
+the file after the hook returns), a restore when ``fit`` resumes from a checkpoint,
 and the end of the run. An exception in ``fit`` is recorded as a failure before it propagates.
 
 ``tracker``: an experiment-tracker backend (:class:`~gpufleet.goodput.mlflow_export.MlflowExporter`,
@@ -56,6 +57,7 @@ class GoodputCallback(pl.Callback):
         self._batch_t0: float | None = None
         self._last_end: float | None = None
         self._ckpt = 0
+        self._saving: tuple[int, int] | None = None  # (checkpoint, step) Lightning is writing now
 
     # ---- the run ------------------------------------------------------------------------------
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -71,7 +73,9 @@ class GoodputCallback(pl.Callback):
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any,
                              batch_idx: int) -> None:
         now = time.monotonic()
-        if self._last_end is not None and self.recorder is not None:
+        if self._saving is not None:
+            self._saved()  # the save ran from its hook until now; the input pipeline waited for nothing
+        elif self._last_end is not None and self.recorder is not None:
             self.recorder.data_waited(now - self._last_end)
         self._batch_t0 = now
 
@@ -89,13 +93,24 @@ class GoodputCallback(pl.Callback):
                            checkpoint: dict[str, Any]) -> None:
         if self.recorder is None:
             return
+        # Lightning calls this hook while it builds the checkpoint and writes the file after it returns:
+        # the save ends when the next batch starts (or the fit ends), which covers the write.
+        if self._saving is not None:
+            self._saved()
         self._ckpt += 1
         self.recorder.checkpoint_start(self._ckpt, trainer.global_step, is_async=False)
-        self.recorder.checkpoint_end(self._ckpt)
-        self.recorder.checkpoint_persisted(self._ckpt, trainer.global_step)
+        self._saving = (self._ckpt, trainer.global_step)
+
+    def _saved(self) -> None:
+        if self.recorder is not None and self._saving is not None:
+            ckpt, step = self._saving
+            self.recorder.checkpoint_end(ckpt)
+            self.recorder.checkpoint_persisted(ckpt, step)
+        self._saving = None
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.recorder is not None:
+            self._saved()
             self.recorder.end()
             self.recorder.close()
             self.recorder = None
