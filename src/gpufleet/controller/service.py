@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 
 from gpufleet.correlate.engine import Engine
 from gpufleet.correlate.model import Basis, Suspect, SuspectAction, Verdict, VerdictStatus
+from gpufleet.correlate.offenders import REPEAT_WINDOW
 from gpufleet.domain.errors import Conflict, ExternalError, GpufleetError, InvalidInput, NotFound
 from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.fleet import Fleet, Node
@@ -502,11 +503,11 @@ class Controller:
         if self.topology is None:
             self._correlator_stale = False
             return
-        self.namings.discard()
         correlator = Engine(self.topology, catalog=self.policy_file.catalog, history=self.namings)
         verdicts: list[Suspect] = []
         now = self.clock.now()
         try:
+            self.namings.load(now - REPEAT_WINDOW)
             start = now - correlator.window
             # Which unit sits where outlives the window: the moves of the last week come first.
             moves = [e for e in self.store.events_since(now - correlator.inventory.memory, kinds={"moved"})

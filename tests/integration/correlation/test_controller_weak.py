@@ -19,6 +19,7 @@ from gpufleet.domain.topology import Topology, to_fleet
 from gpufleet.domain.topology_gen import generate_hgx
 from gpufleet.lifecycle.config import parse_policy
 from gpufleet.lifecycle.states import NodeState
+from tests.inventories import swap_reports
 
 T0 = datetime(2026, 11, 21, 12, tzinfo=UTC)
 NODE = "r05-n02"
@@ -67,28 +68,30 @@ def test_a_weak_node_pattern_becomes_a_degrading_verdict_and_a_drain(tmp_path: P
 
 def test_a_weak_nic_pattern_that_follows_its_unit_drains_the_new_node(tmp_path: Path, hgx: Topology) -> None:
     c = controller(tmp_path, hgx)
+    clock = c.clock
+    assert isinstance(clock, ManualClock)
     a, b = "r02-n01-nic3", "r09-n04-nic6"
     node_a, node_b = "r02-n01", "r09-n04"
 
-    def pattern(nic: str, node: str, at: float, tag: str) -> list[HealthEvent]:
-        port = hgx.links_of(nic)[0]
-        ev = [HealthEvent(f"{tag}-le{i}", node, EventKind.LINK_ERROR, T0 + timedelta(seconds=at + 100 * i), nic,
+    def pattern(nic: str, node: str, tag: str) -> list[HealthEvent]:
+        """Three symbol errors on its port and two corrected AERs within six minutes."""
+        port, at = hgx.links_of(nic)[0], clock.now()
+        ev = [HealthEvent(f"{tag}-le{i}", node, EventKind.LINK_ERROR, at + timedelta(seconds=60 + 100 * i), nic,
                           link=port) for i in range(3)]
-        ev += [HealthEvent(f"{tag}-aer{i}", node, EventKind.AER_CORRECTED, T0 + timedelta(seconds=at + 50 + 150 * i),
-                           nic) for i in range(2)]
+        ev += [HealthEvent(f"{tag}-aer{i}", node, EventKind.AER_CORRECTED,
+                           at + timedelta(seconds=110 + 150 * i), nic) for i in range(2)]
         return sorted(ev, key=lambda e: e.time)
 
-    def move(serial: str, src: str, dst: str, at: float) -> HealthEvent:
-        node = dst.rsplit("-", 1)[0]
-        return HealthEvent(f"mv-{serial}", node, EventKind.MOVED, T0 + timedelta(seconds=at), dst,
-                           attrs=(("serial", serial), ("from", src), ("to", dst)))
-
-    sa, sb = hgx.components[a].serial, hgx.components[b].serial
-    assert sa and sb
-    for e in [*pattern(a, node_a, 60, "x"), move(sa, a, b, 480), move(sb, b, a, 510)]:
+    sa = hgx.components[a].serial
+    for e in pattern(a, node_a, "x"):
+        clock.advance(e.time - clock.now())
         c.ingest([e])
+    clock.advance(timedelta(minutes=2))
+    for report in swap_reports(hgx, a, b):  # the agents' next inventories show the NICs swapped
+        assert c.register_inventory(report)
     assert c.state_of(node_a) == NodeState.READY and c.state_of(node_b) == NodeState.READY
-    for e in pattern(b, node_b, 600, "y"):
+    for e in pattern(b, node_b, "y"):
+        clock.advance(e.time - clock.now())
         c.ingest([e])
     suspects = {s.component: s for s in c.verdicts}
     assert b in suspects and suspects[b].finding is Basis.FOLLOWS_SERIAL and suspects[b].serial == sa

@@ -9,6 +9,7 @@ sessions on one machine do not collide.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -144,8 +145,9 @@ class SlurmLab:
         return path
 
     def reset(self) -> None:
-        """No jobs, no hooks, no faults; every real node idle and undrained (slurmctld restarted if a
-        failed test left it down)."""
+        """No jobs, no hooks, no faults, no reservations; every real node idle and undrained (slurmctld
+        restarted if a failed test left it down). A controller a test SIGKILLed mid-validation leaves
+        its ``flags=maint`` reservation behind, and a node in one shows ``maint``, not ``idle``."""
         self.script("ctld-start")
         topo, default = self.root / "etc" / "topology.conf", self.root / "etc" / "topology.conf.default"
         if default.exists() and topo.read_text() != default.read_text():  # a test placed its own switches
@@ -159,6 +161,9 @@ class SlurmLab:
             self.cmd("scancel", *ids, check=False)
         for n in self.nodes:
             self.cmd("scontrol", "update", f"nodename={n}", "state=resume", check=False)
+        shown = self.cmd("scontrol", "-o", "show", "reservation", check=False).stdout
+        for name in re.findall(r"ReservationName=(\S+)", shown):
+            self.cmd("scontrol", "delete", f"reservationname={name}", check=False)
         wait_for(lambda: not self.cmd("squeue", "-h", "-t", "R,CG,CF,PD", check=False).stdout.strip(),
                  "all lab jobs gone")
         wait_for(self._all_idle, lambda: "all lab nodes idle and undrained; sinfo says: " + self.cmd(

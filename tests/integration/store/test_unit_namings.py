@@ -21,6 +21,7 @@ from gpufleet.domain.topology_gen import generate_hgx
 from gpufleet.lifecycle.config import load_policy
 from gpufleet.lifecycle.states import NodeState
 from tests.integration.store.plans import T0
+from tests.inventories import swap_reports
 
 
 def test_namings_are_kept_once_and_read_back_in_time_order(engine: Engine) -> None:
@@ -51,12 +52,10 @@ def test_a_unit_that_fails_again_in_another_slot_after_a_restart_is_a_repeat_off
     c.register_fleet(to_fleet(topo), NodeState.READY)
     c.ingest([_xid79("r01-n02", a, timedelta(seconds=5), "first")])
     assert any(s.component == a and not s.repeats for s in c.verdicts)
-    # Repaired and reseated elsewhere: a swap (the moves as an inventory report makes them).
+    # Repaired and reseated elsewhere: the two nodes' agents report the GPUs swapped.
     clock.advance(timedelta(days=1))
-    moves = [HealthEvent(f"mv-{i}", slot.rsplit("-", 1)[0], EventKind.MOVED, clock.now() + timedelta(seconds=i),
-                         slot, source="controller", attrs=(("serial", ser), ("from", src), ("to", slot)))
-             for i, (ser, src, slot) in enumerate(((serial, a, b), (topo.components[b].serial or "", b, a)))]
-    c.ingest(moves)
+    for report in swap_reports(topo, a, b):
+        assert c.register_inventory(report)
     clock.advance(timedelta(days=2))
     other = make_engine(db_url)  # a new controller process: only the database remembers
     try:

@@ -12,9 +12,10 @@ from gpufleet.correlate.engine import Engine
 from gpufleet.correlate.model import Basis
 from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.fleet import ComponentKind as K
-from gpufleet.domain.inventory import GpuUnit, IbPort, NicUnit, NodeInventory
+from gpufleet.domain.inventory import GpuUnit, NicUnit, NodeInventory
 from gpufleet.domain.topology import Component, Topology
 from gpufleet.domain.topology_gen import generate_hgx, generate_nvl72
+from tests.inventories import inventory_of
 
 T0 = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 
@@ -33,21 +34,6 @@ def ev(node: str, component: str | None = None, link: str | None = None, kind: E
        **attrs: str) -> HealthEvent:
     return HealthEvent(f"e-{node}-{len(attrs)}", node, kind, T0, component=component, code=79, link=link,
                        attrs=tuple(sorted(attrs.items())))
-
-
-def inventory_of(topo: Topology, slot: str, node: str | None = None, *, nic_devices: list[str] | None = None,
-                 pci: dict[int, str] | None = None) -> NodeInventory:
-    """What the agent at ``node`` (default: the slot's own name) reports when the units of ``slot`` sit there."""
-    gpus = topo.children_of_kind(slot, K.GPU)
-    nics = topo.children_of_kind(slot, K.NIC)
-    devices = nic_devices or [f"mlx5_{k}" for k in range(len(nics))]
-    return NodeInventory(
-        node or slot,
-        topo.components[slot].serial,
-        tuple(GpuUnit(i, f"GPU-{i}", topo.components[g].serial, (pci or {}).get(i, "")) for i, g in enumerate(gpus)),
-        tuple(NicUnit(d, serial=topo.components[n].serial, ports=(IbPort(1),)) for d, n in zip(devices, nics,
-                                                                                              strict=True)),
-    )
 
 
 # -- names --------------------------------------------------------------------------------------------

@@ -19,24 +19,36 @@ from .repo import Store
 
 
 class NamingStore:
-    """Recorded namings wait in memory until :meth:`flush`, which the controller calls once the ingest
-    round that produced them is committed (one writer at a time on SQLite; a round that fails is
-    rolled back and its window replayed, so :meth:`discard` drops what it named)."""
+    """The namings of the last 30 days live in memory (:meth:`load`, at each rebuild of the correlation
+    window, outside any ingest round): the correlator asks during a round, which must not read the
+    database behind the round's back (one connection on an in-memory SQLite; a second reader on a
+    file). Recorded namings wait until :meth:`flush`, which the controller calls once the round that
+    produced them is committed; a round that fails is rolled back and its window replayed, so
+    :meth:`discard` drops what it named."""
 
     def __init__(self, store: Store) -> None:
         self.session = store.session
+        self._known: dict[str, list[Naming]] = {}
         self._pending: list[Naming] = []
 
-    def named(self, serial: str, since: datetime) -> Sequence[Naming]:
+    def load(self, since: datetime) -> None:
+        """Read the namings at or after ``since`` (replacing what memory held)."""
         with self.session() as s:
-            rows = s.scalars(select(UnitNamingRow).where(UnitNamingRow.serial == serial, UnitNamingRow.time >= since)
+            rows = s.scalars(select(UnitNamingRow).where(UnitNamingRow.time >= since)
                              .order_by(UnitNamingRow.time)).all()
-            got = [Naming(r.serial, r.component, r.kind, r.time) for r in rows]
-        got += [n for n in self._pending if n.serial == serial and n.time >= since and n not in got]
-        return sorted(got, key=lambda n: n.time)
+        known: dict[str, list[Naming]] = {}
+        for r in rows:
+            known.setdefault(r.serial, []).append(Naming(r.serial, r.component, r.kind, r.time))
+        self._known, self._pending = known, []
+
+    def named(self, serial: str, since: datetime) -> Sequence[Naming]:
+        return [n for n in self._known.get(serial, ()) if n.time >= since]
 
     def record(self, naming: Naming) -> None:
-        if naming not in self._pending:
+        got = self._known.setdefault(naming.serial, [])
+        if naming not in got:
+            got.append(naming)
+            got.sort(key=lambda n: n.time)
             self._pending.append(naming)
 
     def flush(self) -> None:
@@ -50,4 +62,9 @@ class NamingStore:
         self._pending.clear()
 
     def discard(self) -> None:
+        """Forget the pending namings (their round was rolled back); memory keeps only what was written."""
+        for n in self._pending:
+            got = self._known.get(n.serial, [])
+            if n in got:
+                got.remove(n)
         self._pending.clear()
