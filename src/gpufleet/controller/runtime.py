@@ -39,6 +39,7 @@ from gpufleet.controller.settings import ControllerSettings
 from gpufleet.controller.store.db import make_engine, migrate
 from gpufleet.controller.store.repairs import RepairStore
 from gpufleet.controller.store.repo import Store
+from gpufleet.controller.tenancy import Tenancy
 from gpufleet.domain.topology import load_topology
 from gpufleet.lifecycle.config import PolicyFile, load_policy
 from gpufleet.schedulers.port import Scheduler
@@ -138,9 +139,12 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
     node_bmcs = bmcs(settings)
     maintenance = Maintenance(controller, scheduler)
     maintenance.load()  # before the first pass: a node a rollout drained is not handed to repair
+    tenancy = Tenancy(maintenance, settings.tenants, settings.tenancy)
+    tenancy.check()  # the pools against the registered nodes: a pattern matching none, a node in two
     reconciler = Reconciler(controller, scheduler, validator, fleet_judge=judge,
                             sync_interval=settings.scheduler_sync_interval,
-                            repairer=repairer(settings, controller, node_bmcs), maintenance=maintenance)
+                            repairer=repairer(settings, controller, node_bmcs), maintenance=maintenance,
+                            tenancy=tenancy)
     retention = None
     rs = settings.retention
     if rs.events:
