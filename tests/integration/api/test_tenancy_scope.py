@@ -154,3 +154,23 @@ def test_the_fleet_wide_pages_refuse_a_tenant_token(api: Api) -> None:
     r = api.client.post("/ui/login", data={"token": "acme-viewer-token-001"}, follow_redirects=False)
     assert r.status_code == 401  # the web UI shows the whole fleet
     assert api.client.get("/", headers=auth("acme-viewer"), follow_redirects=False).status_code != 200
+
+
+def test_the_only_way_to_another_tenant_is_a_move_that_releases_the_node_first(api: Api) -> None:
+    node = "r01-n02"
+    writes = [(m, p) for m, p in v1_routes(api) if m != "GET" and "tenant" in p]
+    assert writes == [("POST", "/v1/nodes/{node}/tenant")], "no other route touches a node's tenant"
+    assert api.post(f"/v1/nodes/{node}/tenant", {"to": "globex"}, who="acme-operator").status_code == 403
+    r = api.post(f"/v1/nodes/{node}/tenant", {"to": "globex", "reason": "rebalance"})
+    assert r.status_code == 202, r.text
+    move = r.json()
+    assert (move["state"], move["from_tenant"], move["to_tenant"]) == ("running", "acme", "globex")
+    assert api.client.get(f"/v1/nodes/{node}", headers=auth("acme-viewer")).status_code == 404, \
+        "released: the old tenant no longer sees it"
+    assert node not in {n for t in api.get("/v1/tenancy")["tenants"] for n in t["nodes"]}, "and nobody owns it"
+    assert api.post(f"/v1/nodes/{node}/tenant", {"to": "acme"}).status_code == 409  # one move at a time
+    assert api.post(f"/v1/nodes/{node}/tenant", {"to": "initech"}).status_code == 422
+    audit = api.get("/v1/audit", who="admin", target=node)
+    assert audit[-1]["action"] == "tenancy_move" or "tenancy_move" in [a["action"] for a in audit]
+    rollout = api.get(f"/v1/maintenance/{move['rollout']}", who="admin")
+    assert rollout["state"] == "running" and [n["node"] for n in rollout["nodes"]] == [node]
