@@ -305,10 +305,11 @@ class TenancySettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     wipe: str = Field(default="", pattern=r"^(script:[a-z0-9][a-z0-9_-]{0,24})?$")  # the agent's named script
-    validate_level: Literal["full", "quick"] = Field(default="full", alias="validate")  # before the handover
+    validation: Literal["full", "quick"] = "full"  # the validation job's level before the handover
+    # checkpoint wait + drain: longer than the policy's checkpoint_wait_timeout (2h by default); then it fails
     drain_timeout: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=3)
     wipe_timeout: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=2)  # the script's result
-    validate_timeout: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=3)
+    validate_timeout: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=3)  # its verdict
 
 
 def check_tenants(tenants: tuple[TenantConfig, ...], tokens: tuple[TokenConfig, ...]) -> tuple[Tenant, ...]:

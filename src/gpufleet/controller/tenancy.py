@@ -85,7 +85,7 @@ class Tenancy:
         now = self.controller.clock.now()
         mid, rid = f"t-{uuid.uuid4().hex[:10]}", f"m-{uuid.uuid4().hex[:10]}"
         s = self.settings
-        detail = (f"{mid}: {was or 'no tenant'} -> {to}: drain, {s.wipe}, {s.validate_level} validation, then "
+        detail = (f"{mid}: {was or 'no tenant'} -> {to}: drain, {s.wipe}, {s.validation} validation, then "
                   f"handover (rollout {rid})" + (f"; {reason}" if reason else ""))
         with self._lock:
             m = self.store.begin(Move(mid, node, was, to, rid, "running", "draining", actor, now, now),
@@ -128,7 +128,7 @@ class Tenancy:
             r = ms.get(m.rollout)
         except NotFound:
             s = self.settings
-            spec = Spec(Selector(f"nodes:{m.node}"), s.wipe, _WIDE, _WIDE, OnFailure.STOP, s.validate_level,
+            spec = Spec(Selector(f"nodes:{m.node}"), s.wipe, _WIDE, _WIDE, OnFailure.STOP, s.validation,
                         s.drain_timeout, s.wipe_timeout, s.validate_timeout)
             r = ms.create(m.rollout, spec, [m.node], m.actor, self.controller.clock.now(),
                           self._audit("maintenance_plan", m.rollout, f"reprovision of {m.node} for move {m.id}",

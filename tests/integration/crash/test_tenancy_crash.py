@@ -20,7 +20,7 @@ pytestmark = [pytest.mark.tenancy, pytest.mark.slow]
 CONFIG = """
 [tenancy]
 wipe = "script:reimage"
-validate = "quick"
+validation = "quick"
 
 [[tenant]]
 name = "acme"
