@@ -137,7 +137,9 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
     judge = FleetJudge(controller, fj.window, fj.min_samples, threshold=fj.threshold, min_rel=fj.min_rel,
                        checks=fj.checks, every=fj.every) if fj.every else None
     node_bmcs = bmcs(settings)
-    maintenance = Maintenance(controller, scheduler)
+    r = settings.repair
+    maintenance = Maintenance(controller, scheduler, BmcExecutor(node_bmcs, off_wait=r.bmc_off_wait) if node_bmcs
+                              else None)  # the pxe action (a reimage through the BMC)
     maintenance.load()  # before the first pass: a node a rollout drained is not handed to repair
     tenancy = Tenancy(maintenance, settings.tenants, settings.tenancy)
     tenancy.check()  # the pools against the registered nodes: a pattern matching none, a node in two

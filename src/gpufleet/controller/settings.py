@@ -304,7 +304,8 @@ class TenancySettings(BaseModel):
     is empty."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    wipe: str = Field(default="", pattern=r"^(script:[a-z0-9][a-z0-9_-]{0,24})?$")  # the agent's named script
+    # "script:NAME" (the agents' named script) or "pxe" (boot once from PXE + power cycle through the BMC)
+    wipe: str = Field(default="", pattern=r"^(script:[a-z0-9][a-z0-9_-]{0,24}|pxe)?$")
     validation: Literal["full", "quick"] = "full"  # the validation job's level before the handover
     # checkpoint wait + drain: longer than the policy's checkpoint_wait_timeout (2h by default); then it fails
     drain_timeout: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=3)

@@ -74,8 +74,8 @@ class Tenancy:
         if to not in self.names:
             raise InvalidInput("to", to, f"a tenant of [[tenant]] ({', '.join(sorted(self.names)) or 'none'})")
         if not self.settings.wipe:
-            raise Conflict('moves need [tenancy] wipe = "script:NAME" (the agents\' reimage script): a node '
-                           "is never handed to another tenant without a wipe")
+            raise Conflict('moves need [tenancy] wipe = "script:NAME" (the agents\' reimage script) or "pxe" '
+                           "(through the BMC): a node is never handed to another tenant without a wipe")
         state = self.controller.state_of(node)  # NotFound for an unknown node
         was = self.owner(node)
         if was == to:
@@ -87,18 +87,21 @@ class Tenancy:
         s = self.settings
         detail = (f"{mid}: {was or 'no tenant'} -> {to}: drain, {s.wipe}, {s.validation} validation, then "
                   f"handover (rollout {rid})" + (f"; {reason}" if reason else ""))
-        with self._lock:
+        with self._lock:  # with the rollout's creation: a pass in between would create it too
             m = self.store.begin(Move(mid, node, was, to, rid, "running", "draining", actor, now, now),
                                  AuditEntry(now, Actor.OPERATOR, actor, "tenancy_move", node, detail))
             self._owners = self.store.owners()
-        log.warning("tenancy: %s by %s", detail, actor)
-        self._rollout(m)
+            log.warning("tenancy: %s by %s", detail, actor)
+            self._rollout(m)
         return self.store.get(mid)
 
     def on_pass(self) -> None:
         """After the maintenance runner's pass: hand over the nodes whose reprovision finished."""
         with self._lock:
-            for m in self.store.moves(running_only=True, limit=10_000):
+            running = self.store.moves(running_only=True, limit=10_000)
+            if not running:
+                return
+            for m in running:
                 try:
                     self._advance(m)
                 except Exception:  # never let one move stop the others or the reconciler's pass

@@ -212,6 +212,11 @@ class Store:
             row = s.get(InventoryRow, node)
             return parse_inventory(row.doc) if row is not None else None
 
+    def inventory_registered(self, node: str) -> datetime | None:
+        """When the node's agent last registered its inventory (the controller's clock): an agent start."""
+        with self.session() as s:
+            return s.scalar(select(InventoryRow.updated).where(InventoryRow.node == node))
+
     def load_inventories(self) -> list[NodeInventory]:
         """Every node's last inventory, least recently registered first (a later report wins)."""
         with self.session() as s:
