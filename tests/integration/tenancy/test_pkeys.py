@@ -16,11 +16,12 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from gpufleet.domain.partitions import check_grammar
 from tests.conftest import require_service
-from tests.e2e.harness import run_cli
+from tests.e2e.harness import ADMIN_TOKEN, AGENT_TOKEN, Fleet, child_env, gpufleet_argv, run_cli
 
 pytestmark = pytest.mark.tenancy
 
@@ -148,3 +149,32 @@ def test_opensm_parses_the_generated_file(generated: tuple[str, dict[str, list[i
     assert seen == {g for n in NODES for g in guids[n]}
     broken = _opensm(ibsim, text.replace("globex=0x0a02, ipoib, defmember=full :", "globex=0x0a02, ipoib"))
     assert "PARSE ERROR" in broken or "Partition configuration in error" in broken, "the check can fail"
+
+
+def test_live_owners_leave_a_node_being_moved_out_of_every_partition(tmp_path: Path) -> None:
+    """``--live``: owners and inventories from a running controller; a node mid-move is in no partition."""
+    fleet = Fleet(tmp_path)
+    try:
+        config = CONFIG.replace('scheduler = "sim"\n', "") + '[tenancy]\nwipe = "script:reimage"\n'
+        ctl = fleet.controller(nodes=NODES, extra_config=config)
+        run_cli("topology", "generate", "hgx", "--nodes", "4", "--out", str(tmp_path / "topo.json"))
+        guids = {}
+        for n in NODES:
+            inv = json.loads(run_cli("agent", "--device", "sim", "--node", n, "--print-inventory").stdout)
+            guids[n] = {int(p["guid"], 16) for nic in inv["nics"] for p in nic["ports"]}
+            r = httpx.put(f"{ctl.api.url}/nodes/{n}/inventory", json=inv,
+                          headers={"Authorization": f"Bearer {AGENT_TOKEN}"}, timeout=10)
+            assert r.status_code == 200, r.text
+        ctl.api.post("/nodes/r01-n01/tenant", {"to": "globex"})  # released now; handed over much later
+        (tmp_path / "token").write_text(ADMIN_TOKEN)
+        (tmp_path / "controller.toml").write_text(CONFIG)
+        out = subprocess.run(gpufleet_argv("tenancy", "--url", ctl.api.url.removesuffix("/v1"), "--token-file",
+                                           str(tmp_path / "token"), "pkeys", "--topology", str(tmp_path / "topo.json"),
+                                           "--config", str(tmp_path / "controller.toml"), "--live"),
+                             check=False, capture_output=True, text=True, timeout=60, env=child_env())
+        assert out.returncode == 0, out.stderr
+        parts = _partitions(out.stdout)
+        assert parts["acme=0x0a01"] == guids["r01-n02"], "r01-n01 is being moved: in neither partition"
+        assert parts["globex=0x0a02"] == guids["r01-n03"] | guids["r01-n04"]
+    finally:
+        fleet.close()
