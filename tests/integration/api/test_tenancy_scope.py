@@ -174,3 +174,19 @@ def test_the_only_way_to_another_tenant_is_a_move_that_releases_the_node_first(a
     assert audit[-1]["action"] == "tenancy_move" or "tenancy_move" in [a["action"] for a in audit]
     rollout = api.get(f"/v1/maintenance/{move['rollout']}", who="admin")
     assert rollout["state"] == "running" and [n["node"] for n in rollout["nodes"]] == [node]
+
+
+@pytest.mark.parametrize("who", ["acme-viewer", "acme-operator"])
+def test_another_tenants_node_answers_exactly_as_a_node_that_does_not_exist(api: Api, who: str) -> None:
+    params = _globex_world(api)
+    role = who.split("-")[1]
+    differ = []
+    for method, path in v1_routes(api):
+        if "{node}" not in path or role not in ACCESS[(method, path)]:
+            continue
+        theirs = _call(api, method, path, params, who)
+        nobody = _call(api, method, path, params | {"node": "r99-n99"}, who)
+        if (theirs.status_code, theirs.text.replace(OTHER, "r99-n99")) != (nobody.status_code, nobody.text):
+            differ.append(f"{method} {path}: {theirs.status_code} {theirs.text[:120]} / {nobody.status_code} "
+                          f"{nobody.text[:120]}")
+    assert differ == []
