@@ -53,6 +53,7 @@ _COMMANDS: tuple[str, ...] = (
     "fleet",
     "maintenance",
     "goodput",
+    "tenancy",
 )
 
 for _name in _COMMANDS:

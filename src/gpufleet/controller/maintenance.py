@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from gpufleet.controller.executors.bmc import BmcExecutor
+from gpufleet.controller.pxe import PxeAction
 from gpufleet.controller.service import Controller
 from gpufleet.controller.store.maintenance import MaintenanceStore, NodeStep, Rollout
 from gpufleet.controller.store.repairs import CommandStatus, RepairStore
@@ -37,6 +39,7 @@ from gpufleet.lifecycle.engine import OperatorOp
 from gpufleet.lifecycle.maintenance import (
     FINISHED,
     IN_FLIGHT,
+    PXE,
     OnFailure,
     RolloutState,
     Spec,
@@ -59,8 +62,9 @@ def command_key(rollout: str, node: str) -> str:
 
 
 class Maintenance:
-    def __init__(self, controller: Controller, scheduler: Scheduler) -> None:
+    def __init__(self, controller: Controller, scheduler: Scheduler, bmc: BmcExecutor | None = None) -> None:
         self.controller, self.scheduler = controller, scheduler
+        self.pxe = PxeAction(controller, bmc)  # the ``pxe`` action: out of band, not on the agent channel
         self.store = MaintenanceStore(controller.store)
         self.repairs = RepairStore(controller.store)
         self.waiting: dict[str, Mapping[str, str]] = {}  # rollout -> node -> why it has not started (last pass)
@@ -217,6 +221,9 @@ class Maintenance:
         key = n.command or command_key(r.id, n.node)
         if state == NodeState.DRAINED:
             self.controller.maintenance_work(n.node, f"maintenance {r.id}: {r.spec.action}", f"maintenance:{r.id}")
+        if r.spec.action == PXE:
+            return self.pxe.advance(r, n, key, lambda step, detail, command=None: self._step(
+                r, n, step, detail, command=command))
         cmd = self.repairs.command(key)
         if cmd is None:  # queued once under its key; the agent's journal runs it at most once
             self.repairs.enqueue(key, n.node, r.spec.action, now)

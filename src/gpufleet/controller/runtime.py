@@ -39,6 +39,7 @@ from gpufleet.controller.settings import ControllerSettings
 from gpufleet.controller.store.db import make_engine, migrate
 from gpufleet.controller.store.repairs import RepairStore
 from gpufleet.controller.store.repo import Store
+from gpufleet.controller.tenancy import Tenancy
 from gpufleet.domain.topology import load_topology
 from gpufleet.lifecycle.config import PolicyFile, load_policy
 from gpufleet.schedulers.port import Scheduler
@@ -136,11 +137,16 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
     judge = FleetJudge(controller, fj.window, fj.min_samples, threshold=fj.threshold, min_rel=fj.min_rel,
                        checks=fj.checks, every=fj.every) if fj.every else None
     node_bmcs = bmcs(settings)
-    maintenance = Maintenance(controller, scheduler)
+    r = settings.repair
+    maintenance = Maintenance(controller, scheduler, BmcExecutor(node_bmcs, off_wait=r.bmc_off_wait) if node_bmcs
+                              else None)  # the pxe action (a reimage through the BMC)
     maintenance.load()  # before the first pass: a node a rollout drained is not handed to repair
+    tenancy = Tenancy(maintenance, settings.tenants, settings.tenancy)
+    tenancy.check()  # the pools against the registered nodes: a pattern matching none, a node in two
     reconciler = Reconciler(controller, scheduler, validator, fleet_judge=judge,
                             sync_interval=settings.scheduler_sync_interval,
-                            repairer=repairer(settings, controller, node_bmcs), maintenance=maintenance)
+                            repairer=repairer(settings, controller, node_bmcs), maintenance=maintenance,
+                            tenancy=tenancy)
     retention = None
     rs = settings.retention
     if rs.events:

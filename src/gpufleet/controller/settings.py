@@ -66,6 +66,20 @@ Example ``controller.toml``::
     role = "agent"
     token = "..."
     nodes = ["r01-*"]                           # the nodes this agent token may report for
+
+    [tenancy]                                   # moving a node between tenants (docs/tenancy.md)
+    wipe = "script:reimage"                     # the agent's named script that wipes/reimages the node
+
+    [[tenant]]                                  # a tenant and the node pool it owns (docs/tenancy.md)
+    name = "acme"
+    nodes = ["r01-*", "r02-n01"]                # glob patterns or node names
+    pkey = "0x0a01"                             # optional: its InfiniBand partition key
+
+    [[tokens]]
+    name = "acme-ops"
+    role = "operator"
+    token_sha256 = "<sha256 hex of the token>"
+    tenant = "acme"                             # sees and acts on acme's nodes only
 """
 
 from __future__ import annotations
@@ -82,6 +96,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpufleet.domain.durations import parse_duration
 from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.tenancy import Tenant, check_static, node_pattern, parse_pkey, tenant_name
 
 
 class Role(StrEnum):
@@ -114,6 +129,8 @@ class TokenConfig(BaseModel):
     # Agent tokens: the nodes (glob patterns) it may report for. Required for agents: a token that silently
     # spoke for every node would let one node's agent report (or hide) another's faults. ["*"] says it outright.
     nodes: tuple[str, ...] = ()
+    # Viewer/operator tokens: the tenant ([[tenant]] name) whose nodes alone it sees and acts on; none = all
+    tenant: str | None = None
 
     @model_validator(mode="after")
     def _one_secret(self) -> TokenConfig:
@@ -122,6 +139,9 @@ class TokenConfig(BaseModel):
         if self.role == Role.AGENT and not self.nodes:
             raise ValueError(f"agent token {self.name!r} needs nodes = [...]: the nodes it may report for "
                              '(globs such as "r01-*"; ["*"] for every node)')
+        if self.tenant is not None and self.role not in (Role.VIEWER, Role.OPERATOR):
+            raise ValueError(f"token {self.name!r}: tenant applies to viewer and operator tokens only "
+                             f"(an {self.role} token is fleet-wide: give it no tenant)")
         return self
 
     @property
@@ -262,6 +282,49 @@ class LimitSettings(BaseModel):
     max_clock_skew: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(minutes=5)
 
 
+class TenantConfig(BaseModel):
+    """``[[tenant]]``: a tenant and the node pool it owns (docs/tenancy.md). A node moved to another tenant
+    (``gpufleet tenancy move``) belongs to the tenant the store records from then on."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str  # lowercase letters, digits, - and _ (tokens name it: tenant = "...")
+    nodes: tuple[str, ...] = Field(min_length=1)  # glob patterns ("r01-*") or node names
+    pkey: str | None = None  # its InfiniBand partition key, 0x0001..0x7ffe (gpufleet tenancy pkeys)
+
+    def domain(self, i: int) -> Tenant:
+        tenant_name(f"tenant[{i}].name", self.name)
+        nodes = tuple(node_pattern(f"tenant[{i}].nodes", p) for p in self.nodes)
+        pkey = None if self.pkey is None else parse_pkey(f"tenant[{i}].pkey", self.pkey)
+        return Tenant(self.name, nodes, pkey)
+
+
+class TenancySettings(BaseModel):
+    """``[tenancy]``: how a node is reprovisioned when it moves to another tenant (docs/tenancy.md):
+    drain (checkpoint first) -> ``wipe`` -> validation -> handed over. Moves are refused while ``wipe``
+    is empty."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    # "script:NAME" (the agents' named script) or "pxe" (boot once from PXE + power cycle through the BMC)
+    wipe: str = Field(default="", pattern=r"^(script:[a-z0-9][a-z0-9_-]{0,24}|pxe)?$")
+    validation: Literal["full", "quick"] = "full"  # the validation job's level before the handover
+    # checkpoint wait + drain: longer than the policy's checkpoint_wait_timeout (2h by default); then it fails
+    drain_timeout: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=3)
+    wipe_timeout: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=2)  # the script's result
+    validate_timeout: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(hours=3)  # its verdict
+
+
+def check_tenants(tenants: tuple[TenantConfig, ...], tokens: tuple[TokenConfig, ...]) -> tuple[Tenant, ...]:
+    """The tenants, checked; InvalidInput names the field (``tenant[1].pkey``), the value and what was expected."""
+    out = tuple(t.domain(i) for i, t in enumerate(tenants))
+    check_static(out)
+    names = {t.name for t in out}
+    for i, tok in enumerate(tokens):
+        if tok.tenant is not None and tok.tenant not in names:
+            raise InvalidInput(f"tokens[{i}].tenant", tok.tenant,
+                               f"a tenant of [[tenant]] ({', '.join(sorted(names)) or 'none configured'})")
+    return out
+
+
 class ControllerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUFLEET_", extra="forbid")
     database_url: str = "sqlite:///gpufleet.db"  # SQLAlchemy URL: sqlite:///FILE or postgresql://user@host/db
@@ -295,8 +358,19 @@ class ControllerSettings(BaseSettings):
     retention: RetentionSettings = RetentionSettings()  # see [retention]: old events deleted (or archived)
     tls: TlsSettings = TlsSettings()  # see [tls]: HTTPS, optional client certificates
     limits: LimitSettings = LimitSettings()  # see [limits]: what a request may cost before its token is checked
+    tenancy: TenancySettings = TenancySettings()  # see [tenancy]: how a node moves between tenants
+    tenant: tuple[TenantConfig, ...] = ()  # [[tenant]]: tenants and the node pools they own (docs/tenancy.md)
     api_docs: bool = True  # /docs: Swagger UI, its assets served by the controller itself (no CDN)
     openapi_requires_auth: bool = False  # /openapi.json only for a valid token
+
+    @model_validator(mode="after")
+    def _tenants(self) -> ControllerSettings:
+        check_tenants(self.tenant, self.tokens)  # InvalidInput (field, value, expected): not wrapped by pydantic
+        return self
+
+    @property
+    def tenants(self) -> tuple[Tenant, ...]:
+        return check_tenants(self.tenant, self.tokens)
 
 
 def load_settings(path: Path | None = None, **overrides: Any) -> ControllerSettings:

@@ -36,6 +36,7 @@ from gpufleet.lifecycle.validation import FULL, QUICK
 SCRIPT_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,24}$")
 SCRIPT_PREFIX = "script:"
 REBOOT = "reboot"
+PXE = "pxe"  # out of band: boot once from PXE and power cycle through the node's BMC (a reimage)
 
 
 class Step(StrEnum):
@@ -108,10 +109,12 @@ def _rack(domains: frozenset[str]) -> str:
 
 
 def check_action(action: str) -> str:
-    """``reboot`` or ``script:<name>`` (a script the node's agent config names: never a command line)."""
-    if action == REBOOT or (action.startswith(SCRIPT_PREFIX) and SCRIPT_NAME.match(action[len(SCRIPT_PREFIX):])):
+    """``reboot``, ``pxe`` (through the BMC) or ``script:<name>`` (a script the node's agent config names:
+    never a command line)."""
+    if action in (REBOOT, PXE) or (action.startswith(SCRIPT_PREFIX) and SCRIPT_NAME.match(action[len(SCRIPT_PREFIX):])):
         return action
-    raise InvalidInput("action", action, "reboot, or script:<name> with a name of lowercase letters, digits, - "
+    raise InvalidInput("action", action, "reboot, pxe (through the BMC), or script:<name> with a name of "
+                       "lowercase letters, digits, - "
                        "and _ (at most 25) that the nodes' agent config names (maintenance_scripts)")
 
 

@@ -18,10 +18,12 @@ from gpufleet.controller.clock import ManualClock
 from gpufleet.controller.maintenance import Maintenance
 from gpufleet.controller.reconciler import Reconciler
 from gpufleet.controller.service import Controller
-from gpufleet.controller.settings import Role, TokenConfig
+from gpufleet.controller.settings import Role, TenancySettings, TokenConfig
 from gpufleet.controller.store.db import make_engine, migrate
 from gpufleet.controller.store.models import ActionRow, AuditRow, DecisionRow, EventRow, TransitionRow
 from gpufleet.controller.store.repo import Store
+from gpufleet.controller.tenancy import Tenancy
+from gpufleet.domain.tenancy import Tenant
 from gpufleet.lifecycle.config import load_policy
 from gpufleet.schedulers.sim import SimScheduler
 
@@ -37,7 +39,11 @@ TOKENS = {
     "agent-r01": TokenConfig(name="agent-r01", role=Role.AGENT, token="agent-r01-token-00001", nodes=("r01-*",)),
     "operator": TokenConfig(name="alice", role=Role.OPERATOR, token="operator-token-000001"),
     "admin": TokenConfig(name="root", role=Role.ADMIN, token="admin-token-000000001"),
+    # tenant-scoped (docs/tenancy.md): acme owns rack r01, globex rack r02 (TENANTS)
+    "acme-viewer": TokenConfig(name="acme-v", role=Role.VIEWER, token="acme-viewer-token-001", tenant="acme"),
+    "acme-operator": TokenConfig(name="acme-op", role=Role.OPERATOR, token="acme-operator-token01", tenant="acme"),
 }
+TENANTS = (Tenant("acme", ("r01-*",), 0x0A01), Tenant("globex", ("r02-*",), 0x0A02))
 ROLES = ("viewer", "agent", "operator", "admin")
 
 
@@ -99,7 +105,9 @@ def make_api(tmp_path: Path, nodes: int = 8, racks: int = 2, *, fast_ingest: boo
     controller = Controller(Store(engine), load_policy(), clock)
     names = node_ids(nodes, racks)
     scheduler = SimScheduler(names)
-    reconciler = Reconciler(controller, scheduler, maintenance=Maintenance(controller, scheduler))
+    maintenance = Maintenance(controller, scheduler)
+    tenancy = Tenancy(maintenance, TENANTS, TenancySettings(wipe="script:reimage"))
+    reconciler = Reconciler(controller, scheduler, maintenance=maintenance, tenancy=tenancy)
     app = create_app(controller, tuple(TOKENS.values()), reconciler, fast_ingest=fast_ingest)
     client = TestClient(app)
     api = Api(app, client, controller, reconciler, scheduler, clock, engine, names)

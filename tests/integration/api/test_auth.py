@@ -64,6 +64,8 @@ ACCESS: dict[tuple[str, str], set[str]] = {
     ("POST", "/v1/maintenance/{rollout}/start"): OPERATE,
     ("POST", "/v1/maintenance/{rollout}/pause"): OPERATE,
     ("POST", "/v1/maintenance/{rollout}/abort"): OPERATE,
+    ("POST", "/v1/nodes/{node}/tenant"): ADMIN,
+    ("GET", "/v1/tenancy"): READ,
 }
 
 PARAMS = {"node": "r01-n01", "action_id": "d-0000000000000000:drain", "job_id": "job-1",
@@ -92,6 +94,8 @@ def body_for(method: str, path: str, now: str) -> Any:
         return {"dry_run": True}
     if path == "/v1/held/approve":
         return {"nodes": ["r01-n01"]}
+    if path.endswith("/tenant"):
+        return {"to": "globex"}
     if path == "/v1/breaker/reset":
         return {"discard_held": False}
     if path.endswith("/retry"):

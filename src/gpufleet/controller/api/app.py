@@ -52,6 +52,8 @@ from .schemas import (
     Ref,
     RegisterIn,
 )
+from .scope import Scope
+from .tenancy import tenancy_router
 from .ttm import ttm_router
 from .views import ActionOut, AuditOut, BreakerOut, DecisionOut, EventOut, NodeDetail, NodeOut, StatusOut, TransitionOut
 
@@ -87,6 +89,16 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
     v1 = APIRouter(prefix="/v1")
     c = controller
     store = controller.store
+    tenancy = reconciler.tenancy if reconciler is not None else None
+    scope = Scope(controller, tenancy.owner if tenancy is not None else None)  # tenant-scoped tokens (scope.py)
+
+    def may_report(caller: Caller, node: str, field: str) -> None:
+        _may_report(caller, node, field)
+        scope.node(caller, node)  # a tenant's operator: its own nodes only (404 for the others)
+
+    def may_checkpoint(caller: Caller, job_id: str) -> None:
+        if caller.role == Role.AGENT or caller.tenant is not None:  # speaks for the jobs on its own nodes only
+            _may_checkpoint(caller, job_id, reconciler, scope)
     committer = GroupCommitter(controller, max_queued_events=max_queued_events)
     app.state.ingest = committer
     # Well-formed reports skip the framework (see fastpath.py); everything else reaches the route below.
@@ -104,13 +116,15 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         return {"status": "ok", "version": __version__}
 
     @v1.get("/ready", summary="Readiness: database reachable (any valid token)")
-    def ready(_: Reader) -> dict[str, object]:
+    def ready(caller: Reader) -> dict[str, object]:
+        scope.fleet(caller, "readiness")
         counts = store.counts()
         sched = reconciler.scheduler_ok if reconciler is not None else True
         return {"status": "ready", "nodes": sum(counts["nodes"].values()), "scheduler_reachable": sched}
 
     @v1.get("/status", response_model=StatusOut, summary="Fleet summary (viewer)")
-    def fleet_status(_: Reader) -> StatusOut:
+    def fleet_status(caller: Reader) -> StatusOut:
+        scope.fleet(caller, "the fleet's status")
         counts = store.counts()
         b = c.breaker
         return StatusOut(nodes=counts["nodes"], actions=counts["actions"], events=counts["events"]["total"],
@@ -123,13 +137,15 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
 
     # ---- nodes -------------------------------------------------------------------------------
     @v1.get("/nodes", response_model=list[NodeOut], summary="List nodes, filtered (viewer)")
-    def list_nodes(_: Reader, state: NodeState | None = None, rack: Name | None = None, limit: Limit = 100,
+    def list_nodes(caller: Reader, state: NodeState | None = None, rack: Name | None = None, limit: Limit = 100,
                    offset: Offset = 0) -> list[NodeOut]:
-        rows = store.nodes(state=state.value if state else None, rack=rack, page=Page(limit, offset))
+        rows = store.nodes(state=state.value if state else None, rack=rack, page=Page(limit, offset),
+                           within=scope.within(caller))
         return [NodeOut.model_validate(r) for r in rows]
 
     @v1.get("/nodes/{node}", response_model=NodeDetail, summary="A node with its history (viewer)")
-    def node_detail(node: Name, _: Reader) -> NodeDetail:
+    def node_detail(node: Name, caller: Reader) -> NodeDetail:
+        scope.node(caller, node)
         row = store.node(node)
         if row is None:
             raise NotFound("node", node)
@@ -154,7 +170,7 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
 
     @v1.post("/nodes/{node}/heartbeat", summary="Agent heartbeat (agent for its nodes)")
     async def heartbeat(node: Name, body: HeartbeatIn, caller: Reporter) -> dict[str, str]:
-        _may_report(caller, node, "node")
+        may_report(caller, node, "node")
         # Recorded with the other heartbeats of the writer's round (one UPDATE), answered once durable.
         await asyncio.wrap_future(committer.submit_heartbeat(Heartbeat(node, body.time, body.agent_version)))
         return {"status": "ok"}
@@ -162,7 +178,7 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
     @v1.put("/nodes/{node}/inventory", response_model=InventoryOut,
              summary="Register the node's inventory; answers the moves it showed (agent for its nodes)")
     def put_inventory(node: Name, body: Annotated[dict[str, Any], Body()], caller: Reporter) -> InventoryOut:
-        _may_report(caller, node, "node")
+        may_report(caller, node, "node")
         if node not in c.engine.nodes:
             raise NotFound("node", node)
         inv = parse_inventory(body)
@@ -171,13 +187,15 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         return InventoryOut(moved=[EventIn.of(e) for e in c.register_inventory(inv)])
 
     @v1.get("/nodes/{node}/inventory", summary="The node's last registered inventory (viewer)")
-    def get_inventory(node: Name, _: Reader) -> dict[str, Any]:
+    def get_inventory(node: Name, caller: Reader) -> dict[str, Any]:
+        scope.node(caller, node, "inventory of node")
         inv = store.inventory(node)
         if inv is None:
             raise NotFound("inventory of node", node)
         return inv.to_json()
 
     def _operate(node: Name, op: OperatorOp, body: ReasonIn | None, caller: Caller) -> dict[str, object]:
+        scope.node(caller, node)
         plan = c.operate(node, op, f"{caller.role}:{caller.name}", body.reason if body else "")
         return {"node": node, "state": c.state_of(node), "decision": plan.decisions[0].id if plan.decisions else None}
 
@@ -206,53 +224,65 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
              summary="Ingest a batch of events, all or nothing (agent for its nodes)")
     async def ingest(body: EventBatch, caller: Reporter) -> IngestOut:
         for i, e in enumerate(body.events):
-            _may_report(caller, e.node, f"events[{i}].node")
+            may_report(caller, e.node, f"events[{i}].node")
         # Group commit: concurrent reports share one transaction; this answers once ours is durable.
         r = await asyncio.wrap_future(committer.submit([e.to_domain() for e in body.events]))
         return IngestOut(accepted=r.accepted, duplicates=r.duplicates, decisions=r.decisions)
 
     @v1.get("/events", response_model=list[EventOut], summary="List events, newest first (viewer)")
-    def list_events(_: Reader, node: Name | None = None, kind: Name | None = None, since: AwareTime | None = None,
-                    limit: Limit = 100, offset: Offset = 0) -> list[EventOut]:
-        return [EventOut.model_validate(e) for e in store.events(node=node, kind=kind, since=since,
-                                                                  page=Page(limit, offset))]
+    def list_events(caller: Reader, node: Name | None = None, kind: Name | None = None,
+                    since: AwareTime | None = None, limit: Limit = 100, offset: Offset = 0) -> list[EventOut]:
+        rows = store.events(node=node, kind=kind, since=since, page=Page(limit, offset), within=scope.within(caller))
+        return [EventOut.model_validate(e) for e in rows]
 
     # ---- decisions, actions, audit -----------------------------------------------------------
     @v1.get("/decisions", response_model=list[DecisionOut], summary="Decisions, newest first (viewer)")
-    def list_decisions(_: Reader, node: Name | None = None, status: Name | None = None, limit: Limit = 100,
+    def list_decisions(caller: Reader, node: Name | None = None, status: Name | None = None, limit: Limit = 100,
                        offset: Offset = 0) -> list[DecisionOut]:
         return [DecisionOut.model_validate(d) for d in store.decisions(node=node, status=status,
-                                                                       page=Page(limit, offset))]
+                                                                       page=Page(limit, offset),
+                                                                       within=scope.within(caller))]
 
     @v1.post("/nodes/{node}/cancel-held", summary="Cancel the decision the breaker holds for a node (operator)")
     def cancel_held(node: Name, caller: Operator, body: ReasonIn | None = None) -> dict[str, object]:
+        scope.node(caller, node)
         plan = c.cancel_held(node, f"{caller.role}:{caller.name}", body.reason if body else "")
         return {"node": node, "state": c.state_of(node), "cancelled": [d for d, _ in plan.status_changes]}
 
     @v1.post("/held/approve", summary="Carry out held decisions over the budget (operator)")
     def approve_held(body: ApproveIn, caller: Operator) -> dict[str, object]:
         nodes = list(body.nodes) or c.engine.held_group(f"correlate:{body.component}")
+        if not all(scope.sees(caller, n) for n in nodes):  # a tenant approves its own nodes only
+            if body.nodes:
+                scope.node(caller, next(n for n in nodes if not scope.sees(caller, n)))
+            raise NotFound("held decisions for", body.component)
         if not nodes:
             raise NotFound("held decisions for", body.component or "the given nodes")
         c.approve_held(nodes, f"{caller.role}:{caller.name}")
         return {"approved": nodes, "states": {n: c.state_of(n) for n in nodes}}
 
     @v1.get("/verdicts", summary="Current correlation suspects, most likely first (viewer)")
-    def verdicts(_: Reader) -> dict[str, object]:
+    def verdicts(caller: Reader) -> dict[str, object]:
         ranked = sorted(c.verdicts, key=lambda s: -s.confidence)
-        return {"suspects": [{**s.to_dict(), "affected_nodes": list(s.affected_nodes), "reason": s.reason}
-                             for s in ranked]}
+        if caller.tenant is None:
+            return {"suspects": [{**s.to_dict(), "affected_nodes": list(s.affected_nodes), "reason": s.reason}
+                                 for s in ranked]}
+        # a tenant: the suspects behind its own nodes, with its own nodes only (the reason names others)
+        mine = [(s, [n for n in s.affected_nodes if scope.sees(caller, n)]) for s in ranked]
+        return {"suspects": [{"component": s.component, "kind": s.kind, "confidence": s.confidence,
+                              "affected_nodes": nodes, "reason": ""} for s, nodes in mine if nodes]}
 
     @v1.get("/actions", response_model=list[ActionOut], summary="Outbox actions; status=pending|waiting|failed|done")
-    def list_actions(_: Reader, node: Name | None = None, status: Name | None = None, limit: Limit = 100,
+    def list_actions(caller: Reader, node: Name | None = None, status: Name | None = None, limit: Limit = 100,
                      offset: Offset = 0) -> list[ActionOut]:
         return [ActionOut.model_validate(a) for a in store.actions(node=node, status=status,
-                                                                   page=Page(limit, offset))]
+                                                                   page=Page(limit, offset),
+                                                                   within=scope.within(caller))]
 
     @v1.post("/actions/{action_id}/retry", response_model=ActionOut, summary="Retry a failed action (operator)")
     def retry_action(action_id: Ref, caller: Operator) -> ActionOut:
         row = store.action(action_id)
-        if row is None:
+        if row is None or not scope.sees(caller, row.node):
             raise NotFound("action", action_id)
         if row.status != ActionStatus.FAILED:
             raise Conflict(f"action {action_id} is {row.status}; only failed actions can be retried")
@@ -262,17 +292,20 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         return ActionOut.model_validate(again)
 
     @v1.get("/audit", response_model=list[AuditOut], summary="Audit log, newest first (viewer)")
-    def audit(_: Reader, target: Ref | None = None, limit: Limit = 100, offset: Offset = 0) -> list[AuditOut]:
-        return [AuditOut.model_validate(a) for a in store.audit(target=target, page=Page(limit, offset))]
+    def audit(caller: Reader, target: Ref | None = None, limit: Limit = 100, offset: Offset = 0) -> list[AuditOut]:
+        return [AuditOut.model_validate(a) for a in store.audit(target=target, page=Page(limit, offset),
+                                                                within=scope.within(caller))]
 
     # ---- breaker, mode, checkpoints ----------------------------------------------------------
     @v1.get("/breaker", response_model=BreakerOut, summary="Blast-radius breaker (viewer)")
-    def breaker(_: Reader) -> BreakerOut:
+    def breaker(caller: Reader) -> BreakerOut:
+        scope.fleet(caller, "the breaker")
         b = c.breaker
         return BreakerOut(tripped=b.tripped, reason=b.reason, since=b.since, held=len(c.engine.held))
 
     @v1.post("/breaker/reset", response_model=BreakerOut, summary="Reset the breaker (operator)")
     def reset_breaker(caller: Operator, body: BreakerResetIn | None = None) -> BreakerOut:
+        scope.fleet(caller, "the breaker")
         c.reset_breaker(f"{caller.role}:{caller.name}", discard_held=bool(body and body.discard_held))
         b = c.breaker
         return BreakerOut(tripped=b.tripped, reason=b.reason, since=b.since, held=len(c.engine.held))
@@ -283,28 +316,28 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
 
     @v1.put("/mode", summary="Toggle dry-run (operator)")
     def set_mode(body: ModeIn, caller: Operator) -> dict[str, bool]:
+        scope.fleet(caller, "the dry-run switch")
         c.set_dry_run(body.dry_run, f"{caller.role}:{caller.name}")
         return {"dry_run": c.dry_run}
 
     @v1.post("/jobs/{job_id}/checkpoint", status_code=status.HTTP_202_ACCEPTED,
              summary="A job reports a completed checkpoint (agent/operator)")
     def checkpoint(job_id: Name, body: CheckpointIn, caller: Reporter) -> dict[str, str]:
-        if caller.role == Role.AGENT:  # an agent speaks for the jobs on its own nodes only
-            _may_checkpoint(caller, job_id, reconciler)
+        may_checkpoint(caller, job_id)
         c.checkpoint(job_id, body.time)
         return {"status": "recorded"}
 
     goodput_observers: list[GoodputObserver] = []  # the metrics join below
-    v1.include_router(goodput_router(controller, lambda caller, job: _may_checkpoint(caller, job, reconciler)
-                                     if caller.role == Role.AGENT else None, goodput_observers))
-    v1.include_router(job_events_router(controller, reconciler))  # GET /v1/jobs/{id}/events: for trackers
-    v1.include_router(commands_router(controller, _may_report))  # the agent command channel (repairs)
-    v1.include_router(ttm_router(controller))  # GET /v1/ttm: time to market
+    v1.include_router(goodput_router(controller, may_checkpoint, scope, goodput_observers))
+    v1.include_router(job_events_router(controller, reconciler, scope))  # GET /v1/jobs/{id}/events: for trackers
+    v1.include_router(commands_router(controller, may_report))  # the agent command channel (repairs)
+    v1.include_router(ttm_router(controller, scope))  # GET /v1/ttm: time to market
     if reconciler is not None and reconciler.maintenance is not None:  # maintenance rollouts
-        v1.include_router(maintenance_router(reconciler.maintenance))
-    v1.include_router(bmc_router(controller, _may_report, bmc, bundles))  # firmware, diagnostic bundles
+        v1.include_router(maintenance_router(reconciler.maintenance, scope))
+    v1.include_router(bmc_router(controller, may_report, bmc, bundles, scope))  # firmware, diagnostic bundles
+    v1.include_router(tenancy_router(tenancy, scope))  # tenancy moves, tenants (docs/tenancy.md)
     app.include_router(v1)
-    installed = metrics.install(app, controller, committer, reconciler, retention)  # GET /metrics
+    installed = metrics.install(app, controller, committer, reconciler, retention, scope)  # GET /metrics
     goodput_observers.append(installed.on_goodput)
     web.install(app, controller, reconciler)  # GET / and /ui/...: the web UI (controller/web)
     _declare_bearer(app)
@@ -348,8 +381,9 @@ def _may_report(caller: Caller, node: str, field: str) -> None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, f"{field}: token {caller.name!r} may not report for {node!r}")
 
 
-def _may_checkpoint(caller: Caller, job_id: str, reconciler: Reconciler | None) -> None:
-    """403 unless the scheduler runs ``job_id`` on a node the agent token may report for."""
+def _may_checkpoint(caller: Caller, job_id: str, reconciler: Reconciler | None, scope: Scope) -> None:
+    """403 unless the scheduler runs ``job_id`` on a node the agent token may report for; for a
+    tenant-scoped token, 404 unless it runs on one of the tenant's nodes (as if there were no such job)."""
     if reconciler is None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, f"job_id: cannot tell which nodes run {job_id!r} "
                             "(no scheduler): only an operator may report its checkpoint")
@@ -359,9 +393,11 @@ def _may_checkpoint(caller: Caller, job_id: str, reconciler: Reconciler | None) 
         raise
     except Exception as err:
         raise ExternalError("scheduler", f"listing jobs: {type(err).__name__}") from err
-    if not jobs:
-        raise NotFound("job", job_id)
     nodes = sorted({n for j in jobs for n in j.nodes})
+    if not jobs or (caller.tenant is not None and not any(scope.sees(caller, n) for n in nodes)):
+        raise NotFound("job", job_id)
+    if caller.role != Role.AGENT:
+        return
     if not any(caller.may_report_for(n) for n in nodes):
         raise HTTPException(status.HTTP_403_FORBIDDEN, f"job_id: token {caller.name!r} may not report for job "
                             f"{job_id!r}: it runs on {', '.join(nodes[:5]) or 'no node'}, none of them its nodes")

@@ -21,6 +21,7 @@ class Caller:
     name: str
     role: Role
     nodes: tuple[str, ...]
+    tenant: str | None = None  # a tenant-scoped token: its tenant's nodes only (api/scope.py)
 
     def may_report_for(self, node: str) -> bool:
         if self.role != Role.AGENT:
@@ -36,7 +37,7 @@ ADMINISTER = (Role.ADMIN,)
 
 class TokenRegistry:
     def __init__(self, tokens: Sequence[TokenConfig]) -> None:
-        self._tokens = [(t.digest, Caller(t.name, t.role, t.nodes)) for t in tokens]
+        self._tokens = [(t.digest, Caller(t.name, t.role, t.nodes, t.tenant)) for t in tokens]
 
     def caller(self, token: str) -> Caller | None:
         digest = hashlib.sha256(token.encode()).hexdigest()

@@ -28,6 +28,7 @@ from gpufleet.controller.store.bundles import MAX_BUNDLE_BYTES, BundleInfo
 from gpufleet.domain.errors import InvalidInput, NotFound
 
 from .auth import READ, REPORT, Caller, require
+from .scope import Scope
 
 Reader = Annotated[Caller, Depends(require(READ))]
 Reporter = Annotated[Caller, Depends(require(REPORT))]
@@ -54,13 +55,14 @@ def _out(b: BundleInfo) -> BundleOut:
 
 
 def bmc_router(controller: Controller, check: Callable[[Caller, str, str], None], watcher: BmcWatcher | None,
-               bundles: Bundles | None) -> APIRouter:
+               bundles: Bundles | None, scope: Scope) -> APIRouter:
     r = APIRouter()
     store = bundles or Bundles(controller)
 
     @r.get("/firmware", summary="Firmware versions read from each node's BMC, with drift (viewer)")
-    def firmware(_: Reader) -> dict[str, Any]:
-        return {"nodes": watcher.inventory() if watcher is not None else [],
+    def firmware(caller: Reader) -> dict[str, Any]:
+        nodes = watcher.inventory() if watcher is not None else []
+        return {"nodes": [n for n in nodes if scope.sees(caller, str(n.get("node", "")))],
                 "bmc": "configured" if watcher is not None else "none ([repair] bmc_file)"}
 
     @r.put("/nodes/{node}/commands/{command_id}/bundle", status_code=201, response_model=BundleOut,
@@ -85,15 +87,16 @@ def bmc_router(controller: Controller, check: Callable[[Caller, str, str], None]
         return _out(info)
 
     @r.get("/nodes/{node}/bundles", response_model=BundlesOut, summary="The node's diagnostic bundles (viewer)")
-    def of_node(node: str, _: Reader) -> BundlesOut:
+    def of_node(node: str, caller: Reader) -> BundlesOut:
+        scope.node(caller, node)
         controller.state_of(node)  # NotFound (404) for a node the controller does not know
         return BundlesOut(bundles=[_out(b) for b in store.store.of_node(node)])
 
     @r.get("/bundles/{bundle_id}", summary="Download a diagnostic bundle: gzipped JSON (viewer)",
            response_class=Response, responses={200: {"content": {"application/gzip": {}}}})
-    def download(bundle_id: str, _: Reader) -> Response:
+    def download(bundle_id: str, caller: Reader) -> Response:
         info = store.store.info(bundle_id)
-        if info is None:
+        if info is None or not scope.sees(caller, info.node):
             raise NotFound("bundle", bundle_id)
         name = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in bundle_id)
         return Response(store.store.data(bundle_id), media_type="application/gzip",

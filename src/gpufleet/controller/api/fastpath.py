@@ -105,7 +105,8 @@ class IngestFastPath:
         if scheme.lower() != "bearer" or not token:
             return None
         caller = self.tokens.caller(token.strip())
-        return caller if caller is not None and caller.role in REPORT else None
+        # a tenant-scoped token takes the framework's route, where its tenant's nodes are checked (api/scope.py)
+        return caller if caller is not None and caller.role in REPORT and caller.tenant is None else None
 
 
 def _is_json(content_type: bytes) -> bool:

@@ -28,6 +28,7 @@ from gpufleet.goodput.rollup import Goodput, JobInterval, rollup
 
 from .auth import READ, REPORT, Caller, require
 from .schemas import AwareTime, GoodputIn, Name
+from .scope import Scope
 
 Reader = Annotated[Caller, Depends(require(READ))]
 Reporter = Annotated[Caller, Depends(require(REPORT))]
@@ -96,7 +97,7 @@ def goodput_out(g: Goodput) -> GoodputOut:
 GoodputObserver = Callable[[str, Sequence[JobInterval], Goodput | None], None]
 
 
-def goodput_router(controller: Controller, may_post: Callable[[Caller, str], None],
+def goodput_router(controller: Controller, may_post: Callable[[Caller, str], None], scope: Scope,
                    observers: Sequence[GoodputObserver] = ()) -> APIRouter:
     """The routes; each ``observers`` entry is told (job, intervals newly stored, the job's totals)."""
     r = APIRouter()
@@ -126,8 +127,10 @@ def goodput_router(controller: Controller, may_post: Callable[[Caller, str], Non
 
     @r.get("/jobs/{job_id}/goodput", response_model=JobGoodputOut,
            summary="A job's goodput intervals, oldest first, and its totals (viewer)")
-    def job_goodput(job_id: Name, _: Reader, limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
+    def job_goodput(job_id: Name, caller: Reader, limit: Annotated[int, Query(ge=1, le=1000)] = 1000,
                     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0) -> JobGoodputOut:
+        if caller.tenant is not None:  # a tenant: the jobs the scheduler runs on its nodes now (404 otherwise)
+            may_post(caller, job_id)
         span = store.span(job_id)
         if span is None:
             raise NotFound("goodput of job", job_id)
@@ -139,8 +142,9 @@ def goodput_router(controller: Controller, may_post: Callable[[Caller, str], Non
 
     @r.get("/goodput", response_model=RollupOut,
            summary="ETTR, badput and MFU per job and for the cluster over a time range (viewer)")
-    def cluster_goodput(_: Reader, since: AwareTime | None = None, until: AwareTime | None = None,
+    def cluster_goodput(caller: Reader, since: AwareTime | None = None, until: AwareTime | None = None,
                         limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> RollupOut:
+        scope.fleet(caller, "the cluster's goodput")
         hi = until or c.clock.now()
         lo = since or hi - DEFAULT_RANGE
         if hi <= lo:

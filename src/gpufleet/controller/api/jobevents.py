@@ -30,6 +30,7 @@ from gpufleet.domain.errors import ExternalError, GpufleetError, InvalidInput, N
 
 from .auth import READ, Caller, require
 from .schemas import AwareTime, Name
+from .scope import Scope
 
 Reader = Annotated[Caller, Depends(require(READ))]
 MAX_NODES = 256  # a job's nodes named in one request
@@ -58,7 +59,7 @@ class JobEventsOut(BaseModel):
     truncated: bool  # more than ``limit`` matched: the newest ``limit`` are listed (ask again with until=)
 
 
-def job_events_router(controller: Controller, reconciler: Reconciler | None) -> APIRouter:
+def job_events_router(controller: Controller, reconciler: Reconciler | None, scope: Scope) -> APIRouter:
     r = APIRouter()
     store = controller.store
 
@@ -78,7 +79,7 @@ def job_events_router(controller: Controller, reconciler: Reconciler | None) -> 
 
     @r.get("/jobs/{job_id}/events", response_model=JobEventsOut,
            summary="Infrastructure events on a job's nodes: health events, drains, checkpoint requests (viewer)")
-    def job_events(job_id: Name, _: Reader, node: Annotated[list[Name] | None, Query()] = None,
+    def job_events(job_id: Name, caller: Reader, node: Annotated[list[Name] | None, Query()] = None,
                    since: AwareTime | None = None, until: AwareTime | None = None,
                    limit: Annotated[int, Query(ge=1, le=1000)] = 500) -> JobEventsOut:
         if node is not None and len(node) > MAX_NODES:
@@ -89,7 +90,14 @@ def job_events_router(controller: Controller, reconciler: Reconciler | None) -> 
             raise InvalidInput("until", hi.isoformat(), f"a time after since ({lo.isoformat()})")
         if hi - lo > MAX_RANGE:
             raise InvalidInput("since", lo.isoformat(), f"a range of at most {MAX_RANGE.days} days before until")
-        nodes = sorted(set(node)) if node else job_nodes(job_id)
+        if node:
+            for n in node:  # a tenant names its own nodes only (404 as for a node that does not exist)
+                scope.node(caller, n)
+            nodes = sorted(set(node))
+        else:
+            nodes = [n for n in job_nodes(job_id) if scope.sees(caller, n)]
+            if not nodes:
+                raise NotFound("nodes of job", job_id)
         out: list[JobEventOut] = []
         for n in nodes:  # each source: its newest limit + 1 in the range (one more tells whether it was cut)
             for e in store.events(node=n, since=lo, until=hi, page=Page(limit + 1)):

@@ -23,9 +23,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpufleet.controller.maintenance import Maintenance
 from gpufleet.controller.store.maintenance import Rollout
+from gpufleet.domain.errors import NotFound
 
 from .auth import OPERATE, READ, Caller, require
 from .schemas import Name, ReasonIn
+from .scope import Scope
 
 Reader = Annotated[Caller, Depends(require(READ))]
 Operator = Annotated[Caller, Depends(require(OPERATE))]
@@ -67,7 +69,7 @@ class RolloutOut(BaseModel):
     last_pass: datetime | None
 
 
-def maintenance_router(maintenance: Maintenance) -> APIRouter:
+def maintenance_router(maintenance: Maintenance, scope: Scope) -> APIRouter:
     r = APIRouter()
     m = maintenance
 
@@ -88,29 +90,36 @@ def maintenance_router(maintenance: Maintenance) -> APIRouter:
     @r.post("/maintenance", response_model=RolloutOut, status_code=201,
             summary="Plan a maintenance rollout (operator); start it with /start")
     def plan(body: RolloutIn, caller: Operator) -> RolloutOut:
+        scope.fleet(caller, "planning maintenance")
         return out(m.plan(body.model_dump(exclude_none=True, by_alias=True), who(caller)))
 
     @r.get("/maintenance", response_model=list[RolloutOut], summary="Maintenance rollouts, newest first (viewer)")
-    def rollouts(_: Reader) -> list[RolloutOut]:
-        return [out(x) for x in m.store.list()]
+    def rollouts(caller: Reader) -> list[RolloutOut]:  # a tenant: the rollouts of its own nodes only
+        return [out(x) for x in m.store.list() if all(scope.sees(caller, n.node) for n in x.nodes)]
 
     @r.get("/maintenance/{rollout}", response_model=RolloutOut, summary="One maintenance rollout (viewer)")
-    def status(rollout: Name, _: Reader) -> RolloutOut:
-        return out(m.store.get(rollout))
+    def status(rollout: Name, caller: Reader) -> RolloutOut:
+        x = m.store.get(rollout)
+        if not all(scope.sees(caller, n.node) for n in x.nodes):
+            raise NotFound("maintenance rollout", rollout)
+        return out(x)
 
     @r.post("/maintenance/{rollout}/start", response_model=RolloutOut,
             summary="Start (or go on with) a planned, paused or stopped rollout (operator)")
     def start(rollout: Name, caller: Operator) -> RolloutOut:
+        scope.fleet(caller, "starting maintenance")
         return out(m.start(rollout, who(caller)))
 
     @r.post("/maintenance/{rollout}/pause", response_model=RolloutOut,
             summary="Pause a running rollout: no node starts, no action is sent (operator)")
     def pause(rollout: Name, caller: Operator, body: ReasonIn | None = None) -> RolloutOut:
+        scope.fleet(caller, "pausing maintenance")
         return out(m.pause(rollout, who(caller), body.reason if body else ""))
 
     @r.post("/maintenance/{rollout}/abort", response_model=RolloutOut,
             summary="Abort a rollout: pending nodes are skipped, drained ones return (operator)")
     def abort(rollout: Name, caller: Operator, body: ReasonIn | None = None) -> RolloutOut:
+        scope.fleet(caller, "aborting maintenance")
         return out(m.abort(rollout, who(caller), body.reason if body else ""))
 
     return r

@@ -24,12 +24,14 @@ from gpufleet.controller.retention import Retention
 from gpufleet.controller.service import Controller
 
 from .auth import READ, Caller, require
+from .scope import Scope as TenantScope
 
 _HEARTBEAT = re.compile(r"^/v1/nodes/[^/]+/heartbeat$")
 
 
 def install(app: FastAPI, controller: Controller, committer: GroupCommitter,
-            reconciler: Reconciler | None, retention: Retention | None = None) -> ControllerMetrics:
+            reconciler: Reconciler | None, retention: Retention | None = None,
+            scope: TenantScope | None = None) -> ControllerMetrics:
     """Add ``/metrics`` and the ingest timing to ``app``; the metrics are kept on ``app.state.metrics``."""
     metrics = ControllerMetrics(controller)
     metrics.attach(committer, reconciler, retention)
@@ -37,7 +39,9 @@ def install(app: FastAPI, controller: Controller, committer: GroupCommitter,
     app.state.metrics = metrics
 
     @app.get("/metrics", response_class=Response, include_in_schema=False)  # not part of the /v1 API
-    def prometheus(_: Annotated[Caller, Depends(require(READ))]) -> Response:
+    def prometheus(caller: Annotated[Caller, Depends(require(READ))]) -> Response:
+        if scope is not None:
+            scope.fleet(caller, "/metrics")
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.add_middleware(IngestTiming, metrics=metrics)

@@ -17,6 +17,7 @@ from gpufleet.controller.service import Controller
 from gpufleet.lifecycle.ttm import DEFAULT_SHARES, cluster_ttm
 
 from .auth import READ, Caller, require
+from .scope import Scope
 
 Reader = Annotated[Caller, Depends(require(READ))]
 
@@ -48,12 +49,14 @@ class TtmOut(BaseModel):
     per_node: list[NodeTtmOut] | None
 
 
-def ttm_router(controller: Controller) -> APIRouter:
+def ttm_router(controller: Controller, scope: Scope) -> APIRouter:
     r = APIRouter()
 
     @r.get("/ttm", response_model=TtmOut, summary="Time to market: registration to first ready (viewer)")
-    def ttm(_: Reader, share: Annotated[list[float] | None, Query(description="percent of nodes; repeatable")] = None,
+    def ttm(caller: Reader,
+            share: Annotated[list[float] | None, Query(description="percent of nodes; repeatable")] = None,
             nodes: bool = True) -> dict[str, Any]:
+        scope.fleet(caller, "time to market")
         return cluster_ttm(controller.store.histories(), tuple(share) if share else DEFAULT_SHARES).as_dict(
             per_node=nodes)
 

@@ -48,14 +48,23 @@ class BmcExecutor:
     def start(self, req: StepRequest) -> None:
         if req.step not in BMC_STEPS:
             raise InvalidInput("step", req.step, f"one of {sorted(BMC_STEPS)} (what a BMC can do)")
-        bmc = self._bmc(req.node)
-        log.info("%s: power cycle through the BMC (%s)", req.node, req.key)
+        self.power_cycle(req.node, req.key)
+
+    def pxe_boot(self, node: str, why: str) -> None:
+        """Boot once from PXE (a reimage by the site's provisioning), then power cycle; ExternalError as start."""
+        self._bmc(node).boot_once_pxe()
+        log.info("%s: next boot from PXE set through the BMC (%s)", node, why)
+        self.power_cycle(node, why)
+
+    def power_cycle(self, node: str, why: str) -> None:
+        bmc = self._bmc(node)
+        log.info("%s: power cycle through the BMC (%s)", node, why)
         if bmc.power_state() != "Off":
             bmc.reset(Reset.FORCE_OFF)
             waited = 0.0
             while bmc.power_state() != "Off":
                 if waited >= self.off_wait:
-                    raise ExternalError(f"BMC of {req.node}", f"still not Off {self.off_wait:g} s after ForceOff")
+                    raise ExternalError(f"BMC of {node}", f"still not Off {self.off_wait:g} s after ForceOff")
                 self._wait(self.poll)
                 waited += self.poll
         bmc.reset(Reset.ON)

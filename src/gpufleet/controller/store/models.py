@@ -271,3 +271,32 @@ class UnitNamingRow(Base):
     time: Mapped[datetime] = mapped_column(primary_key=True)
     component: Mapped[str] = mapped_column(String(256), primary_key=True)
     kind: Mapped[str] = mapped_column(String(64))
+
+
+class NodeTenantRow(Base):
+    """Who owns a node since its last move (migration 0009, docs/tenancy.md): ``tenant`` is NULL while a
+    move runs and after one failed (no tenant sees it). A node without a row belongs to its configured pool."""
+
+    __tablename__ = "node_tenants"
+    node: Mapped[str] = mapped_column(String(128), primary_key=True)
+    tenant: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    since: Mapped[datetime]
+    move: Mapped[str] = mapped_column(String(64))  # the move that set it
+
+
+class TenancyMoveRow(Base):
+    """A move of a node to another tenant and its reprovision (migration 0009, controller.reprovision).
+    ``rollout`` is the maintenance rollout that drains, wipes and validates the node."""
+
+    __tablename__ = "tenancy_moves"
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    node: Mapped[str] = mapped_column(String(128))
+    from_tenant: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    to_tenant: Mapped[str] = mapped_column(String(64))
+    rollout: Mapped[str] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16))  # running | done | failed
+    detail: Mapped[str] = mapped_column(Text, default="")
+    actor: Mapped[str] = mapped_column(String(128))
+    created: Mapped[datetime]
+    updated: Mapped[datetime]
+    __table_args__ = (Index("ix_tenancy_moves_node", "node"), Index("ix_tenancy_moves_state", "state"))

@@ -212,6 +212,11 @@ class Store:
             row = s.get(InventoryRow, node)
             return parse_inventory(row.doc) if row is not None else None
 
+    def inventory_registered(self, node: str) -> datetime | None:
+        """When the node's agent last registered its inventory (the controller's clock): an agent start."""
+        with self.session() as s:
+            return s.scalar(select(InventoryRow.updated).where(InventoryRow.node == node))
+
     def load_inventories(self) -> list[NodeInventory]:
         """Every node's last inventory, least recently registered first (a later report wins)."""
         with self.session() as s:
@@ -265,8 +270,12 @@ class Store:
                     for i, n, t, a in conn.execute(q)]
 
     # ---- reads for the API ------------------------------------------------------------------
-    def nodes(self, *, state: str | None = None, rack: str | None = None, page: Page = Page()) -> list[NodeRow]:
+    def nodes(self, *, state: str | None = None, rack: str | None = None, page: Page = Page(),
+              within: Collection[str] | None = None) -> list[NodeRow]:
+        """``within`` (here and below): only rows of these nodes (a tenant-scoped caller's)."""
         q = select(NodeRow).order_by(NodeRow.id)
+        if within is not None:
+            q = q.where(NodeRow.id.in_(list(within)))
         if state:
             q = q.where(NodeRow.state == state)
         if rack:
@@ -322,8 +331,11 @@ class Store:
             return {t.node: t for t in s.scalars(select(TransitionRow).where(TransitionRow.seq.in_(last)))}
 
     def events(self, *, node: str | None = None, kind: str | None = None, since: datetime | None = None,
-               until: datetime | None = None, page: Page = Page()) -> list[EventRow]:
+               until: datetime | None = None, page: Page = Page(),
+               within: Collection[str] | None = None) -> list[EventRow]:
         q = select(EventRow).order_by(EventRow.time.desc(), EventRow.seq.desc())
+        if within is not None:
+            q = q.where(EventRow.node.in_(list(within)))
         if node:
             q = q.where(EventRow.node == node)
         if kind:
@@ -336,9 +348,12 @@ class Store:
             return list(s.scalars(q.limit(page.limit).offset(page.offset)))
 
     def decisions(
-        self, *, node: str | None = None, status: str | None = None, page: Page = Page()
+        self, *, node: str | None = None, status: str | None = None, page: Page = Page(),
+        within: Collection[str] | None = None,
     ) -> list[DecisionRow]:
         q = select(DecisionRow).order_by(DecisionRow.time.desc(), DecisionRow.id)
+        if within is not None:
+            q = q.where(DecisionRow.node.in_(list(within)))
         if node:
             q = q.where(DecisionRow.node == node)
         if status:
@@ -347,9 +362,12 @@ class Store:
             return list(s.scalars(q.limit(page.limit).offset(page.offset)))
 
     def actions(self, *, node: str | None = None, status: str | None = None, page: Page = Page(),
-                since: datetime | None = None, until: datetime | None = None) -> list[ActionRow]:
+                since: datetime | None = None, until: datetime | None = None,
+                within: Collection[str] | None = None) -> list[ActionRow]:
         """Outbox actions, newest first; ``since``/``until`` bound the time each was queued."""
         q = select(ActionRow).order_by(ActionRow.created.desc(), ActionRow.id)
+        if within is not None:
+            q = q.where(ActionRow.node.in_(list(within)))
         if node:
             q = q.where(ActionRow.node == node)
         if status:
@@ -361,8 +379,11 @@ class Store:
         with self.session() as s:
             return list(s.scalars(q.limit(page.limit).offset(page.offset)))
 
-    def audit(self, *, target: str | None = None, page: Page = Page()) -> list[AuditRow]:
+    def audit(self, *, target: str | None = None, page: Page = Page(),
+              within: Collection[str] | None = None) -> list[AuditRow]:
         q = select(AuditRow).order_by(AuditRow.seq.desc())
+        if within is not None:
+            q = q.where(AuditRow.target.in_(list(within)))
         if target:
             q = q.where(AuditRow.target == target)
         with self.session() as s:

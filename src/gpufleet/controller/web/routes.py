@@ -186,7 +186,7 @@ def install(app: FastAPI, controller: Controller, reconciler: Reconciler | None)
         token = form.get("token", "").strip()
         registry = request.app.state.tokens
         caller = registry.caller(token) if token else None
-        if caller is None or caller.role not in READ:
+        if caller is None or caller.role not in READ or caller.tenant is not None:  # the UI is fleet-wide
             out = render(request, "login.html", "sign in", None, next=safe_next(form.get("next", "/")), failed=True)
             out.status_code = 401
             return out

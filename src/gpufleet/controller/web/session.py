@@ -60,7 +60,8 @@ def csrf_token(token: str) -> str:
 
 def session_of(request: Request) -> Session | None:
     """The caller behind ``request``: its bearer header if it sends one, else the session cookie. None
-    when neither holds a valid token of a role that may read (agents' tokens do not open the UI)."""
+    when neither holds a valid token of a role that may read (agents' tokens do not open the UI), or the
+    token is tenant-scoped (the UI shows the whole fleet: a tenant uses the API, docs/tenancy.md)."""
     scheme, _, header = request.headers.get("authorization", "").partition(" ")
     by_cookie = not header
     token = (request.cookies.get(COOKIE, "") if by_cookie else header if scheme.lower() == "bearer" else "").strip()
@@ -68,7 +69,7 @@ def session_of(request: Request) -> Session | None:
         return None
     registry: TokenRegistry = request.app.state.tokens
     caller = registry.caller(token)
-    if caller is None or caller.role not in READ:
+    if caller is None or caller.role not in READ or caller.tenant is not None:
         return None
     return Session(caller, token, by_cookie)
 
