@@ -77,17 +77,17 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-def migrate(engine: Engine) -> None:
-    """Bring the schema to the newest revision (idempotent)."""
+def migrate(engine: Engine, revision: str = "head") -> None:
+    """Bring the schema to the newest revision, or to ``revision`` (idempotent)."""
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
     try:
         with engine.begin() as conn:
             cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+            command.upgrade(cfg, revision)
     except OperationalError as err:
         raise ExternalError("database", f"cannot migrate {_redact(str(engine.url))}: {err.orig}") from None
-    log.info("database schema at head (%s)", _redact(str(engine.url)))
+    log.info("database schema at %s (%s)", revision, _redact(str(engine.url)))
 
 
 def brief(err: BaseException) -> str:

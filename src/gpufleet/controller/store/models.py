@@ -76,6 +76,8 @@ class EventRow(Base):
     received: Mapped[datetime]
     fault_of: Mapped[str | None] = mapped_column(String(200), default=None)  # merged onto this id (same node)
     __table_args__ = (Index("ix_events_node_time", "node", "time"),
+                      Index("ix_events_time", "time"),  # migration 0010: windows read at start
+                      Index("ix_events_kind_time", "kind", "time"),  # migration 0010: one kind's events
                       UniqueConstraint("node", "id", name="uq_events_node_id"))
 
 
@@ -150,6 +152,7 @@ class AuditRow(Base):
     action: Mapped[str] = mapped_column(String(64))
     target: Mapped[str] = mapped_column(String(200))
     detail: Mapped[str] = mapped_column(Text)
+    __table_args__ = (Index("ix_audit_target_seq", "target", "seq"),)  # migration 0010
 
 
 class CheckpointRow(Base):
