@@ -271,3 +271,19 @@ class UnitNamingRow(Base):
     time: Mapped[datetime] = mapped_column(primary_key=True)
     component: Mapped[str] = mapped_column(String(256), primary_key=True)
     kind: Mapped[str] = mapped_column(String(64))
+
+
+class SpareRow(Base):
+    """A node's role in a hot-spare pool (migration 0009, controller.spares). A pool node without a row
+    is a working node of the big partition. ``replaces``: the failed node a reclaimed spare stands in for;
+    ``step``: how far a reclaim got (backfill_left, requeued, joined), so a restarted controller resumes."""
+
+    __tablename__ = "spare_nodes"
+    node: Mapped[str] = mapped_column(String(128), primary_key=True)
+    pool: Mapped[str] = mapped_column(String(64))
+    role: Mapped[str] = mapped_column(String(16))  # lifecycle.spares.Role
+    replaces: Mapped[str] = mapped_column(String(128), default="")
+    step: Mapped[str] = mapped_column(String(32), default="")
+    since: Mapped[datetime]
+    detail: Mapped[str] = mapped_column(Text, default="")
+    __table_args__ = (Index("ix_spare_nodes_pool", "pool"),)
