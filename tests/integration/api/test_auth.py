@@ -64,6 +64,7 @@ ACCESS: dict[tuple[str, str], set[str]] = {
     ("POST", "/v1/maintenance/{rollout}/start"): OPERATE,
     ("POST", "/v1/maintenance/{rollout}/pause"): OPERATE,
     ("POST", "/v1/maintenance/{rollout}/abort"): OPERATE,
+    ("GET", "/v1/spares"): READ,
 }
 
 PARAMS = {"node": "r01-n01", "action_id": "d-0000000000000000:drain", "job_id": "job-1",

@@ -159,10 +159,22 @@ class SlurmLab:
             self.cmd("scancel", *ids, check=False)
         for n in self.nodes:
             self.cmd("scontrol", "update", f"nodename={n}", "state=resume", check=False)
+        every = ",".join([*self.nodes, *(["ghost"] if self.ghost else [])])
+        for part in ("low", "high"):  # a hot-spare pool test moved nodes between them
+            if self.partition_nodes(part) != set(every.split(",")):
+                self.cmd("scontrol", "update", f"partitionname={part}", f"nodes={every}")
         wait_for(lambda: not self.cmd("squeue", "-h", "-t", "R,CG,CF,PD", check=False).stdout.strip(),
                  "all lab jobs gone")
         wait_for(self._all_idle, lambda: "all lab nodes idle and undrained; sinfo says: " + self.cmd(
             "sinfo", "-h", "-N", "-n", ",".join(self.nodes), "-o", "%N %T %E", check=False).stdout.strip())
+
+    def partition_nodes(self, partition: str) -> set[str]:
+        """The partition's nodes as slurmctld has them now (``scontrol show partition``)."""
+        from gpufleet.schedulers.slurm.hostlist import expand
+
+        out = self.cmd("scontrol", "show", "partition", partition, "-o").stdout
+        nodes = next((t.split("=", 1)[1] for t in out.split() if t.startswith("Nodes=")), "")
+        return set(expand(nodes)) if nodes and nodes != "(null)" else set()
 
     def _all_idle(self) -> bool:
         out = self.cmd("sinfo", "-h", "-N", "-n", ",".join(self.nodes), "-o", "%N %T", check=False).stdout

@@ -303,7 +303,7 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
     v1.include_router(ttm_router(controller))  # GET /v1/ttm: time to market
     if reconciler is not None and reconciler.maintenance is not None:  # maintenance rollouts
         v1.include_router(maintenance_router(reconciler.maintenance))
-    if reconciler is not None and reconciler.spares is not None:  # hot-spare pools
+    if reconciler is not None:  # hot-spare pools ([] without [spares] pools)
         v1.include_router(spares_router(reconciler.spares))
     v1.include_router(bmc_router(controller, _may_report, bmc, bundles))  # firmware, diagnostic bundles
     app.include_router(v1)

@@ -1,6 +1,7 @@
 """Hot-spare pools (docs/spares.md): ``GET /v1/spares`` (viewer) — per pool, its config, the spares
 ready, lent and being reclaimed or reclaimed per topology domain, the failed nodes no spare replaces
-yet (and why), each node the pool holds (role, reclaim step, since) and the last pass."""
+yet (and why), each node the pool holds (role, reclaim step, since) and the last pass. ``[]`` while no
+pool is configured."""
 
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ from .auth import READ, Caller, require
 Reader = Annotated[Caller, Depends(require(READ))]
 
 
-def spares_router(spares: Spares) -> APIRouter:
+def spares_router(spares: Spares | None) -> APIRouter:
     r = APIRouter()
 
     @r.get("/spares", summary="Hot-spare pools: spares ready, lent, reclaimed per domain (viewer)")
     def status(_: Reader) -> list[dict[str, Any]]:
-        return spares.status()
+        return spares.status() if spares is not None else []
 
     return r
