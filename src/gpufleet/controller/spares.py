@@ -78,6 +78,8 @@ class Spares:
 
     # ---- the pass ---------------------------------------------------------------------------
     def on_pass(self) -> None:
+        if not self.pools:
+            return
         with self._lock:
             try:
                 nodes = {n.name: n for n in self.lever.slurm_nodes()}

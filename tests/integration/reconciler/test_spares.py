@@ -4,13 +4,16 @@ be checked in milliseconds. (On the real Slurm lab: tests/integration/slurm/test
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
+from gpufleet.cli.spares import _pools
 from gpufleet.controller.clock import ManualClock
 from gpufleet.controller.service import Controller
 from gpufleet.controller.settings import ControllerSettings, load_settings
@@ -111,6 +114,11 @@ def test_spares_leave_the_big_partition_and_are_lent_then_the_nearest_is_reclaim
         "n3": ("reclaimed", "n1"), "n4": ("spare", "")}
     w.s.on_pass()
     assert w.slurm.requeued == ["101"] and len(w.slurm.writes) == writes + 2, "a settled pool writes nothing"
+
+    console = Console(record=True, width=200)  # what `gpufleet spares status` prints of the API's document
+    console.print(_pools(json.loads(json.dumps(w.s.status()))))
+    flat = " ".join(console.export_text().replace("│", " ").split())
+    assert "0 ready, 1 lent, 0 reclaiming, 1 reclaimed of 2" in flat and "n3 reclaimed n1 joined" in flat, flat
 
 
 def test_a_controller_stopped_mid_reclaim_resumes_and_does_nothing_twice(w: World) -> None:
