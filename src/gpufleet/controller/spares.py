@@ -32,6 +32,7 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from gpufleet.domain.errors import ExternalError, GpufleetError, InvalidInput
+from gpufleet.lifecycle.engine import NodeRecord
 from gpufleet.lifecycle.plan import AuditEntry
 from gpufleet.lifecycle.spares import NodeView, PoolCounts, PoolPlan, PoolSpec, Role, plan_pool, tally
 from gpufleet.lifecycle.states import SCHEDULABLE, Actor, NodeState
@@ -118,8 +119,7 @@ class Spares:
             # a node of another pool (an earlier one in the config, or one that holds it) is not this pool's
             mine = [n for n in selected if n in sched and n not in claimed
                     and (n not in rows or rows[n].pool == spec.name)]
-            views = {n: NodeView(recs[n].domains, recs[n].state in SCHEDULABLE and not recs[n].committed
-                                 and sched[n].state in _SERVING, sched[n].busy) for n in mine}
+            views = {n: _view(recs[n], sched[n]) for n in mine}
             out = engine.unavailable() | {n for n, s in sched.items() if n in recs and s.state not in _SERVING}
             held = {n: r.held for n, r in rows.items() if r.pool == spec.name and n in views}
             plan = plan_pool(spec, views, held, out, engine.budget_violation)
@@ -225,6 +225,12 @@ class Spares:
 
     def _audit(self, spec: PoolSpec, action: str, target: str, detail: str) -> AuditEntry:
         return AuditEntry(self._now(), Actor.SYSTEM, f"spares:{spec.name}", action, target, detail)
+
+
+def _view(rec: NodeRecord, node: SlurmNode) -> NodeView:
+    serving = rec.state in SCHEDULABLE and not rec.committed
+    return NodeView(rec.domains, serving and node.state in _SERVING, node.busy,
+                    unknown=serving and node.state == SchedNodeState.UNKNOWN)
 
 
 def _counts(c: PoolCounts) -> dict[str, object]:

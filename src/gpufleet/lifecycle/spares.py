@@ -117,6 +117,7 @@ class NodeView:
     domains: frozenset[str]
     healthy: bool  # serving in gpufleet AND up and undrained in the scheduler
     busy: bool  # runs a job now
+    unknown: bool = False  # the scheduler cannot say (slurmd not registered yet): not usable, not a failure
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,7 +169,7 @@ def plan_pool(spec: PoolSpec, views: Mapping[str, NodeView], held: Mapping[str, 
     settle = tuple(n for n, h in sorted(held.items()) if h.role == Role.RECLAIMED
                    and (not h.replaces or h.replaces not in views or views[h.replaces].healthy))
     # Failures: working nodes out of service that no spare stands in for yet.
-    failed = [n for n in sorted(views) if not views[n].healthy and n not in standing_in
+    failed = [n for n in sorted(views) if not views[n].healthy and not views[n].unknown and n not in standing_in
               and (n not in held or held[n].role == Role.RECLAIMED)]
     spares = {n for n, h in held.items() if h.role == Role.SPARE}
     usable = {n for n in spares if views[n].healthy}

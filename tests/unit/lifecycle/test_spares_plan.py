@@ -94,6 +94,14 @@ def test_a_replacement_in_progress_is_not_made_twice_and_settles_when_the_failed
     assert back.designate == ("n2",)
 
 
+def test_a_node_the_scheduler_cannot_see_yet_is_no_failure_and_no_spare() -> None:
+    vs = views(unhealthy={"n1", "n3"})
+    vs["n1"] = NodeView(TOPO["n1"], healthy=False, busy=False, unknown=True)  # slurmd not registered yet
+    vs["n3"] = NodeView(TOPO["n3"], healthy=False, busy=False, unknown=True)
+    plan = plan_pool(pool(), vs, {"n7": Held(Role.SPARE)}, set(), no_breaker)
+    assert not plan.reclaim and not plan.waiting and "n3" not in plan.designate
+
+
 def test_no_spare_left_says_so() -> None:
     plan = plan_pool(pool(), views(unhealthy={"n1", "n2"}), {"n3": Held(Role.SPARE)}, {"n1", "n2"}, no_breaker)
     assert plan.reclaim == (("n3", "n1"),) and plan.waiting == {"n2": "no healthy spare left in the pool"}
