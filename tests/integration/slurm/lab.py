@@ -144,8 +144,8 @@ class SlurmLab:
         return path
 
     def reset(self) -> None:
-        """No jobs, no hooks, no faults; every real node idle and undrained (slurmctld restarted if a
-        failed test left it down)."""
+        """No jobs, no hooks, no faults, no reservations, the partitions as slurm.conf has them; every real
+        node idle and undrained (slurmctld restarted if a failed test left it down)."""
         self.script("ctld-start")
         topo, default = self.root / "etc" / "topology.conf", self.root / "etc" / "topology.conf.default"
         if default.exists() and topo.read_text() != default.read_text():  # a test placed its own switches
@@ -165,6 +165,11 @@ class SlurmLab:
                 self.cmd("scontrol", "update", f"partitionname={part}", f"nodes={every}")
         wait_for(lambda: not self.cmd("squeue", "-h", "-t", "R,CG,CF,PD", check=False).stdout.strip(),
                  "all lab jobs gone")
+        # a validation reservation a test's controller left behind keeps its node MAINT (never "idle")
+        for line in self.cmd("scontrol", "show", "reservation", "-o", check=False).stdout.splitlines():
+            name = next((t.split("=", 1)[1] for t in line.split() if t.startswith("ReservationName=")), "")
+            if name:
+                self.cmd("scontrol", "delete", f"reservationname={name}", check=False)
         wait_for(self._all_idle, lambda: "all lab nodes idle and undrained; sinfo says: " + self.cmd(
             "sinfo", "-h", "-N", "-n", ",".join(self.nodes), "-o", "%N %T %E", check=False).stdout.strip())
 

@@ -9,6 +9,8 @@ tests/e2e/test_spares_crash.py."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ import pytest
 from gpufleet.controller.settings import SparePoolSettings, SparesSettings
 from gpufleet.schedulers.slurm import SlurmScheduler
 from gpufleet.schedulers.slurm.hostlist import expand
-from tests.integration.slurm.controller import LabController
+from tests.integration.slurm.controller import ADMIN_TOKEN, LabController
 from tests.integration.slurm.lab import SlurmLab, wait_for
 
 pytestmark = [pytest.mark.slurm, pytest.mark.fleetops]
@@ -95,6 +97,13 @@ def test_the_nearest_spare_is_reclaimed_from_its_sweep_when_the_big_jobs_node_fa
         assert f"preempted (requeued) {s3} of low" in audit[3]["detail"]
         st = pool(ctl)
         assert st["totals"] == {"target": 2, "ready": 0, "lent": 1, "reclaiming": 0, "reclaimed": 1}, st
+        cli = subprocess.run([sys.executable, "-m", "gpufleet.cli", "spares", "--url",
+                              ctl.url.removesuffix("/v1"), "status"], env={**lab.env, "GPUFLEET_TOKEN": ADMIN_TOKEN,
+                                                                "COLUMNS": "120"},
+                             capture_output=True, text=True, timeout=60, check=False)
+        print(cli.stdout)  # (docs/spares.md shows this output)
+        flat = " ".join(cli.stdout.replace("│", " ").split())
+        assert cli.returncode == 0 and "0 ready, 1 lent, 0 reclaiming, 1 reclaimed of 2" in flat, cli.stderr + flat
 
         # the big job, requeued by n1's drain, restarts at full size on the reclaimed spare
         wait_for(lambda: lab.job_state(big) == "PENDING", f"the big job {big} requeued by n1's drain")
