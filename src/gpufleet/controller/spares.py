@@ -118,14 +118,16 @@ class Spares:
                 raise InvalidInput(f"spares.pools[{spec.name}].nodes", spec.nodes.text, err.expected) from None
             # a node of another pool (an earlier one in the config, or one that holds it) is not this pool's
             mine = [n for n in selected if n in sched and n not in claimed
-                    and (n not in rows or rows[n].pool == spec.name)]
+                    and (n not in rows or rows[n].pool == spec.name or rows[n].pool not in self.pools)]
             views = {n: _view(recs[n], sched[n]) for n in mine}
             out = engine.unavailable() | {n for n, s in sched.items() if n in recs and s.state not in _SERVING}
             held = {n: r.held for n, r in rows.items() if r.pool == spec.name and n in views}
             plan = plan_pool(spec, views, held, out, engine.budget_violation)
+        before = st.plan.waiting if st.plan is not None else {}
         st.plan, st.views = plan, views
         for f, why in plan.waiting.items():
-            log.warning("spares %s: %s failed and no spare replaces it: %s", spec.name, f, why)
+            if before.get(f) != why:  # once per new reason, not every pass
+                log.warning("spares %s: %s failed and no spare replaces it: %s", spec.name, f, why)
         for n in plan.settle:
             self.store.drop(n, self._audit(spec, "spare_settled", n, f"{held[n].replaces or 'its failed node'} is "
                                            f"back: {n} stays in {spec.big_partition} as a working node"))
