@@ -150,7 +150,7 @@ def model_table(model: type[BaseModel], env_prefix: str | None) -> Iterator[str]
         yield "| " + " | ".join(cells) + " |"
 
 
-def _nested(model: type[BaseSettings]) -> list[tuple[str, type[BaseModel], bool]]:
+def _nested(model: type[BaseModel]) -> list[tuple[str, type[BaseModel], bool]]:
     out = []
     for name, info in model.model_fields.items():
         ann = info.annotation
@@ -165,14 +165,20 @@ def settings_section(title: str, file: str, model: type[BaseSettings], prefix: s
     yield f"## {title} (`{file}`)\n"
     yield intro + "\n"
     yield from model_table(model, prefix)
+    yield from _subsections(model, "")
+    yield ""
+
+
+def _subsections(model: type[BaseModel], parent: str) -> Iterator[str]:
+    """A table per nested section, and per section nested in it (``[[spares.pools]]``)."""
     for name, sub, many in _nested(model):
         yield ""
-        yield f"### `[[{name}]]`\n" if many else f"### `[{name}]`\n"
+        yield f"### `[[{parent}{name}]]`\n" if many else f"### `[{parent}{name}]`\n"
         doc = inspect.cleandoc(sub.__dict__.get("__doc__") or "")  # its own docstring, not pydantic's
         if doc:
             yield doc.replace("\n", " ") + "\n"
         yield from model_table(sub, None)
-    yield ""
+        yield from _subsections(sub, f"{parent}{name}.")
 
 
 def policy_section() -> Iterator[str]:

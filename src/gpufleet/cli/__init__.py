@@ -52,6 +52,7 @@ _COMMANDS: tuple[str, ...] = (
     "correlate",
     "fleet",
     "maintenance",
+    "spares",
     "goodput",
     "tenancy",
 )

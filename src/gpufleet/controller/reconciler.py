@@ -35,6 +35,7 @@ from .maintenance import Maintenance
 from .placement import place_suspects_last
 from .repairer import Repairer
 from .service import Controller
+from .spares import Spares
 from .store.repo import ActionStatus
 from .tenancy import Tenancy
 
@@ -77,7 +78,7 @@ class Reconciler:
     def __init__(self, controller: Controller, scheduler: Scheduler, validator: Validator | None = None,
                  *, fleet_judge: FleetJudge | None = None, sync_interval: float = 0.0,
                  repairer: Repairer | None = None, maintenance: Maintenance | None = None,
-                 tenancy: Tenancy | None = None) -> None:
+                 tenancy: Tenancy | None = None, spares: Spares | None = None) -> None:
         if sync_interval < 0:
             raise InvalidInput("scheduler_sync_interval", sync_interval, "seconds, 0 or more (0 = every pass)")
         self.controller = controller
@@ -87,6 +88,7 @@ class Reconciler:
         self.fleet_judge = fleet_judge  # runs at its own low cadence after the actions (docs/checks.md)
         self.maintenance = maintenance  # maintenance rollouts, moved on after the actions (docs/maintenance.md)
         self.tenancy = tenancy  # tenancy moves: handed over once their reprovision rollout is done (docs/tenancy.md)
+        self.spares = spares  # hot-spare pools, after maintenance (docs/spares.md)
         self.cfg = controller.policy_file.config
         self.scheduler_ok = True
         self.last_error = ""
@@ -116,6 +118,8 @@ class Reconciler:
             self.maintenance.on_pass()
         if self.tenancy is not None:
             self.tenancy.on_pass()
+        if self.spares is not None:
+            self.spares.on_pass()
         if self.fleet_judge is not None:
             self.fleet_judge.on_pass()
         for observe in self.on_pass:

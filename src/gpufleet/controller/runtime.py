@@ -36,10 +36,12 @@ from gpufleet.controller.repairer import Repairer
 from gpufleet.controller.retention import Retention, check_horizon
 from gpufleet.controller.service import Controller
 from gpufleet.controller.settings import ControllerSettings
+from gpufleet.controller.spares import PartitionLever, Spares
 from gpufleet.controller.store.db import make_engine, migrate
 from gpufleet.controller.store.repairs import RepairStore
 from gpufleet.controller.store.repo import Store
 from gpufleet.controller.tenancy import Tenancy
+from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.topology import load_topology
 from gpufleet.lifecycle.config import PolicyFile, load_policy
 from gpufleet.schedulers.port import Scheduler
@@ -146,7 +148,7 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
     reconciler = Reconciler(controller, scheduler, validator, fleet_judge=judge,
                             sync_interval=settings.scheduler_sync_interval,
                             repairer=repairer(settings, controller, node_bmcs), maintenance=maintenance,
-                            tenancy=tenancy)
+                            tenancy=tenancy, spares=spares(settings, controller, scheduler))
     retention = None
     rs = settings.retention
     if rs.events:
@@ -160,6 +162,18 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
     watcher = BmcWatcher(controller, node_bmcs, sel_max_age=settings.repair.sel_max_age) if node_bmcs else None
     return Runtime(settings, controller, reconciler, retention=retention, bmc=watcher,
                    bundles=Bundles(controller, node_bmcs))
+
+
+def spares(settings: ControllerSettings, controller: Controller, scheduler: Scheduler) -> Spares | None:
+    """The hot-spare pools ``[spares]`` configures (None: none). They need Slurm's partitions."""
+    pools = settings.spares.pools
+    if not pools:
+        return None
+    if not isinstance(scheduler, PartitionLever):
+        raise InvalidInput("spares.pools", [p.name for p in pools],
+                           'no pools, or scheduler = "slurm": the pools move nodes between Slurm partitions')
+    log.info("spares: %d pool(s): %s", len(pools), ", ".join(p.name for p in pools))
+    return Spares(controller, scheduler, [p.spec() for p in pools])
 
 
 def bmcs(settings: ControllerSettings) -> dict[str, RedfishBmc]:

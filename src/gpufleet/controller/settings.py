@@ -43,6 +43,15 @@ Example ``controller.toml``::
     events = "90d"                              # 0 (default) = keep every event
     archive_dir = "/var/lib/gpufleet/archive"   # optional: events-YYYY-MM-DD.jsonl.gz before deleting
 
+    [[spares.pools]]                            # hot-spare pools per topology domain (docs/spares.md); none by default
+    name = "pretrain"
+    nodes = "all"                               # all | rack:R | switch:S | nodes:a,b (the pool's nodes)
+    per = "switch"                              # the domains spares are kept in: switch (leaf) | rack
+    count = 1                                   # spares per domain (or share = 0.05: a fraction of each domain)
+    keep_idle = 0                               # spares per domain never lent to the backfill partition
+    big_partition = "train"                     # the big job's partition: spares join it when reclaimed
+    backfill_partition = "sweep"                # the preemptible partition spares are lent to while idle
+
     [tls]                                       # optional: HTTPS (docs/api.md#tls)
     certfile = "/etc/gpufleet/tls/server.crt"
     keyfile = "/etc/gpufleet/tls/server.key"
@@ -97,6 +106,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from gpufleet.domain.durations import parse_duration
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.tenancy import Tenant, check_static, node_pattern, parse_pkey, tenant_name
+from gpufleet.lifecycle.maintenance import Selector
+from gpufleet.lifecycle.spares import PoolSpec
 
 
 class Role(StrEnum):
@@ -244,6 +255,48 @@ class RepairSettings(BaseModel):
     public_url: str = Field(default="", pattern=r"^(https?://\S+)?$")  # the API's URL for ticket links ("" = path)
 
 
+class SparePoolSettings(BaseModel):
+    """One ``[[spares.pools]]``: hot spares kept per topology domain for a big job's partition and lent to
+    a preemptible backfill partition while idle (controller.spares; docs/spares.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str = Field(min_length=1, max_length=64)  # the pool's name (status, audit)
+    nodes: str = "all"  # the pool's nodes: all | rack:R | switch:S | nodes:a,b (registered nodes)
+    per: Literal["switch", "rack"] = "switch"  # the topology domains spares are kept in: each leaf switch or rack
+    count: int | None = Field(default=None, ge=0)  # spares per domain (give count or share)
+    share: float | None = Field(default=None, ge=0, lt=1)  # spares per domain as a fraction of it, rounded up
+    keep_idle: int = Field(default=0, ge=0)  # spares per domain kept out of the backfill partition (never lent)
+    big_partition: str = Field(min_length=1)  # the big job's partition: spares are out of it until reclaimed
+    backfill_partition: str = Field(min_length=1)  # the preemptible partition (PreemptMode=REQUEUE) spares are lent to
+
+    def spec(self) -> PoolSpec:
+        return PoolSpec(self.name, self.big_partition, self.backfill_partition, Selector.parse(self.nodes), self.per,
+                        self.count, self.share, self.keep_idle)
+
+    @model_validator(mode="after")
+    def _valid(self) -> SparePoolSettings:
+        try:
+            self.spec()
+        except InvalidInput as err:
+            raise ValueError(f"{err.field} = {err.value!r}: expected {err.expected}") from None
+        return self
+
+
+class SparesSettings(BaseModel):
+    """``[spares]``: hot-spare pools (docs/spares.md). Needs ``scheduler = "slurm"``; none by default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    pools: tuple[SparePoolSettings, ...] = ()  # [[spares.pools]] entries
+
+    @model_validator(mode="after")
+    def _unique(self) -> SparesSettings:
+        names = [p.name for p in self.pools]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"pool names must be unique: {', '.join(dup)} appears more than once")
+        return self
+
+
 class TlsSettings(BaseModel):
     """``[tls]``: serve HTTPS. With ``client_ca``, every client must present a certificate signed by it
     (docs/api.md#tls); bearer tokens are still required on top."""
@@ -356,6 +409,7 @@ class ControllerSettings(BaseSettings):
     repair: RepairSettings = RepairSettings()  # see [repair]
     fleet_judge: FleetJudgeSettings = FleetJudgeSettings()  # see [fleet_judge]
     retention: RetentionSettings = RetentionSettings()  # see [retention]: old events deleted (or archived)
+    spares: SparesSettings = SparesSettings()  # see [spares]: hot-spare pools per topology domain
     tls: TlsSettings = TlsSettings()  # see [tls]: HTTPS, optional client certificates
     limits: LimitSettings = LimitSettings()  # see [limits]: what a request may cost before its token is checked
     tenancy: TenancySettings = TenancySettings()  # see [tenancy]: how a node moves between tenants

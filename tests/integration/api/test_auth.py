@@ -66,6 +66,7 @@ ACCESS: dict[tuple[str, str], set[str]] = {
     ("POST", "/v1/maintenance/{rollout}/abort"): OPERATE,
     ("POST", "/v1/nodes/{node}/tenant"): ADMIN,
     ("GET", "/v1/tenancy"): READ,
+    ("GET", "/v1/spares"): READ,
 }
 
 PARAMS = {"node": "r01-n01", "action_id": "d-0000000000000000:drain", "job_id": "job-1",

@@ -69,6 +69,7 @@ TENANCY: dict[tuple[str, str], str] = {
     ("POST", "/v1/maintenance/{rollout}/abort"): FLEET,
     ("POST", "/v1/nodes/{node}/tenant"): ADMIN_ONLY,
     ("GET", "/v1/tenancy"): LIST,
+    ("GET", "/v1/spares"): FLEET,  # the pools span tenants' nodes
 }
 OTHER = "r02-n01"  # globex's
 MINE = "r01-n01"  # acme's

@@ -7,7 +7,7 @@ checkpoint polling and retry back-off, no blast-radius limit (the lab has only t
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,7 +17,13 @@ import httpx
 
 from gpufleet.controller.reconciler import Validator
 from gpufleet.controller.runtime import Runtime, build
-from gpufleet.controller.settings import ControllerSettings, RepairSettings, SchedulerKind, TokenConfig
+from gpufleet.controller.settings import (
+    ControllerSettings,
+    RepairSettings,
+    SchedulerKind,
+    SparesSettings,
+    TokenConfig,
+)
 from gpufleet.schedulers.port import Scheduler
 from gpufleet.schedulers.slurm import SlurmScheduler
 from tests.e2e.harness import ADMIN_TOKEN, AGENT_TOKEN, BASE_POLICY
@@ -38,14 +44,16 @@ class LabController:
     @classmethod
     def start(cls, workdir: Path, scheduler: Scheduler, nodes: list[str], *, interval: float = 0.1,
               policy_text: str = POLICY, validator: Validator | None = None,
-              new_nodes: Sequence[str] = (), repair: RepairSettings | None = None) -> LabController:
-        """``nodes`` are registered ready, ``new_nodes`` new (they go through burn-in)."""
+              new_nodes: Sequence[str] = (), repair: RepairSettings | None = None,
+              spares: SparesSettings | None = None, leaves: Mapping[str, str] | None = None) -> LabController:
+        """``nodes`` are registered ready (in rack r1, behind ``leaves[node]`` when given), ``new_nodes`` new
+        (they go through burn-in). A controller restarted on the same workdir passes no nodes."""
         policy = workdir / "policy.toml"
         policy.write_text(policy_text)
         settings = ControllerSettings(
             database_url=f"sqlite:///{workdir / 'controller.db'}", policy_file=policy, port=0,
             scheduler=SchedulerKind.SLURM if isinstance(scheduler, SlurmScheduler) else SchedulerKind.SIM,
-            reconcile_interval=interval, repair=repair or RepairSettings(),
+            reconcile_interval=interval, repair=repair or RepairSettings(), spares=spares or SparesSettings(),
             tokens=(TokenConfig(name="admin", role="admin", token=ADMIN_TOKEN),
                     TokenConfig(name="agent", role="agent", token=AGENT_TOKEN, nodes=("*",))),
         )
@@ -55,8 +63,10 @@ class LabController:
         url = f"http://127.0.0.1:{ports[0]}/v1"
         admin = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}, timeout=30)
         agent = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {AGENT_TOKEN}"}, timeout=30)
-        r = admin.post("/nodes", json={"nodes": [{"id": n, "rack": "r1"} for n in nodes], "state": "ready"})
-        r.raise_for_status()
+        if nodes:
+            r = admin.post("/nodes", json={"nodes": [{"id": n, "rack": "r1", "leaves": [leaves[n]] if leaves else []}
+                                                     for n in nodes], "state": "ready"})
+            r.raise_for_status()
         if new_nodes:
             r = admin.post("/nodes", json={"nodes": [{"id": n, "rack": "r1"} for n in new_nodes], "state": "new"})
             r.raise_for_status()

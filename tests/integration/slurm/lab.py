@@ -145,9 +145,10 @@ class SlurmLab:
         return path
 
     def reset(self) -> None:
-        """No jobs, no hooks, no faults, no reservations; every real node idle and undrained (slurmctld
-        restarted if a failed test left it down). A controller a test SIGKILLed mid-validation leaves
-        its ``flags=maint`` reservation behind, and a node in one shows ``maint``, not ``idle``."""
+        """No jobs, no hooks, no faults, no reservations, the partitions as slurm.conf has them; every real
+        node idle and undrained (slurmctld restarted if a failed test left it down). A controller a test
+        SIGKILLed mid-validation leaves its ``flags=maint`` reservation behind, and a node in one shows
+        ``maint``, not ``idle``."""
         self.script("ctld-start")
         topo, default = self.root / "etc" / "topology.conf", self.root / "etc" / "topology.conf.default"
         if default.exists() and topo.read_text() != default.read_text():  # a test placed its own switches
@@ -164,10 +165,27 @@ class SlurmLab:
         shown = self.cmd("scontrol", "-o", "show", "reservation", check=False).stdout
         for name in re.findall(r"ReservationName=(\S+)", shown):
             self.cmd("scontrol", "delete", f"reservationname={name}", check=False)
+        every = ",".join([*self.nodes, *(["ghost"] if self.ghost else [])])
+        for part in ("low", "high"):  # a hot-spare pool test moved nodes between them
+            if self.partition_nodes(part) != set(every.split(",")):
+                self.cmd("scontrol", "update", f"partitionname={part}", f"nodes={every}")
         wait_for(lambda: not self.cmd("squeue", "-h", "-t", "R,CG,CF,PD", check=False).stdout.strip(),
                  "all lab jobs gone")
+        # a validation reservation a test's controller left behind keeps its node MAINT (never "idle")
+        for line in self.cmd("scontrol", "show", "reservation", "-o", check=False).stdout.splitlines():
+            name = next((t.split("=", 1)[1] for t in line.split() if t.startswith("ReservationName=")), "")
+            if name:
+                self.cmd("scontrol", "delete", f"reservationname={name}", check=False)
         wait_for(self._all_idle, lambda: "all lab nodes idle and undrained; sinfo says: " + self.cmd(
             "sinfo", "-h", "-N", "-n", ",".join(self.nodes), "-o", "%N %T %E", check=False).stdout.strip())
+
+    def partition_nodes(self, partition: str) -> set[str]:
+        """The partition's nodes as slurmctld has them now (``scontrol show partition``)."""
+        from gpufleet.schedulers.slurm.hostlist import expand
+
+        out = self.cmd("scontrol", "show", "partition", partition, "-o").stdout
+        nodes = next((t.split("=", 1)[1] for t in out.split() if t.startswith("Nodes=")), "")
+        return set(expand(nodes)) if nodes and nodes != "(null)" else set()
 
     def _all_idle(self) -> bool:
         out = self.cmd("sinfo", "-h", "-N", "-n", ",".join(self.nodes), "-o", "%N %T", check=False).stdout

@@ -161,6 +161,19 @@ def test_bad_inputs_name_field_value_expectation() -> None:
     assert err.value.field == "features"
 
 
+def test_partition_nodes_command_and_bad_names() -> None:
+    r = busy_cluster()
+    s = _sched(r)
+    s.set_partition_nodes("high", ["ghost", "n1"])
+    assert r.writes == [("scontrol", "update", "partitionname=high", "nodes=ghost,n1")]
+    with pytest.raises(InvalidInput) as err:
+        s.set_partition_nodes("high low", ["n1"])
+    assert err.value.field == "partition"
+    with pytest.raises(InvalidInput) as err:
+        s.set_partition_nodes("high", ["n1,n2"])
+    assert err.value.field == "nodes"
+
+
 def test_features_and_weight_commands() -> None:
     r = busy_cluster()
     s = _sched(r)

@@ -53,6 +53,7 @@ from .schemas import (
     RegisterIn,
 )
 from .scope import Scope
+from .spares import spares_router
 from .tenancy import tenancy_router
 from .ttm import ttm_router
 from .views import ActionOut, AuditOut, BreakerOut, DecisionOut, EventOut, NodeDetail, NodeOut, StatusOut, TransitionOut
@@ -334,6 +335,8 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
     v1.include_router(ttm_router(controller, scope))  # GET /v1/ttm: time to market
     if reconciler is not None and reconciler.maintenance is not None:  # maintenance rollouts
         v1.include_router(maintenance_router(reconciler.maintenance, scope))
+    if reconciler is not None:  # hot-spare pools ([] without [spares] pools)
+        v1.include_router(spares_router(reconciler.spares, scope))
     v1.include_router(bmc_router(controller, may_report, bmc, bundles, scope))  # firmware, diagnostic bundles
     v1.include_router(tenancy_router(tenancy, scope))  # tenancy moves, tenants (docs/tenancy.md)
     app.include_router(v1)

@@ -303,3 +303,19 @@ class TenancyMoveRow(Base):
     created: Mapped[datetime]
     updated: Mapped[datetime]
     __table_args__ = (Index("ix_tenancy_moves_node", "node"), Index("ix_tenancy_moves_state", "state"))
+
+
+class SpareRow(Base):
+    """A node's role in a hot-spare pool (migration 0011, controller.spares). A pool node without a row
+    is a working node of the big partition. ``replaces``: the failed node a reclaimed spare stands in for;
+    ``step``: how far a reclaim got (backfill_left, requeued, joined), so a restarted controller resumes."""
+
+    __tablename__ = "spare_nodes"
+    node: Mapped[str] = mapped_column(String(128), primary_key=True)
+    pool: Mapped[str] = mapped_column(String(64))
+    role: Mapped[str] = mapped_column(String(16))  # lifecycle.spares.Role
+    replaces: Mapped[str] = mapped_column(String(128), default="")
+    step: Mapped[str] = mapped_column(String(32), default="")
+    since: Mapped[datetime]
+    detail: Mapped[str] = mapped_column(Text, default="")
+    __table_args__ = (Index("ix_spare_nodes_pool", "pool"),)

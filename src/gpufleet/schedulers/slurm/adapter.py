@@ -235,6 +235,20 @@ class SlurmScheduler:
                  n.weight + PLACE_LAST_WEIGHT if last else n.weight - PLACE_LAST_WEIGHT,
                  "placed last: suspect" if last else "placed normally again")
 
+    def set_partition_nodes(self, partition: str, nodes: Sequence[str]) -> None:
+        """Make ``nodes`` the partition's whole node list (``scontrol update partitionname=P nodes=...``).
+
+        The hot-spare pools' lever (controller.spares): a spare leaves the big partition and joins the
+        backfill one, and back. Like weights, Slurm forgets it at ``scontrol reconfigure`` and restarts
+        (slurm.conf's ``Nodes=`` wins); the controller sets it again on its next pass."""
+        if not partition or any(c in partition for c in ", \t\n="):
+            raise InvalidInput("partition", partition, "a Slurm partition name")
+        bad = [n for n in nodes if not n or any(c in n for c in ", \t\n=")]
+        if bad:
+            raise InvalidInput("nodes", list(nodes), "node names without commas, spaces or '='")
+        self._scontrol(["update", f"partitionname={partition}", f"nodes={','.join(nodes)}"])
+        log.info("partition %s: nodes %s", partition, ",".join(nodes) or "(none)")
+
     def reconfigure(self) -> None:
         """``scontrol reconfigure``: slurmctld re-reads its configuration files (topology.conf among them)."""
         self._scontrol(["reconfigure"])
