@@ -391,6 +391,23 @@ class Controller:
                 raise ExternalError("database", f"recording action {action_id}: {brief(err)}") from err
             self._notify(plan)
 
+    # ---- leadership -------------------------------------------------------------------------
+    def rebuild(self) -> None:
+        """A replica that has just been elected leader: its memory becomes what the store holds (what the
+        last leader committed, up to its last fenced write), exactly as at a start. Raises if the store
+        cannot be read (the replica does not lead until it can)."""
+        with self.lock:
+            identity = Identity(self.topology)
+            identity.load(self.store.load_inventories())
+            self.identity = identity
+            admission = self._admission()
+            engine = self._load(admission)
+            self.admission, self.engine = admission, engine
+            self.clock_skew.clear()
+            self._correlator_stale = True
+            self._rebuild_correlator()
+        heap.settle("rebuilding state for a new leader epoch")
+
     # ---- views ------------------------------------------------------------------------------
     @property
     def breaker(self) -> BreakerState:

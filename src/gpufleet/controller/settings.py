@@ -48,6 +48,11 @@ Example ``controller.toml``::
     keyfile = "/etc/gpufleet/tls/server.key"
     client_ca = "/etc/gpufleet/tls/agents-ca.crt" # optional: require client certificates signed by it
 
+    [ha]                                        # several replicas on PostgreSQL (docs/scale.md)
+    lease_s = 8                                # a dead leader is replaced within lease_s + renew_s
+    renew_s = 2                                # at most lease_s / 2
+    advertise_url = "http://10.0.0.5:8470"      # "" = from host and port
+
     [limits]                                    # before authentication (docs/api.md#limits)
     max_body_bytes = 67108864
     max_header_bytes = 16384
@@ -262,6 +267,27 @@ class LimitSettings(BaseModel):
     max_clock_skew: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(minutes=5)
 
 
+class HaSettings(BaseModel):
+    """``[ha]``: several replicas on one PostgreSQL (docs/scale.md). On PostgreSQL the replicas elect a
+    leader with a lease row; the leader's writes are fenced by the lease's epoch. On SQLite there is one
+    replica and no election (these settings are not used)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    lease_s: float = Field(default=8.0, gt=0, le=300)  # a dead leader is replaced within lease_s + renew_s
+    renew_s: float = Field(default=2.0, gt=0)  # how often each replica asks for the lease (at most lease_s / 2)
+    # where this replica serves the API for the others (followers forward writes to the leader there);
+    # "" = http(s)://HOST:PORT from host and port (the host name when host is 0.0.0.0 or ::)
+    advertise_url: str = Field(default="", pattern=r"^(https?://\S+)?$")
+    forward_timeout_s: float = Field(default=30.0, gt=0)  # a forwarded request waits this long for the leader
+
+    @model_validator(mode="after")
+    def _renew_twice_a_lease(self) -> HaSettings:
+        if self.renew_s * 2 > self.lease_s:
+            raise ValueError(f"renew_s ({self.renew_s:g}) must be at most half of lease_s ({self.lease_s:g}): a "
+                             "leader renews at least twice per lease, or one slow renewal deposes it")
+        return self
+
+
 class ControllerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUFLEET_", extra="forbid")
     database_url: str = "sqlite:///gpufleet.db"  # SQLAlchemy URL: sqlite:///FILE or postgresql://user@host/db
@@ -295,6 +321,7 @@ class ControllerSettings(BaseSettings):
     retention: RetentionSettings = RetentionSettings()  # see [retention]: old events deleted (or archived)
     tls: TlsSettings = TlsSettings()  # see [tls]: HTTPS, optional client certificates
     limits: LimitSettings = LimitSettings()  # see [limits]: what a request may cost before its token is checked
+    ha: HaSettings = HaSettings()  # see [ha]: leader election and fencing of replicas on PostgreSQL
     api_docs: bool = True  # /docs: Swagger UI, its assets served by the controller itself (no CDN)
     openapi_requires_auth: bool = False  # /openapi.json only for a valid token
 

@@ -1,0 +1,103 @@
+"""On a follower replica: what needs the leader goes to the leader (docs/decisions/0100).
+
+The leader alone holds the lifecycle engine's state in memory and decides; every replica reads the
+database. So a follower answers reads of the database itself and forwards to the leader:
+
+* every write (any method but GET/HEAD/OPTIONS): event and heartbeat reports, inventories, operator
+  actions, checkpoints, maintenance, registrations — the caller's answer is the leader's answer, so a
+  2xx still means "durable on the leader, at its epoch";
+* the reads of the leader's memory (:data:`LEADER_READS`: breaker, dry-run, correlation verdicts, the
+  status summary, the web UI).
+
+A forwarded request carries :data:`FORWARDED` and is never forwarded again: a replica that receives one
+and does not lead answers 503 (the caller retries, as agents do). With no leader known, or the leader
+unreachable, the answer is 503 with ``Retry-After`` — never a guess.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import httpx
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..ha.elector import Leadership
+
+log = logging.getLogger(__name__)
+FORWARDED = "x-gpufleet-forwarded-by"
+LEADER_READS = frozenset({"/v1/status", "/v1/breaker", "/v1/mode", "/v1/verdicts", "/"})
+_READS = frozenset({"GET", "HEAD", "OPTIONS"})
+_HOP = frozenset({b"host", b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"upgrade",
+                  b"te", b"trailer", b"proxy-authorization", b"proxy-connection"})
+RETRY_AFTER_S = 1
+
+
+def needs_leader(method: str, path: str) -> bool:
+    if method not in _READS:
+        return True
+    return path in LEADER_READS or (path.startswith("/ui/") and not path.startswith("/ui/static/"))
+
+
+class ForwardToLeader:
+    def __init__(self, app: ASGIApp, leadership: Leadership, timeout_s: float = 30.0) -> None:
+        self.app, self.leadership = app, leadership
+        self.timeout_s = timeout_s
+        self._client: httpx.AsyncClient | None = None
+        self.forwarded = 0  # requests forwarded since start (a metric)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (scope["type"] != "http" or self.leadership.leading()
+                or not needs_leader(scope["method"], scope["path"])):
+            await self.app(scope, receive, send)
+            return
+        headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _HOP]
+        if any(k.lower() == FORWARDED.encode() for k, _ in headers):
+            await _unavailable(send, f"replica {self.leadership.replica} is not the leader either "
+                                     "(leadership is changing); retry")
+            return
+        url = self.leadership.leader_url
+        if not url:
+            await _unavailable(send, "no leader elected yet; retry")
+            return
+        body = await _body(receive)
+        target = url.rstrip("/") + scope.get("root_path", "") + scope["path"]
+        query = scope.get("query_string", b"")
+        if query:
+            target += "?" + query.decode("latin-1")
+        headers.append((FORWARDED.encode(), self.leadership.replica.encode()))
+        client = self._client or httpx.AsyncClient(timeout=self.timeout_s)
+        self._client = client
+        try:
+            resp = await client.request(scope["method"], target, headers=headers, content=body)
+        except httpx.HTTPError as err:
+            log.warning("forwarding %s %s to the leader at %s failed: %s", scope["method"], scope["path"], url,
+                        type(err).__name__)
+            await _unavailable(send, f"the leader at {url} did not answer ({type(err).__name__}); retry")
+            return
+        self.forwarded += 1
+        out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in resp.headers.multi_items()
+               if k.lower().encode() not in _HOP and k.lower() != "content-encoding"]
+        out.append((b"content-length", str(len(resp.content)).encode()))
+        await send({"type": "http.response.start", "status": resp.status_code, "headers": out})
+        await send({"type": "http.response.body", "body": resp.content})
+
+
+async def _body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        message: Message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+async def _unavailable(send: Send, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send({"type": "http.response.start", "status": 503,
+                "headers": [(b"content-type", b"application/json"), (b"retry-after", str(RETRY_AFTER_S).encode()),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
