@@ -18,6 +18,7 @@ import uvicorn
 
 from gpufleet.controller import heap
 from gpufleet.controller.api.app import create_app
+from gpufleet.controller.api.forward import ForwardTls
 from gpufleet.controller.api.limits import Limits
 from gpufleet.controller.api.slowclients import admission_protocol
 from gpufleet.controller.bmc.credentials import load_targets
@@ -132,7 +133,8 @@ class Runtime:
                          max_queued_events=lim.ingest_queue_events, api_docs=s.api_docs,
                          openapi_requires_auth=s.openapi_requires_auth, retention=self.retention,
                          bmc=self.bmc, bundles=self.bundles, leadership=self.leadership,
-                         forward_timeout_s=s.ha.forward_timeout_s)
+                         forward_timeout_s=s.ha.forward_timeout_s,
+                         forward_tls=ForwardTls(s.ha.forward_ca, s.ha.forward_tls_name))
         self.committer = app.state.ingest
         tls: dict[str, Any] = {}
         if s.tls.enabled:

@@ -33,7 +33,7 @@ from .auth import ADMINISTER, OPERATE, READ, REPORT, Caller, TokenRegistry, requ
 from .bmc import bmc_router
 from .commands import commands_router
 from .fastpath import FastPathCounts, IngestFastPath
-from .forward import ForwardToLeader
+from .forward import ForwardTls, ForwardToLeader
 from .goodput import GoodputObserver, goodput_router
 from .jobevents import job_events_router
 from .limits import DEFAULT_LIMITS, Limits, RefusedCounts, RequestLimits
@@ -73,7 +73,7 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
                api_docs: bool = True, openapi_requires_auth: bool = False,
                retention: Retention | None = None, bmc: BmcWatcher | None = None,
                bundles: Bundles | None = None, leadership: Leadership | None = None,
-               forward_timeout_s: float = 30.0) -> FastAPI:
+               forward_timeout_s: float = 30.0, forward_tls: ForwardTls | None = None) -> FastAPI:
     """The API app. ``fast_ingest=False`` leaves every event post to the framework's route (the fast
     path answers exactly alike; the switch exists to show that, and to rule it out when debugging).
     ``api_docs=False`` serves no ``/docs`` (Swagger UI served from the controller itself, assets
@@ -101,7 +101,8 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
     lead = leadership if leadership is not None else always_leading()
     app.state.leadership = lead
     if lead.elected:  # inside the limits (a forwarded body is bounded), outside the fast path (leader only)
-        app.add_middleware(ForwardToLeader, leadership=lead, timeout_s=forward_timeout_s)
+        app.add_middleware(ForwardToLeader, leadership=lead, timeout_s=forward_timeout_s,
+                           tls=forward_tls or ForwardTls())
     # Outermost: sizes and read time are bounded before anything (the fast path, auth) reads a byte.
     app.state.refused = RefusedCounts()
     app.add_middleware(RequestLimits, limits=limits, counts=app.state.refused)

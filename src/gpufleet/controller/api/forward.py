@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import json
 import logging
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -39,10 +42,20 @@ def needs_leader(method: str, path: str) -> bool:
     return path in LEADER_READS or (path.startswith("/ui/") and not path.startswith("/ui/static/"))
 
 
+@dataclass(frozen=True, slots=True)
+class ForwardTls:
+    """How a follower checks the leader's certificate (``[ha] forward_ca`` / ``forward_tls_name``)."""
+
+    ca: Path | None = None  # the CA the leader's certificate chains to (None: the system store)
+    name: str = ""  # the name the certificate was issued for, when the advertise URL is an address
+
+
 class ForwardToLeader:
-    def __init__(self, app: ASGIApp, leadership: Leadership, timeout_s: float = 30.0) -> None:
+    def __init__(self, app: ASGIApp, leadership: Leadership, timeout_s: float = 30.0,
+                 tls: ForwardTls | None = None) -> None:
         self.app, self.leadership = app, leadership
         self.timeout_s = timeout_s
+        self.tls = tls or ForwardTls()
         self._client: httpx.AsyncClient | None = None
         self.forwarded = 0  # requests forwarded since start (a metric)
 
@@ -66,10 +79,12 @@ class ForwardToLeader:
         if query:
             target += "?" + query.decode("latin-1")
         headers.append((FORWARDED.encode(), self.leadership.replica.encode()))
-        client = self._client or httpx.AsyncClient(timeout=self.timeout_s)
+        client = self._client or httpx.AsyncClient(
+            timeout=self.timeout_s, verify=ssl.create_default_context(cafile=self.tls.ca) if self.tls.ca else True)
         self._client = client
+        extensions = {"sni_hostname": self.tls.name} if self.tls.name else None
         try:
-            resp = await client.request(scope["method"], target, headers=headers, content=body)
+            resp = await client.request(scope["method"], target, headers=headers, content=body, extensions=extensions)
         except httpx.HTTPError as err:
             log.warning("forwarding %s %s to the leader at %s failed: %s", scope["method"], scope["path"], url,
                         type(err).__name__)
