@@ -206,7 +206,7 @@ def test_hadolint_catches_a_bad_dockerfile(tmp_path: Path) -> None:
     ({"controller": {"replicas": 2}, "tls": {"clientSecret": "agent-tls"}}, "tls.clientSecret"),
 ])
 def test_several_controller_replicas_need_postgresql_and_say_so(values: dict[str, Any], says: str) -> None:
-    with pytest.raises(Exception, match="controller.replicas") as err:
+    with pytest.raises(Exception, match=r"controller\.replicas") as err:
         render(values)
     assert says in str(err.value)
 
