@@ -7,7 +7,7 @@ database. So a follower answers reads of the database itself and forwards to the
   actions, checkpoints, maintenance, registrations — the caller's answer is the leader's answer, so a
   2xx still means "durable on the leader, at its epoch";
 * the reads of the leader's memory (:data:`LEADER_READS`: breaker, dry-run, correlation verdicts, the
-  status summary, the web UI).
+  status summary, the web UI; a node's repair commands and bundles, which check the node in memory).
 
 A forwarded request carries :data:`FORWARDED` and is never forwarded again: a replica that receives one
 and does not lead answers 503 (the caller retries, as agents do). With no leader known, or the leader
@@ -30,6 +30,9 @@ from ..ha.elector import Leadership
 log = logging.getLogger(__name__)
 FORWARDED = "x-gpufleet-forwarded-by"
 LEADER_READS = frozenset({"/v1/status", "/v1/breaker", "/v1/mode", "/v1/verdicts", "/"})
+# GET /v1/nodes/{node}/commands and /bundles check the node against the engine's memory (404 for one it
+# does not know): a follower started before the node was registered would not know it
+_LEADER_NODE_READS = ("/commands", "/bundles")
 _READS = frozenset({"GET", "HEAD", "OPTIONS"})
 _HOP = frozenset({b"host", b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"upgrade",
                   b"te", b"trailer", b"proxy-authorization", b"proxy-connection"})
@@ -38,6 +41,8 @@ RETRY_AFTER_S = 1
 
 def needs_leader(method: str, path: str) -> bool:
     if method not in _READS:
+        return True
+    if path.startswith("/v1/nodes/") and path.endswith(_LEADER_NODE_READS):
         return True
     return path in LEADER_READS or (path.startswith("/ui/") and not path.startswith("/ui/static/"))
 
