@@ -18,14 +18,13 @@ from __future__ import annotations
 
 import json
 import logging
-import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..ha.elector import Leadership
+from .leaderclient import LeaderClient, LeaderUnreachable
 
 log = logging.getLogger(__name__)
 FORWARDED = "x-gpufleet-forwarded-by"
@@ -61,7 +60,7 @@ class ForwardToLeader:
         self.app, self.leadership = app, leadership
         self.timeout_s = timeout_s
         self.tls = tls or ForwardTls()
-        self._client: httpx.AsyncClient | None = None
+        self.client = LeaderClient(timeout_s, ca=str(self.tls.ca) if self.tls.ca else None, tls_name=self.tls.name)
         self.forwarded = 0  # requests forwarded since start (a metric)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -79,28 +78,23 @@ class ForwardToLeader:
             await _unavailable(send, "no leader elected yet; retry")
             return
         body = await _body(receive)
-        target = url.rstrip("/") + scope.get("root_path", "") + scope["path"]
+        raw = scope.get("raw_path") or scope["path"].encode()  # as the caller encoded it
+        target = raw.decode("latin-1")
         query = scope.get("query_string", b"")
         if query:
             target += "?" + query.decode("latin-1")
         headers.append((FORWARDED.encode(), self.leadership.replica.encode()))
-        client = self._client or httpx.AsyncClient(
-            timeout=self.timeout_s, verify=ssl.create_default_context(cafile=self.tls.ca) if self.tls.ca else True)
-        self._client = client
-        extensions = {"sni_hostname": self.tls.name} if self.tls.name else None
         try:
-            resp = await client.request(scope["method"], target, headers=headers, content=body, extensions=extensions)
-        except httpx.HTTPError as err:
-            log.warning("forwarding %s %s to the leader at %s failed: %s", scope["method"], scope["path"], url,
-                        type(err).__name__)
-            await _unavailable(send, f"the leader at {url} did not answer ({type(err).__name__}); retry")
+            answer = await self.client.request(url, scope["method"], target, headers, body)
+        except LeaderUnreachable as err:
+            log.warning("forwarding %s %s to the leader at %s failed: %s", scope["method"], scope["path"], url, err)
+            await _unavailable(send, f"the leader at {url} did not answer; retry")
             return
         self.forwarded += 1
-        out = [(k.encode("latin-1"), v.encode("latin-1")) for k, v in resp.headers.multi_items()
-               if k.lower().encode() not in _HOP and k.lower() != "content-encoding"]
-        out.append((b"content-length", str(len(resp.content)).encode()))
-        await send({"type": "http.response.start", "status": resp.status_code, "headers": out})
-        await send({"type": "http.response.body", "body": resp.content})
+        out = [(k, v) for k, v in answer.headers if k not in _HOP]
+        out.append((b"content-length", str(len(answer.body)).encode()))
+        await send({"type": "http.response.start", "status": answer.status, "headers": out})
+        await send({"type": "http.response.body", "body": answer.body})
 
 
 async def _body(receive: Receive) -> bytes:
