@@ -24,7 +24,8 @@ from gpufleet.lifecycle.states import NodeState
 from gpufleet.schedulers.sim import SimScheduler
 
 TOKEN = "ha-test-token-0123456789"
-NODES = 100
+NODES = 300
+RACKS = 10
 
 
 class SharedSim:
@@ -59,7 +60,7 @@ class SharedSim:
 
 
 def main(workdir: Path, name: str, url: str, lease_s: float, renew_s: float) -> None:
-    fleet = simulated_fleet(NODES, 10)
+    fleet = simulated_fleet(NODES, RACKS)
     settings = ControllerSettings(database_url=url, port=0, scheduler=SchedulerKind.SIM,
                                   ha=HaSettings(lease_s=lease_s, renew_s=renew_s),
                                   tokens=(TokenConfig(name="ha", role=Role.ADMIN, token=TOKEN),))

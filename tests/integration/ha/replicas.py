@@ -53,13 +53,19 @@ class Replica:
         self.base = f"http://127.0.0.1:{self.port_file.read_text()}"
         return True
 
+    def ready(self) -> bool:
+        """Whether it serves now (no waiting): picks up its port once it has written it."""
+        if not self.base and self.alive and self.port_file.exists():
+            self.base = f"http://127.0.0.1:{self.port_file.read_text()}"
+        return bool(self.base) and self.alive
+
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
     def health(self) -> dict[str, object] | None:
         """Its /v1/health (role, epoch), or None when it does not answer."""
-        if not self.base or not self.alive:
+        if not self.ready():
             return None
         try:
             r = httpx.get(f"{self.base}/v1/health", headers=HEADERS, timeout=2)
