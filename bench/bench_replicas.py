@@ -19,6 +19,7 @@ Run: ``python -m bench replicas [--quick]`` (PostgreSQL from ``GPUFLEET_TEST_POS
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from typing import Any
 
@@ -81,7 +82,8 @@ def split(bases: list[str], reports: Reports, seconds: float, pids: list[int], *
 def run(quick: bool) -> dict[str, Any]:
     nodes = 1250 if quick else 12_500
     seconds = 3.0 if quick else 10.0
-    result: dict[str, Any] = {"nodes": nodes, "seconds_per_phase": seconds, "connections": CONNECTIONS}
+    result: dict[str, Any] = {"nodes": nodes, "seconds_per_phase": seconds, "connections": CONNECTIONS,
+                              "load_average_1m_at_start": round(os.getloadavg()[0], 2)}
     with postgres_database() as url:
         if url is None:
             return result | {"available": False, "reason": "no reachable PostgreSQL (GPUFLEET_TEST_POSTGRES_URL)"}
@@ -101,4 +103,5 @@ def run(quick: bool) -> dict[str, Any]:
     result["scaling_ratio_two_over_one"] = round(two["throughput_per_s"] / one["throughput_per_s"], 2)
     result["cpu_per_report_two_over_one"] = round(two["replicas_cpu_ms_per_report"]
                                                   / one["replicas_cpu_ms_per_report"], 2)
+    result["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
     return result
