@@ -279,10 +279,8 @@ class HaSettings(BaseModel):
     # "" = http(s)://HOST:PORT from host and port (the host name when host is 0.0.0.0 or ::)
     advertise_url: str = Field(default="", pattern=r"^(https?://\S+)?$")
     forward_timeout_s: float = Field(default=30.0, gt=0)  # a forwarded request waits this long for the leader
-    # https advertise URLs: the CA the leader's certificate chains to (none: the system store) and the name
-    # it was issued for when the URL names a pod's address ("" = the URL's host)
-    forward_ca: Path | None = None
-    forward_tls_name: str = ""
+    forward_ca: Path | None = None  # https: the CA the leader's certificate chains to (none: the system store)
+    forward_tls_name: str = ""  # https: the name in the leader's certificate when the URL is an address ("" = host)
 
     @model_validator(mode="after")
     def _renew_twice_a_lease(self) -> HaSettings:
