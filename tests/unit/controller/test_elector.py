@@ -9,6 +9,7 @@ import pytest
 
 from gpufleet.controller.ha.elector import Elector, Leadership
 from gpufleet.controller.ha.fence import Fence
+from gpufleet.controller.ha.lease import Lease
 from gpufleet.controller.store.db import make_engine, migrate
 from gpufleet.controller.store.lease import LeaseStore
 
@@ -88,3 +89,31 @@ def test_a_failed_rebuild_does_not_lead_and_is_retried(leases: LeaseStore) -> No
 def test_renew_must_fit_twice_in_a_lease(leases: LeaseStore) -> None:
     with pytest.raises(ValueError, match="renew_s"):
         Elector(leases, Leadership("a"), Fence(), lease_s=4, renew_s=3, url=lambda: "", on_gain=lambda e: None)
+
+
+class Unreachable(LeaseStore):
+    """A lease store whose database stops answering when ``down`` is set."""
+
+    down = False
+
+    def ask(self, me: str, url: str, length: timedelta) -> tuple[Lease, bool]:
+        if self.down:
+            raise OSError("connection refused")
+        return super().ask(me, url, length)
+
+
+def test_a_leader_cut_off_from_the_database_leads_until_its_lease_would_run_out_then_steps_down(
+        tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'lease.db'}")
+    migrate(engine)
+    leases = Unreachable(engine, now=CLOCK.wall)
+    gains: list[tuple[str, int]] = []
+    a, ea = replica(leases, "a", gains)
+    assert ea.step()
+    leases.down = True
+    CLOCK.t += 6
+    assert ea.step() and a.epoch == 1, "one failed renewal within the lease changes nothing"
+    CLOCK.t += 2
+    assert not ea.step() and a.epoch is None and ea.fence.epoch is None, "stepped down when the lease ran out"
+    leases.down = False
+    assert ea.step() and a.epoch == 2 and gains == [("a", 1), ("a", 2)], "back with a new epoch, rebuilt"
