@@ -9,8 +9,6 @@ import pytest
 from tests.conftest import require_service
 from tests.integration.store.backends import WHAT, Postgres
 
-pytestmark = pytest.mark.ha
-
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Postgres | None]:
