@@ -13,6 +13,8 @@ from gpufleet.controller.ha.lease import Lease
 from gpufleet.controller.store.db import make_engine, migrate
 from gpufleet.controller.store.lease import LeaseStore
 
+pytestmark = pytest.mark.ha
+
 
 class Clock:
     def __init__(self) -> None:

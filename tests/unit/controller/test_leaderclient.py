@@ -8,6 +8,8 @@ import pytest
 
 from gpufleet.controller.api.leaderclient import LeaderClient, LeaderUnreachable
 
+pytestmark = pytest.mark.ha
+
 
 async def serve(answers: list[bytes], *, close_after: int = 0
                 ) -> tuple[asyncio.Server, str, list[bytes], asyncio.Event]:

@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 
 from gpufleet.controller.ha.lease import Lease, ask, release
 
+pytestmark = pytest.mark.ha
+
 T0 = datetime(2026, 11, 26, 21, 0, tzinfo=UTC)
 LENGTH = timedelta(seconds=8)
 NOBODY = Lease("", 0, datetime(1970, 1, 1, tzinfo=UTC))
