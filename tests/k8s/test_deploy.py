@@ -198,3 +198,34 @@ def test_hadolint_catches_a_bad_dockerfile(tmp_path: Path) -> None:
                          check=False)
     codes = {f["code"] for f in json.loads(out.stdout)}
     assert out.returncode != 0 and "DL3007" in codes
+
+
+@pytest.mark.parametrize(("values", "says"), [
+    ({"controller": {"replicas": 2, "database": {"url": "sqlite:////data/gpufleet.db"}}}, "postgresql:// URL"),
+    ({"controller": {"replicas": 0}}, "got 0, expected 1 or more"),
+    ({"controller": {"replicas": 2}, "tls": {"clientSecret": "agent-tls"}}, "tls.clientSecret"),
+])
+def test_several_controller_replicas_need_postgresql_and_say_so(values: dict[str, Any], says: str) -> None:
+    with pytest.raises(Exception, match=r"controller\.replicas") as err:
+        render(values)
+    assert says in str(err.value)
+
+
+def test_controller_replicas_elect_a_leader_and_advertise_their_pod(tmp_path: Path) -> None:
+    from gpufleet.controller.settings import load_settings
+
+    text = render({"controller": {"replicas": 3}})
+    for doc in docs(text):
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    [deploy] = [d for d in docs(text) if d["kind"] == "Deployment"]
+    assert deploy["spec"]["replicas"] == 3 and deploy["spec"]["strategy"]["type"] == "RollingUpdate"
+    env = {e["name"]: e for e in deploy["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    ha = json.loads(env["GPUFLEET_HA"]["value"].replace("$(POD_IP)", "10.1.2.3"))
+    controller, _agent = _configs(text)
+    (tmp_path / "controller.toml").write_text(controller)
+    settings = load_settings(tmp_path / "controller.toml", ha=ha)
+    assert settings.ha.advertise_url == "https://10.1.2.3:8470"
+    assert settings.ha.forward_tls_name == "gpufleet-controller.gpufleet.svc"
+    [one] = [d for d in docs(render()) if d["kind"] == "Deployment"]
+    assert one["spec"]["strategy"]["type"] == "Recreate" and "GPUFLEET_HA" not in str(one)

@@ -50,8 +50,8 @@ def serve(
     typer.echo(f"gpufleet controller: driving {driving}", err=True)
     _port_free(settings.host, settings.port)  # before migrating: a second serve must change nothing
     rt = build(settings, scheduler, validator=_validator(settings, scheduler))
-    if fleet is not None:
-        rt.controller.register_fleet(fleet)
+    if fleet is not None:  # a write: on the leader (now, or once this replica is elected)
+        rt.when_leading(lambda: rt.controller.register_fleet(fleet))
     if scheduler.name == "kubernetes":
         sync = gpunode_sync(rt.controller, scheduler)
         rt.reconciler.on_pass.append(sync.run_pass)

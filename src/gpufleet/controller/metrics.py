@@ -31,6 +31,7 @@ from gpufleet.lifecycle.plan import OutboxAction, Plan
 from gpufleet.lifecycle.states import NodeState
 
 if TYPE_CHECKING:
+    from gpufleet.controller.ha.elector import Leadership
     from gpufleet.controller.ingest import GroupCommitter
     from gpufleet.controller.reconciler import Reconciler
     from gpufleet.controller.retention import Retention
@@ -94,6 +95,7 @@ class ControllerMetrics:
         self.reconciler: Reconciler | None = None
         # requests refused before or by the API, by reason (the API's RefusedCounts: limits, auth)
         self.refused: Mapping[str, int] = {}
+        self.leadership: Leadership | None = None  # this replica's part in leader election (None: the only one)
         r.register(_StateCollector(self))
 
     # ---- wiring -----------------------------------------------------------------------------
@@ -165,6 +167,10 @@ class _StateCollector:
         return []  # names are only known when collected; nothing to check them against ahead of time
 
     def collect(self) -> Iterator[Metric]:
+        yield from self._leader()
+        lead = self.m.leadership
+        if lead is not None and not lead.leading():
+            return  # a follower's memory is not the fleet's state: the leader reports it (one fact, one place)
         c = self.m.controller
         with c.lock:
             states = dict.fromkeys((s.value for s in NodeState), 0)
@@ -225,6 +231,18 @@ class _StateCollector:
         if recon is not None:
             yield GaugeMetricFamily(f"{PREFIX}scheduler_reachable", "1 when the last scheduler read worked.",
                                     value=int(recon.scheduler_ok))
+
+    def _leader(self) -> Iterator[Metric]:
+        lead = self.m.leadership
+        leading = lead is None or lead.leading()
+        yield GaugeMetricFamily(f"{PREFIX}leader", "1 while this replica leads (runs the reconciler and decides); "
+                                "0 on a follower. Always 1 with one replica (SQLite).", value=int(leading))
+        epoch = lead.epoch if lead is not None and lead.epoch is not None and leading else 0
+        yield GaugeMetricFamily(f"{PREFIX}leader_epoch", "The lease epoch this replica leads with (the fencing "
+                                "token; 0 on a follower and with one replica).", value=epoch)
+        fenced = lead.fence.refused if lead is not None and lead.fence is not None else 0
+        yield CounterMetricFamily(f"{PREFIX}fenced_writes", "Writes refused because this replica's lease epoch "
+                                  "was not the lease's (a deposed leader's late writes).", value=fenced)
 
     def _ingest(self) -> Iterator[Metric]:
         com = self.m.committer

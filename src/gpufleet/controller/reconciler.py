@@ -100,6 +100,13 @@ class Reconciler:
         # (done, waiting, retry, failed) with the controller's clock when it was recorded.
         self.on_pass: list[Callable[[float, int], None]] = []
         self.on_action: list[Callable[[OutboxAction, str, datetime], None]] = []
+        # Whether this replica leads (controller.ha): a follower runs no pass, and a leader that loses the
+        # lease mid-pass carries out no further action (what it writes is refused by the fence anyway).
+        self.leading: Callable[[], bool] = lambda: True
+
+    def reset(self) -> None:
+        """Forget what earlier passes saw (a new leader epoch): the next pass reads the scheduler in full."""
+        self._seen, self._passes, self._last_sync = {}, 0, None
 
     # ---- the loop ---------------------------------------------------------------------------
     def run_once(self) -> int:
@@ -113,6 +120,8 @@ class Reconciler:
         self.controller.tick()
         due = self.controller.store.due_actions(self.controller.clock.now())
         for row in due:
+            if not self.leading():
+                return 0
             self.execute(row)
         if self.maintenance is not None:
             self.maintenance.on_pass()
@@ -129,7 +138,8 @@ class Reconciler:
     def run_forever(self, stop: threading.Event, interval: float = 1.0) -> None:
         while not stop.is_set():
             try:
-                self.run_once()
+                if self.leading():
+                    self.run_once()
             except Exception:  # one bad pass never stops the loop
                 log.exception("reconciler pass failed; retrying in %.1fs", interval)
             stop.wait(interval)

@@ -96,10 +96,13 @@ class Retention:
             observe(total, archived)
         return total
 
-    def run_forever(self, stop: threading.Event, interval: float) -> None:
+    def run_forever(self, stop: threading.Event, interval: float,
+                    leading: Callable[[], bool] = lambda: True) -> None:
+        """Runs while ``leading()`` (only the leader replica deletes)."""
         while not stop.is_set():
             try:
-                self.run_once()
+                if leading():
+                    self.run_once()
             except Exception:  # a failed run (database away) is retried at the next interval
                 log.exception("retention run failed; retrying in %.0f s", interval)
             stop.wait(interval)

@@ -7,6 +7,7 @@ process and kill it with SIGKILL).
 from __future__ import annotations
 
 import logging
+import socket
 import ssl
 import threading
 from collections.abc import Callable, Mapping
@@ -17,6 +18,7 @@ import uvicorn
 
 from gpufleet.controller import heap
 from gpufleet.controller.api.app import create_app
+from gpufleet.controller.api.forward import ForwardTls
 from gpufleet.controller.api.limits import Limits
 from gpufleet.controller.api.slowclients import admission_protocol
 from gpufleet.controller.bmc.credentials import load_targets
@@ -29,6 +31,8 @@ from gpufleet.controller.executors.bmc import BmcExecutor
 from gpufleet.controller.executors.port import Executor
 from gpufleet.controller.executors.ticket import TicketExecutor
 from gpufleet.controller.fleetjudge import FleetJudge
+from gpufleet.controller.ha import replica as ha
+from gpufleet.controller.ha.elector import Elector, Leadership, always_leading
 from gpufleet.controller.ingest import GroupCommitter
 from gpufleet.controller.maintenance import Maintenance
 from gpufleet.controller.reconciler import Reconciler, Validator
@@ -61,9 +65,52 @@ class Runtime:
     retention: Retention | None = None
     bmc: BmcWatcher | None = None  # SEL -> events, firmware inventory ([repair] bmc_file)
     bundles: Bundles | None = None  # diagnostic bundles (uploads, downloads)
+    leadership: Leadership = field(default_factory=always_leading)  # leader or follower (controller.ha)
+    elector: Elector | None = None  # on PostgreSQL: keeps ``leadership`` true in its own thread
+    _when_leading: list[Callable[[], object]] = field(default_factory=list)
+
+    def when_leading(self, work: Callable[[], object]) -> None:
+        """Do ``work`` (a write: registering a simulated fleet) now if this replica leads, else once it
+        is elected."""
+        if self.leadership.leading():
+            work()
+        else:
+            self._when_leading.append(work)
+
+    def on_gain(self, epoch: int) -> None:
+        """Elected at ``epoch``: memory from the store, as at a start; then any work waiting for the lead."""
+        self.controller.rebuild()
+        if self.reconciler.maintenance is not None:
+            self.reconciler.maintenance.load()
+        self.reconciler.reset()
+        while self._when_leading:  # (one that fails stays, and is done at the next election)
+            self._when_leading[0]()
+            self._when_leading.pop(0)
+
+    def advertise_url(self) -> str:
+        """Where this replica serves the API for the others ("" until it listens)."""
+        s = self.settings
+        if s.ha.advertise_url:
+            return s.ha.advertise_url
+        if self.server is None or not self.server.started:
+            return ""
+        host = socket.getfqdn() if s.host in ("0.0.0.0", "::", "") else s.host
+        host = f"[{host}]" if ":" in host else host
+        return f"{'https' if s.tls.enabled else 'http'}://{host}:{self.bound_port()}"
+
+    def start_elector(self) -> None:
+        """The election thread (PostgreSQL; nothing to run on SQLite)."""
+        if self.elector is None or any(t.name == "elector" for t in self.threads):
+            return
+        t = threading.Thread(target=self.elector.run_forever, args=(self.stop,), name="elector", daemon=True)
+        t.start()
+        self.threads.append(t)
 
     def start_reconciler(self, interval: float | None = None) -> None:
-        """The reconciler thread, and the retention thread when ``[retention] events`` is set."""
+        """The reconciler thread, and the retention thread when ``[retention] events`` is set; with
+        replicas, the election thread (each runs only while this replica leads)."""
+        self.start_elector()
+        leading = self.leadership.leading
         t = threading.Thread(target=self.reconciler.run_forever,
                              args=(self.stop, interval or self.settings.reconcile_interval),
                              name="reconciler", daemon=True)
@@ -71,13 +118,13 @@ class Runtime:
         self.threads.append(t)
         rs = self.settings.repair
         if self.bmc is not None and (rs.sel_interval or rs.firmware_interval):
-            b = threading.Thread(target=self.bmc.run_forever, args=(self.stop, rs.sel_interval, rs.firmware_interval),
-                                 name="bmc", daemon=True)
+            b = threading.Thread(target=self.bmc.run_forever, name="bmc", daemon=True,
+                                 args=(self.stop, rs.sel_interval, rs.firmware_interval, leading))
             b.start()
             self.threads.append(b)
         if self.retention is not None:
-            r = threading.Thread(target=self.retention.run_forever,
-                                 args=(self.stop, self.settings.retention.interval), name="retention", daemon=True)
+            r = threading.Thread(target=self.retention.run_forever, name="retention", daemon=True,
+                                 args=(self.stop, self.settings.retention.interval, leading))
             r.start()
             self.threads.append(r)
 
@@ -88,7 +135,9 @@ class Runtime:
                          limits=Limits(lim.max_body_bytes, lim.max_header_bytes, lim.read_timeout_s),
                          max_queued_events=lim.ingest_queue_events, api_docs=s.api_docs,
                          openapi_requires_auth=s.openapi_requires_auth, retention=self.retention,
-                         bmc=self.bmc, bundles=self.bundles)
+                         bmc=self.bmc, bundles=self.bundles, leadership=self.leadership,
+                         forward_timeout_s=s.ha.forward_timeout_s,
+                         forward_tls=ForwardTls(s.ha.forward_ca, s.ha.forward_tls_name))
         self.committer = app.state.ingest
         tls: dict[str, Any] = {}
         if s.tls.enabled:
@@ -123,6 +172,8 @@ class Runtime:
             self.server.should_exit = True
         for t in self.threads:
             t.join(timeout=5)
+        if self.elector is not None:
+            self.elector.resign()  # (the thread resigns too when it was started; twice is a no-op)
         if self.committer is not None:
             self.committer.close()
 
@@ -130,6 +181,8 @@ class Runtime:
 def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | None = None,
           validator: Validator | None = None, policy: PolicyFile | None = None) -> Runtime:
     engine = make_engine(settings.database_url)
+    if ha.elected(engine):
+        ha.bound_idle_transactions(engine, settings.ha.lease_s)
     migrate(engine)
     policy = policy or load_policy(settings.policy_file)
     topology = load_topology(settings.topology_file) if settings.topology_file else None
@@ -160,8 +213,12 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
                               archive_dir=rs.archive_dir, bundles=rs.bundles)
     heap.settle("start-up")
     watcher = BmcWatcher(controller, node_bmcs, sel_max_age=settings.repair.sel_max_age) if node_bmcs else None
-    return Runtime(settings, controller, reconciler, retention=retention, bmc=watcher,
-                   bundles=Bundles(controller, node_bmcs))
+    rt = Runtime(settings, controller, reconciler, retention=retention, bmc=watcher,
+                 bundles=Bundles(controller, node_bmcs))
+    rt.leadership, rt.elector = ha.join(engine, lease_s=settings.ha.lease_s, renew_s=settings.ha.renew_s,
+                                        url=rt.advertise_url, on_gain=rt.on_gain)
+    reconciler.leading = rt.leadership.leading
+    return rt
 
 
 def spares(settings: ControllerSettings, controller: Controller, scheduler: Scheduler) -> Spares | None:

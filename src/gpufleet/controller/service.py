@@ -392,6 +392,23 @@ class Controller:
                 raise ExternalError("database", f"recording action {action_id}: {brief(err)}") from err
             self._notify(plan)
 
+    # ---- leadership -------------------------------------------------------------------------
+    def rebuild(self) -> None:
+        """A replica that has just been elected leader: its memory becomes what the store holds (what the
+        last leader committed, up to its last fenced write), exactly as at a start. Raises if the store
+        cannot be read (the replica does not lead until it can)."""
+        with self.lock:
+            identity = Identity(self.topology)
+            identity.load(self.store.load_inventories())
+            self.identity = identity
+            admission = self._admission()
+            engine = self._load(admission)
+            self.admission, self.engine = admission, engine
+            self.clock_skew.clear()
+            self._correlator_stale = True
+            self._rebuild_correlator()
+        heap.settle("rebuilding state for a new leader epoch")
+
     # ---- views ------------------------------------------------------------------------------
     @property
     def breaker(self) -> BreakerState:
@@ -519,8 +536,9 @@ class Controller:
         for e in [*moves, *self.admission.prepare(window)]:
             for v in correlator.observe_health_event(e):
                 verdicts = _standing(verdicts, v)
+        # Namings the replay recomputed but the store lacks (a flush lost to a crash) stay pending and are
+        # written after the next committed ingest round: a replica that only follows never writes them.
         self.correlator, self.verdicts, self._correlator_stale = correlator, verdicts, False
-        self._flush_namings()
         if window:
             log.info("correlation: rebuilt the %s window from %d stored events, %d verdict(s) standing",
                      correlator.window, len(window), len(verdicts))

@@ -57,6 +57,11 @@ Example ``controller.toml``::
     keyfile = "/etc/gpufleet/tls/server.key"
     client_ca = "/etc/gpufleet/tls/agents-ca.crt" # optional: require client certificates signed by it
 
+    [ha]                                        # several replicas on PostgreSQL (docs/scale.md)
+    lease_s = 8                                # a dead leader is replaced within lease_s + renew_s
+    renew_s = 2                                # at most lease_s / 2
+    advertise_url = "http://10.0.0.5:8470"      # "" = from host and port
+
     [limits]                                    # before authentication (docs/api.md#limits)
     max_body_bytes = 67108864
     max_header_bytes = 16384
@@ -378,6 +383,29 @@ def check_tenants(tenants: tuple[TenantConfig, ...], tokens: tuple[TokenConfig, 
     return out
 
 
+class HaSettings(BaseModel):
+    """``[ha]``: several replicas on one PostgreSQL (docs/scale.md). On PostgreSQL the replicas elect a
+    leader with a lease row; the leader's writes are fenced by the lease's epoch. On SQLite there is one
+    replica and no election (these settings are not used)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    lease_s: float = Field(default=8.0, gt=0, le=300)  # a dead leader is replaced within lease_s + renew_s
+    renew_s: float = Field(default=2.0, gt=0)  # how often each replica asks for the lease (at most lease_s / 2)
+    # where this replica serves the API for the others (followers forward writes to the leader there);
+    # "" = http(s)://HOST:PORT from host and port (the host name when host is 0.0.0.0 or ::)
+    advertise_url: str = Field(default="", pattern=r"^(https?://\S+)?$")
+    forward_timeout_s: float = Field(default=30.0, gt=0)  # a forwarded request waits this long for the leader
+    forward_ca: Path | None = None  # https: the CA the leader's certificate chains to (none: the system store)
+    forward_tls_name: str = ""  # https: the name in the leader's certificate when the URL is an address ("" = host)
+
+    @model_validator(mode="after")
+    def _renew_twice_a_lease(self) -> HaSettings:
+        if self.renew_s * 2 > self.lease_s:
+            raise ValueError(f"renew_s ({self.renew_s:g}) must be at most half of lease_s ({self.lease_s:g}): a "
+                             "leader renews at least twice per lease, or one slow renewal deposes it")
+        return self
+
+
 class ControllerSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="GPUFLEET_", extra="forbid")
     database_url: str = "sqlite:///gpufleet.db"  # SQLAlchemy URL: sqlite:///FILE or postgresql://user@host/db
@@ -414,6 +442,7 @@ class ControllerSettings(BaseSettings):
     limits: LimitSettings = LimitSettings()  # see [limits]: what a request may cost before its token is checked
     tenancy: TenancySettings = TenancySettings()  # see [tenancy]: how a node moves between tenants
     tenant: tuple[TenantConfig, ...] = ()  # [[tenant]]: tenants and the node pools they own (docs/tenancy.md)
+    ha: HaSettings = HaSettings()  # see [ha]: leader election and fencing of replicas on PostgreSQL
     api_docs: bool = True  # /docs: Swagger UI, its assets served by the controller itself (no CDN)
     openapi_requires_auth: bool = False  # /openapi.json only for a valid token
 

@@ -15,6 +15,7 @@ from gpufleet import __version__
 from gpufleet.controller import web
 from gpufleet.controller.bmc.watcher import BmcWatcher
 from gpufleet.controller.bundles import Bundles
+from gpufleet.controller.ha.elector import Leadership, always_leading
 from gpufleet.controller.ingest import MAX_QUEUED_EVENTS, GroupCommitter
 from gpufleet.controller.reconciler import Reconciler
 from gpufleet.controller.retention import Retention
@@ -32,6 +33,7 @@ from .auth import ADMINISTER, OPERATE, READ, REPORT, Caller, TokenRegistry, requ
 from .bmc import bmc_router
 from .commands import commands_router
 from .fastpath import FastPathCounts, IngestFastPath
+from .forward import ForwardTls, ForwardToLeader
 from .goodput import GoodputObserver, goodput_router
 from .jobevents import job_events_router
 from .limits import DEFAULT_LIMITS, Limits, RefusedCounts, RequestLimits
@@ -73,12 +75,14 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
                limits: Limits = DEFAULT_LIMITS, max_queued_events: int = MAX_QUEUED_EVENTS,
                api_docs: bool = True, openapi_requires_auth: bool = False,
                retention: Retention | None = None, bmc: BmcWatcher | None = None,
-               bundles: Bundles | None = None) -> FastAPI:
+               bundles: Bundles | None = None, leadership: Leadership | None = None,
+               forward_timeout_s: float = 30.0, forward_tls: ForwardTls | None = None) -> FastAPI:
     """The API app. ``fast_ingest=False`` leaves every event post to the framework's route (the fast
     path answers exactly alike; the switch exists to show that, and to rule it out when debugging).
     ``api_docs=False`` serves no ``/docs`` (Swagger UI served from the controller itself, assets
     included: apidocs.py); ``openapi_requires_auth`` serves ``/openapi.json`` only to a valid token
-    (viewer or above), and no docs pages."""
+    (viewer or above), and no docs pages. ``leadership``: this replica's part in leader election (none: the
+    only replica, always leading); a follower forwards what needs the leader (forward.py)."""
     app = FastAPI(title="gpufleet controller", version=__version__,
                   description="Reliability control plane for GPU training clusters.",
                   docs_url=None, redoc_url=None,
@@ -107,14 +111,20 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
     if fast_ingest:
         app.add_middleware(IngestFastPath, committer=committer, tokens=app.state.tokens,
                            counts=app.state.fast_ingest)
+    lead = leadership if leadership is not None else always_leading()
+    app.state.leadership = lead
+    if lead.elected:  # inside the limits (a forwarded body is bounded), outside the fast path (leader only)
+        app.add_middleware(ForwardToLeader, leadership=lead, timeout_s=forward_timeout_s,
+                           tls=forward_tls or ForwardTls())
     # Outermost: sizes and read time are bounded before anything (the fast path, auth) reads a byte.
     app.state.refused = RefusedCounts()
     app.add_middleware(RequestLimits, limits=limits, counts=app.state.refused)
 
     # ---- health ------------------------------------------------------------------------------
     @v1.get("/health", summary="Liveness (any valid token)")
-    def health(_: Reader) -> dict[str, str]:
-        return {"status": "ok", "version": __version__}
+    def health(_: Reader) -> dict[str, object]:
+        return {"status": "ok", "version": __version__, "role": lead.role, "epoch": lead.epoch,
+                "replica": lead.replica, "leader_url": lead.leader_url}
 
     @v1.get("/ready", summary="Readiness: database reachable (any valid token)")
     def ready(caller: Reader) -> dict[str, object]:
@@ -340,7 +350,8 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
     v1.include_router(bmc_router(controller, may_report, bmc, bundles, scope))  # firmware, diagnostic bundles
     v1.include_router(tenancy_router(tenancy, scope))  # tenancy moves, tenants (docs/tenancy.md)
     app.include_router(v1)
-    installed = metrics.install(app, controller, committer, reconciler, retention, scope)  # GET /metrics
+    installed = metrics.install(app, controller, committer, reconciler, retention, scope=scope,  # GET /metrics
+                                leadership=lead)
     goodput_observers.append(installed.on_goodput)
     web.install(app, controller, reconciler)  # GET / and /ui/...: the web UI (controller/web)
     _declare_bearer(app)

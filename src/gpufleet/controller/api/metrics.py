@@ -17,6 +17,7 @@ from fastapi.responses import Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gpufleet.controller.ha.elector import Leadership
 from gpufleet.controller.ingest import GroupCommitter
 from gpufleet.controller.metrics import ControllerMetrics
 from gpufleet.controller.reconciler import Reconciler
@@ -31,10 +32,11 @@ _HEARTBEAT = re.compile(r"^/v1/nodes/[^/]+/heartbeat$")
 
 def install(app: FastAPI, controller: Controller, committer: GroupCommitter,
             reconciler: Reconciler | None, retention: Retention | None = None,
-            scope: TenantScope | None = None) -> ControllerMetrics:
+            scope: TenantScope | None = None, leadership: Leadership | None = None) -> ControllerMetrics:
     """Add ``/metrics`` and the ingest timing to ``app``; the metrics are kept on ``app.state.metrics``."""
     metrics = ControllerMetrics(controller)
     metrics.attach(committer, reconciler, retention)
+    metrics.leadership = leadership
     metrics.refused = app.state.refused
     app.state.metrics = metrics
 

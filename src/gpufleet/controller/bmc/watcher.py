@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -128,17 +128,19 @@ class BmcWatcher:
                 for r, vs in rows]
 
     # ---- loop -------------------------------------------------------------------------------
-    def run_forever(self, stop: threading.Event, sel_interval: float, firmware_interval: float) -> None:
+    def run_forever(self, stop: threading.Event, sel_interval: float, firmware_interval: float,
+                    leading: Callable[[], bool] = lambda: True) -> None:
         next_fw = 0.0
         clock = 0.0
         step = sel_interval or firmware_interval
         while not stop.is_set():
             try:
-                if sel_interval:
-                    self.poll_sel()
-                if firmware_interval and clock >= next_fw:
-                    self.poll_firmware()
-                    next_fw = clock + firmware_interval
+                if leading():  # only the leader replica polls the BMCs (and ingests what they say)
+                    if sel_interval:
+                        self.poll_sel()
+                    if firmware_interval and clock >= next_fw:
+                        self.poll_firmware()
+                        next_fw = clock + firmware_interval
             except Exception:  # never let the watcher die
                 log.exception("BMC watcher pass failed")
             stop.wait(step)

@@ -9,13 +9,14 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.exc import ArgumentError, DisconnectionError, OperationalError
 from sqlalchemy.pool import StaticPool
 
 from gpufleet.domain.errors import ExternalError, InvalidInput
 
 log = logging.getLogger(__name__)
+MIGRATION_LOCK = 0x67706601  # pg_advisory_xact_lock key held while migrating ("gpf" 1)
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
 
 
@@ -83,6 +84,8 @@ def migrate(engine: Engine, revision: str = "head") -> None:
     cfg.set_main_option("script_location", str(MIGRATIONS))
     try:
         with engine.begin() as conn:
+            if conn.dialect.name == "postgresql":  # replicas starting together migrate one after the other
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, revision)
     except OperationalError as err:

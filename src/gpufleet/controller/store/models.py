@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     DateTime,
     Dialect,
@@ -169,6 +170,17 @@ class SettingRow(Base):
     __tablename__ = "settings"
     key: Mapped[str] = mapped_column(String(64), primary_key=True)
     value: Mapped[dict[str, Any]] = mapped_column(default=dict)
+
+
+class LeaseRow(Base):
+    """A leader lease (``controller.ha``): who holds it, its fencing epoch, until when."""
+
+    __tablename__ = "leader_lease"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(256))
+    epoch: Mapped[int] = mapped_column(BigInteger)
+    expires: Mapped[datetime]
+    url: Mapped[str] = mapped_column(String(1024))
 
 
 class CommandRow(Base):

@@ -1,0 +1,117 @@
+"""On a follower replica: what needs the leader goes to the leader (docs/decisions/0100).
+
+The leader alone holds the lifecycle engine's state in memory and decides; every replica reads the
+database. So a follower answers reads of the database itself and forwards to the leader:
+
+* every write (any method but GET/HEAD/OPTIONS): event and heartbeat reports, inventories, operator
+  actions, checkpoints, maintenance, registrations — the caller's answer is the leader's answer, so a
+  2xx still means "durable on the leader, at its epoch";
+* the reads of the leader's memory (:data:`LEADER_READS`: breaker, dry-run, correlation verdicts, the
+  status summary, the web UI; a node's repair commands and bundles, which check the node in memory).
+
+A forwarded request carries :data:`FORWARDED` and is never forwarded again: a replica that receives one
+and does not lead answers 503 (the caller retries, as agents do). With no leader known, or the leader
+unreachable, the answer is 503 with ``Retry-After`` — never a guess.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ..ha.elector import Leadership
+from .leaderclient import LeaderClient, LeaderUnreachable
+
+log = logging.getLogger(__name__)
+FORWARDED = "x-gpufleet-forwarded-by"
+LEADER_READS = frozenset({"/v1/status", "/v1/breaker", "/v1/mode", "/v1/verdicts", "/"})
+# GET /v1/nodes/{node}/commands and /bundles check the node against the engine's memory (404 for one it
+# does not know): a follower started before the node was registered would not know it
+_LEADER_NODE_READS = ("/commands", "/bundles")
+_READS = frozenset({"GET", "HEAD", "OPTIONS"})
+_HOP = frozenset({b"host", b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"upgrade",
+                  b"te", b"trailer", b"proxy-authorization", b"proxy-connection"})
+RETRY_AFTER_S = 1
+
+
+def needs_leader(method: str, path: str) -> bool:
+    if method not in _READS:
+        return True
+    if path.startswith("/v1/nodes/") and path.endswith(_LEADER_NODE_READS):
+        return True
+    return path in LEADER_READS or (path.startswith("/ui/") and not path.startswith("/ui/static/"))
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardTls:
+    """How a follower checks the leader's certificate (``[ha] forward_ca`` / ``forward_tls_name``)."""
+
+    ca: Path | None = None  # the CA the leader's certificate chains to (None: the system store)
+    name: str = ""  # the name the certificate was issued for, when the advertise URL is an address
+
+
+class ForwardToLeader:
+    def __init__(self, app: ASGIApp, leadership: Leadership, timeout_s: float = 30.0,
+                 tls: ForwardTls | None = None) -> None:
+        self.app, self.leadership = app, leadership
+        self.timeout_s = timeout_s
+        self.tls = tls or ForwardTls()
+        self.client = LeaderClient(timeout_s, ca=str(self.tls.ca) if self.tls.ca else None, tls_name=self.tls.name)
+        self.forwarded = 0  # requests forwarded since start (a metric)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (scope["type"] != "http" or self.leadership.leading()
+                or not needs_leader(scope["method"], scope["path"])):
+            await self.app(scope, receive, send)
+            return
+        headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _HOP]
+        if any(k.lower() == FORWARDED.encode() for k, _ in headers):
+            await _unavailable(send, f"replica {self.leadership.replica} is not the leader either "
+                                     "(leadership is changing); retry")
+            return
+        url = self.leadership.leader_url
+        if not url:
+            await _unavailable(send, "no leader elected yet; retry")
+            return
+        body = await _body(receive)
+        raw = scope.get("raw_path") or scope["path"].encode()  # as the caller encoded it
+        target = raw.decode("latin-1")
+        query = scope.get("query_string", b"")
+        if query:
+            target += "?" + query.decode("latin-1")
+        headers.append((FORWARDED.encode(), self.leadership.replica.encode()))
+        try:
+            answer = await self.client.request(url, scope["method"], target, headers, body)
+        except LeaderUnreachable as err:
+            log.warning("forwarding %s %s to the leader at %s failed: %s", scope["method"], scope["path"], url, err)
+            await _unavailable(send, f"the leader at {url} did not answer; retry")
+            return
+        self.forwarded += 1
+        out = [(k, v) for k, v in answer.headers if k not in _HOP]
+        out.append((b"content-length", str(len(answer.body)).encode()))
+        await send({"type": "http.response.start", "status": answer.status, "headers": out})
+        await send({"type": "http.response.body", "body": answer.body})
+
+
+async def _body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        message: Message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+async def _unavailable(send: Send, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send({"type": "http.response.start", "status": 503,
+                "headers": [(b"content-type", b"application/json"), (b"retry-after", str(RETRY_AFTER_S).encode()),
+                            (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})

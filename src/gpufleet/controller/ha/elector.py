@@ -1,0 +1,144 @@
+"""Leader election: each replica asks for the lease every ``renew_s``; the one holding it leads.
+
+:class:`Leadership` is what the rest of the controller asks ("do I lead? where is the leader?").
+:class:`Elector` keeps it true, in its own thread:
+
+* **gaining** the lease (a new epoch): the fence is armed with the epoch first, then memory is rebuilt
+  from the store (``on_gain``: the controller's ``rebuild``, the maintenance runner, the reconciler), and
+  only then does the replica lead — so its decisions start from everything the last leader committed.
+* **renewing**: the replica leads until ``lease_s`` after it *started* its last successful renewal (the
+  database's expiry is later than that), so it stops acting before anyone can take over, even when the
+  database is unreachable and it cannot learn that it lost.
+* **losing** it (another holder, or the local deadline passed): the fence is disarmed at once (nothing
+  it writes lands) and the replica follows.
+
+On SQLite there is no election: :func:`always_leading` is a Leadership that always leads (one replica).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from ..store.db import brief
+from ..store.lease import LeaseStore
+from .fence import Fence
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Leadership:
+    """This replica's part: ``leading()`` is what gates the leader's work and the API's forwarding."""
+
+    replica: str
+    elected: bool = True  # False: no election (SQLite), this replica always leads
+    epoch: int | None = None  # the lease epoch this replica leads with (None: it follows)
+    leader_url: str = ""  # where the leader serves the API ("" while unknown)
+    ready: bool = False  # memory rebuilt for ``epoch``
+    deadline: float = 0.0  # time.monotonic() after which this replica stops leading without a renewal
+    changes: int = 0  # how many times it gained or lost the lead (tests poll this)
+    fence: Fence | None = None  # what refuses this replica's writes when it does not lead (None: SQLite)
+    _clock: Callable[[], float] = field(default=time.monotonic, repr=False)
+
+    def leading(self) -> bool:
+        if not self.elected:
+            return True
+        return self.ready and self.epoch is not None and self._clock() < self.deadline
+
+    @property
+    def role(self) -> str:
+        return "leader" if self.leading() else "follower"
+
+
+def always_leading(replica: str = "single") -> Leadership:
+    """The only replica (SQLite): always the leader, epoch 0, nothing to fence."""
+    return Leadership(replica, elected=False, epoch=0, ready=True)
+
+
+class Elector:
+    def __init__(self, leases: LeaseStore, leadership: Leadership, fence: Fence, *, lease_s: float,
+                 renew_s: float, url: Callable[[], str], on_gain: Callable[[int], None],
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        if not 0 < renew_s * 2 <= lease_s:
+            raise ValueError(f"renew_s ({renew_s}) must be positive and at most half of lease_s ({lease_s})")
+        self.leases, self.leadership, self.fence = leases, leadership, fence
+        self.lease = timedelta(seconds=lease_s)
+        self.lease_s, self.renew_s = lease_s, renew_s
+        self.url = url
+        self.on_gain = on_gain
+        self._clock = clock
+
+    def step(self) -> bool:
+        """One try at the lease; whether this replica leads after it."""
+        me = self.leadership
+        started = self._clock()
+        try:
+            lease, mine = self.leases.ask(me.replica, self.url(), self.lease)
+        except Exception as err:
+            if me.epoch is not None and started >= me.deadline:
+                self._lose(f"could not renew the lease before it ran out ({brief(err)})")
+            else:
+                log.warning("leader lease: could not ask for it (%s); trying again in %.1f s", brief(err),
+                            self.renew_s)
+            return me.leading()
+        if not mine:
+            if me.epoch is not None:
+                self._lose(f"replica {lease.holder} holds the lease at epoch {lease.epoch}")
+            me.leader_url = lease.url if lease.holder else ""
+            return False
+        me.leader_url = lease.url
+        if lease.epoch != me.epoch or not me.ready:
+            self._gain(lease.epoch)
+        if me.epoch == lease.epoch and me.ready:
+            me.deadline = started + self.lease_s
+        return me.leading()
+
+    def run_forever(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.step()
+            except Exception:  # never let the election thread die
+                log.exception("leader election step failed")
+            stop.wait(self.renew_s)
+        self.resign()
+
+    def resign(self) -> None:
+        """A clean shutdown: stop leading and give the lease up, so a follower takes over at once."""
+        me = self.leadership
+        if me.epoch is None:
+            return
+        self._lose("shutting down")
+        try:
+            self.leases.release(me.replica)
+        except Exception as err:
+            log.warning("leader lease: could not release it (%s); it runs out by itself", brief(err))
+
+    def _gain(self, epoch: int) -> None:
+        me = self.leadership
+        me.ready = False
+        me.epoch = self.fence.epoch = epoch
+        log.warning("leader lease: won epoch %d; rebuilding state from the store", epoch)
+        t0 = time.perf_counter()
+        try:
+            self.on_gain(epoch)
+        except Exception as err:
+            log.error("leader lease: rebuilding state for epoch %d failed (%s); trying again at the next renewal",
+                      epoch, brief(err))
+            return
+        me.ready = True
+        me.changes += 1
+        log.warning("leader lease: leading at epoch %d (state rebuilt in %.2f s)", epoch, time.perf_counter() - t0)
+
+    def _lose(self, why: str) -> None:
+        me = self.leadership
+        was = me.epoch
+        me.ready = False
+        me.epoch = self.fence.epoch = None
+        me.deadline = 0.0
+        me.changes += 1
+        log.warning("leader lease: stepped down from epoch %s: %s", was, why)
