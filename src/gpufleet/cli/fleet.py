@@ -68,15 +68,25 @@ def _detail(r: Any) -> str:
     return str(d)
 
 
-@fleet_app.callback()
-def _connect(
-    ctx: typer.Context,
-    url: Annotated[str | None, typer.Option(help=f"the controller (env GPUFLEET_URL; default {DEFAULT_URL})")] = None,
-    token_file: Annotated[Path | None, typer.Option(help="a file holding the bearer token (else env GPUFLEET_TOKEN)")]
-    = None,
-) -> None:
-    """Operate the fleet through the controller's API."""
-    ctx.obj = (url or os.environ.get("GPUFLEET_URL") or DEFAULT_URL, token_file)
+def api_callback(app: typer.Typer, doc: str) -> None:
+    """Give a command group the controller connection every API group shares: ``--url`` (env
+    GPUFLEET_URL, default :data:`DEFAULT_URL`) and ``--token-file`` (else env GPUFLEET_TOKEN);
+    :func:`_client` builds the client from them. ``doc`` is the group's help."""
+
+    def _connect(
+        ctx: typer.Context,
+        url: Annotated[str | None, typer.Option(help=f"the controller (env GPUFLEET_URL; default {DEFAULT_URL})")]
+        = None,
+        token_file: Annotated[Path | None, typer.Option(help="a file holding the bearer token (else env "
+                                                             "GPUFLEET_TOKEN)")] = None,
+    ) -> None:
+        ctx.obj = (url or os.environ.get("GPUFLEET_URL") or DEFAULT_URL, token_file)
+
+    _connect.__doc__ = doc
+    app.callback()(_connect)
+
+
+api_callback(fleet_app, "Operate the fleet through the controller's API.")
 
 
 def _client(ctx: typer.Context) -> Client:

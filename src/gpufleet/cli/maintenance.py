@@ -7,13 +7,11 @@ codes as ``gpufleet fleet`` (cli/fleet.py).
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from gpufleet.cli.fleet import DEFAULT_URL, AsJson, Reason, _client, _out, _table, _when
+from gpufleet.cli.fleet import AsJson, Reason, _client, _out, _table, _when, api_callback
 from gpufleet.domain.errors import InvalidInput
 
 maintenance_app = typer.Typer(help="Protected rolling maintenance: plan, start, status, pause, abort.",
@@ -25,15 +23,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(maintenance_app, name="maintenance")
 
 
-@maintenance_app.callback()
-def _connect(
-    ctx: typer.Context,
-    url: Annotated[str | None, typer.Option(help=f"the controller (env GPUFLEET_URL; default {DEFAULT_URL})")] = None,
-    token_file: Annotated[Path | None, typer.Option(help="a file holding the bearer token (else env GPUFLEET_TOKEN)")]
-    = None,
-) -> None:
-    """Protected rolling maintenance through the controller's API."""
-    ctx.obj = (url or os.environ.get("GPUFLEET_URL") or DEFAULT_URL, token_file)
+api_callback(maintenance_app, "Protected rolling maintenance through the controller's API.")
 
 
 def selector(all_nodes: bool, rack: str | None, switch: str | None, nodes: str | None) -> str:

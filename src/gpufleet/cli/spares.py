@@ -7,13 +7,11 @@ the failed nodes no spare replaces yet. Connection, token, ``--json`` and exit c
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
-from gpufleet.cli.fleet import DEFAULT_URL, AsJson, _client, _out, _table, _when
+from gpufleet.cli.fleet import AsJson, _client, _out, _table, _when, api_callback
 
 spares_app = typer.Typer(help="Hot-spare pools per topology domain: status.", no_args_is_help=True)
 
@@ -22,15 +20,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(spares_app, name="spares")
 
 
-@spares_app.callback()
-def _connect(
-    ctx: typer.Context,
-    url: Annotated[str | None, typer.Option(help=f"the controller (env GPUFLEET_URL; default {DEFAULT_URL})")] = None,
-    token_file: Annotated[Path | None, typer.Option(help="a file holding the bearer token (else env GPUFLEET_TOKEN)")]
-    = None,
-) -> None:
-    """Hot-spare pools through the controller's API."""
-    ctx.obj = (url or os.environ.get("GPUFLEET_URL") or DEFAULT_URL, token_file)
+api_callback(spares_app, "Hot-spare pools through the controller's API.")
 
 
 @spares_app.command()

@@ -11,13 +11,12 @@ partition. Connection, token, ``--json`` and exit codes as ``gpufleet fleet`` (c
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from gpufleet.cli.fleet import DEFAULT_URL, AsJson, Reason, _client, _out, _table, _when
+from gpufleet.cli.fleet import AsJson, Reason, _client, _out, _table, _when, api_callback
 from gpufleet.domain.errors import InvalidInput, NotFound
 from gpufleet.domain.fleet import ComponentKind
 from gpufleet.domain.inventory import NodeInventory, parse_inventory
@@ -32,15 +31,8 @@ def register(app: typer.Typer) -> None:
     app.add_typer(tenancy_app, name="tenancy")
 
 
-@tenancy_app.callback()
-def _connect(
-    ctx: typer.Context,
-    url: Annotated[str | None, typer.Option(help=f"the controller (env GPUFLEET_URL; default {DEFAULT_URL})")] = None,
-    token_file: Annotated[Path | None, typer.Option(help="a file holding the bearer token (else env GPUFLEET_TOKEN)")]
-    = None,
-) -> None:
-    """Tenants and moves through the controller's API; partition keys from the config and topology."""
-    ctx.obj = (url or os.environ.get("GPUFLEET_URL") or DEFAULT_URL, token_file)
+api_callback(tenancy_app,
+             "Tenants and moves through the controller's API; partition keys from the config and topology.")
 
 
 @tenancy_app.command()

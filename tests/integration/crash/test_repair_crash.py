@@ -7,13 +7,10 @@ the loop goes on to revalidation.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.e2e.harness import AGENT_TOKEN, BASE_POLICY, Fleet, wait_until
 
@@ -22,15 +19,6 @@ POLICY = BASE_POLICY.replace("auto_repair = false\n", 'auto_repair = true\nheart
 
 def _h(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
-
-
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(tmp_path)
-    try:
-        yield f
-    finally:
-        f.close()
 
 
 def test_sigkill_while_a_repair_step_is_in_flight_runs_it_once(fleet: Fleet) -> None:

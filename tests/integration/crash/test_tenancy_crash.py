@@ -5,9 +5,7 @@ new tenant only after its validation passed, with every step audited once."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -32,15 +30,6 @@ name = "globex"
 nodes = ["n2"]
 pkey = "0x0a02"
 """
-
-
-@pytest.fixture
-def fleet(tmp_path: Path) -> Iterator[Fleet]:
-    f = Fleet(tmp_path)
-    try:
-        yield f
-    finally:
-        f.close()
 
 
 def test_sigkill_mid_reprovision_resumes_and_runs_nothing_twice(fleet: Fleet) -> None:

@@ -10,14 +10,6 @@ from tests.conftest import require_service
 from tests.integration.store.backends import WHAT, Postgres
 
 
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[Postgres | None]:
-    pg = Postgres.from_env()
-    yield pg
-    if pg is not None:
-        pg.close()
-
-
 @pytest.fixture
 def pg_url(postgres: Postgres | None) -> Iterator[str]:
     """A migrated database of its own (a schema) on the test PostgreSQL."""

@@ -15,14 +15,6 @@ from tests.integration.store.backends import WHAT, Postgres
 BACKENDS = [pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres", marks=pytest.mark.postgres)]
 
 
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[Postgres | None]:
-    pg = Postgres.from_env()
-    yield pg
-    if pg is not None:
-        pg.close()
-
-
 def _url(backend: str, tmp_path: Path, postgres: Postgres | None, *, migrated: bool) -> Iterator[str]:
     if backend == "sqlite":
         url = f"sqlite:///{tmp_path / 'store.db'}"

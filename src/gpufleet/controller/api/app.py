@@ -22,7 +22,7 @@ from gpufleet.controller.retention import Retention
 from gpufleet.controller.service import Controller, Heartbeat
 from gpufleet.controller.settings import Role, TokenConfig
 from gpufleet.controller.store.repo import ActionStatus, Page
-from gpufleet.domain.errors import Conflict, ExternalError, GpufleetError, InvalidInput, NotFound
+from gpufleet.domain.errors import Conflict, InvalidInput, NotFound
 from gpufleet.domain.fleet import Gpu, Nic, Node, gpu_slot, nic_slot
 from gpufleet.domain.inventory import parse_inventory
 from gpufleet.lifecycle.engine import OperatorOp
@@ -35,7 +35,7 @@ from .commands import commands_router
 from .fastpath import FastPathCounts, IngestFastPath
 from .forward import ForwardTls, ForwardToLeader
 from .goodput import GoodputObserver, goodput_router
-from .jobevents import job_events_router
+from .jobevents import job_events_router, jobs_named
 from .limits import DEFAULT_LIMITS, Limits, RefusedCounts, RequestLimits
 from .maintenance import maintenance_router
 from .schemas import (
@@ -401,12 +401,7 @@ def _may_checkpoint(caller: Caller, job_id: str, reconciler: Reconciler | None, 
     if reconciler is None:
         raise HTTPException(status.HTTP_403_FORBIDDEN, f"job_id: cannot tell which nodes run {job_id!r} "
                             "(no scheduler): only an operator may report its checkpoint")
-    try:
-        jobs = [j for j in reconciler.scheduler.list_jobs() if j.id == job_id]
-    except GpufleetError:
-        raise
-    except Exception as err:
-        raise ExternalError("scheduler", f"listing jobs: {type(err).__name__}") from err
+    jobs = jobs_named(reconciler, job_id)
     nodes = sorted({n for j in jobs for n in j.nodes})
     if not jobs or (caller.tenant is not None and not any(scope.sees(caller, n) for n in nodes)):
         raise NotFound("job", job_id)

@@ -27,6 +27,7 @@ from gpufleet.controller.reconciler import Reconciler
 from gpufleet.controller.service import Controller
 from gpufleet.controller.store.repo import Page
 from gpufleet.domain.errors import ExternalError, GpufleetError, InvalidInput, NotFound
+from gpufleet.schedulers.port import Job
 
 from .auth import READ, Caller, require
 from .schemas import AwareTime, Name
@@ -59,6 +60,17 @@ class JobEventsOut(BaseModel):
     truncated: bool  # more than ``limit`` matched: the newest ``limit`` are listed (ask again with until=)
 
 
+def jobs_named(reconciler: Reconciler, job_id: str) -> list[Job]:
+    """The scheduler's jobs with id ``job_id`` now (none when it does not run it); ExternalError when the
+    scheduler cannot be read."""
+    try:
+        return [j for j in reconciler.scheduler.list_jobs() if j.id == job_id]
+    except GpufleetError:
+        raise
+    except Exception as err:
+        raise ExternalError("scheduler", f"listing jobs: {type(err).__name__}") from err
+
+
 def job_events_router(controller: Controller, reconciler: Reconciler | None, scope: Scope) -> APIRouter:
     r = APIRouter()
     store = controller.store
@@ -66,13 +78,7 @@ def job_events_router(controller: Controller, reconciler: Reconciler | None, sco
     def job_nodes(job_id: str) -> list[str]:
         if reconciler is None:
             raise NotFound("nodes of job", f"{job_id} (no scheduler: name them with ?node=)")
-        try:
-            jobs = [j for j in reconciler.scheduler.list_jobs() if j.id == job_id]
-        except GpufleetError:
-            raise
-        except Exception as err:
-            raise ExternalError("scheduler", f"listing jobs: {type(err).__name__}") from err
-        nodes = sorted({n for j in jobs for n in j.nodes})
+        nodes = sorted({n for j in jobs_named(reconciler, job_id) for n in j.nodes})
         if not nodes:
             raise NotFound("nodes of job", f"{job_id} (the scheduler does not run it now: name them with ?node=)")
         return nodes
