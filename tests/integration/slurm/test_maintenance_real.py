@@ -165,6 +165,7 @@ def test_a_rollout_in_batches_checkpoints_the_running_job_first_and_returns_ever
     wait_for(lambda: lab.job_state(job) == "RUNNING", lambda: f"job {job} running again: {lab.job_state(job)}",
              timeout=60)
     assert sched.job(job).restarts == 1
+    lab.cmd("scancel", str(job), check=False)  # it runs forever: leave no job for the next test's reset
     spans = [s for n in lab.nodes for s in env.out_intervals(n)]
     assert all(end is not None for _, end in spans), spans
     most = max(sum(1 for s, e in spans if s <= t < (e or t)) for t, _ in spans)
