@@ -196,6 +196,7 @@ class Connection:
         self.reader, self.writer = reader, writer
         self.host = host
         self.heads: dict[str, bytes] = {}
+        self.closing = False  # the last answer said ``Connection: close``: open another to go on
 
     @classmethod
     async def open(cls, base: str) -> Connection:
@@ -218,6 +219,8 @@ class Connection:
             for line in head.split(b"\r\n"):
                 if line[:15].lower() == b"content-length:":
                     length = int(line[15:])
+                elif line.lower() == b"connection: close":
+                    self.closing = True
             if length:
                 await self.reader.readexactly(length)
             return status

@@ -74,8 +74,9 @@ async def ramp_step(base: str, reports: Reports, rate: float, seconds: float) ->
                 refused.append(took)
             else:
                 failed += 1
-            await conn.close()  # a refusal may close the connection (Connection: close): open another
-            conn = await Connection.open(base)
+            if status == 0 or conn.closing:  # failed, or the server closed it (Connection: close): open another
+                await conn.close()
+                conn = await Connection.open(base)
         await conn.close()
 
     conns = [await Connection.open(base) for _ in range(CONNECTIONS)]

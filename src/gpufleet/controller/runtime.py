@@ -144,7 +144,8 @@ class Runtime:
             tls = {"ssl_certfile": str(s.tls.certfile), "ssl_keyfile": str(s.tls.keyfile)}
             if s.tls.client_ca is not None:
                 tls |= {"ssl_ca_certs": str(s.tls.client_ca), "ssl_cert_reqs": ssl.CERT_REQUIRED}
-        admission = admission_protocol(lim.header_timeout_s, app.state.refused, lim.max_inflight_reports)
+        admission = admission_protocol(lim.header_timeout_s, app.state.refused, lim.max_inflight_reports,
+                                       keep_alive_body=lim.max_body_bytes)
         config = uvicorn.Config(app, host=s.host, port=s.port, log_level="warning", access_log=False,
                                 lifespan="off", timeout_keep_alive=int(lim.keep_alive_s), http=admission,
                                 h11_max_incomplete_event_size=lim.max_header_bytes, **tls)

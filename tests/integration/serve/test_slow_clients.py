@@ -126,6 +126,7 @@ def test_past_the_in_flight_cap_reports_are_refused_before_their_body_and_others
                                                           headers=auth, timeout=10)) or r.status_code == 429,
                      "a report refused while another is in flight")
             viewer = httpx.get(f"{base}/v1/health", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)
+            reused = _refused_then_reused(ports[0], agent, json.dumps(report("raw")).encode())
             slow.sendall(body[10:])
             answer = _until_first_line(slow)
         status = _status("127.0.0.1", ports[0])
@@ -136,7 +137,14 @@ def test_past_the_in_flight_cap_reports_are_refused_before_their_body_and_others
     assert "too many reports in flight" in second.json()["detail"]
     assert viewer.status_code == 200  # only agents' reports are refused by the cap
     assert answer.startswith(b"HTTP/1.1 202 ")  # the report in flight is served
-    assert status["inflight"] == 1
+    # a refused report with a declared body keeps its connection: the next request on it is served
+    # (its body was skipped, not parsed as the next request); a chunked one is refused and closed
+    (kept_head, next_head, next_body), (chunked_head, closed_after) = reused
+    assert kept_head.startswith(b"HTTP/1.1 429 ") and b"connection: close" not in kept_head.lower()
+    assert next_head.startswith(b"HTTP/1.1 200 ") and json.loads(next_body)
+    assert chunked_head.startswith(b"HTTP/1.1 429 ") and b"connection: close" in chunked_head.lower()
+    assert closed_after == b""
+    assert status["inflight"] == 1 + 2
 
 
 def _until_first_line(s: socket.socket) -> bytes:
@@ -147,3 +155,39 @@ def _until_first_line(s: socket.socket) -> bytes:
             break
         got += chunk
     return got
+
+
+def _response(s: socket.socket) -> tuple[bytes, bytes]:
+    """One HTTP response with a Content-Length body: (status line and headers, body)."""
+    got = b""
+    while b"\r\n\r\n" not in got:
+        chunk = s.recv(4096)
+        assert chunk, f"connection closed mid-response: {got!r}"
+        got += chunk
+    head, _, body = got.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    while len(body) < length:
+        chunk = s.recv(4096)
+        assert chunk, "connection closed mid-body"
+        body += chunk
+    return head, body
+
+
+def _refused_then_reused(port: int, agent: str, body: bytes
+                         ) -> tuple[tuple[bytes, bytes, bytes], tuple[bytes, bytes]]:
+    """While the cap is full: a report with a Content-Length, then a viewer's GET on the same socket;
+    and a chunked report on another socket, then whatever follows its answer (b"" once closed)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(f"POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {agent}\r\n"
+                  f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        kept_head, _ = _response(s)
+        s.sendall(f"GET /v1/health HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {TOKEN}\r\n\r\n".encode())
+        next_head, next_body = _response(s)
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(f"POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {agent}\r\n"
+                  f"Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+                  + b"%x\r\n" % len(body) + body + b"\r\n")
+        chunked_head, _ = _response(s)
+        closed_after = _until_closed(s)
+    return (kept_head, next_head, next_body), (chunked_head, closed_after)

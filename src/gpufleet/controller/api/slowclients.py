@@ -15,7 +15,11 @@ The cap: when more than ``max_inflight`` requests are already being handled, a n
 before its body is read or parsed, so refusing costs almost nothing and the reports already admitted
 keep the event loop (docs/benchmarks.md §overload: a bound on the ingest queue alone did not bound the
 wait, which happened before the queue). Operators' and viewers' requests are never refused here.
-Counted as ``inflight``.
+Counted as ``inflight``. The connection stays open when the refused request declared a body of at most
+``keep_alive_body`` bytes (uvicorn drops the body's bytes as they arrive, unbuffered, and the next request
+on the connection is parsed after them): closing it made every refusal cost a TCP teardown, a new
+connection and a new protocol object, on both sides, which was most of the cost of refusing at 2-3x
+capacity. A refused request with a larger, chunked or undeclared body closes the connection.
 """
 
 from __future__ import annotations
@@ -41,20 +45,37 @@ def _is_report(method: str, path: str) -> bool:
                                                           and path.endswith("/heartbeat")))
 
 
+_BUSY = b'{"detail": "controller busy: too many reports in flight; retry later"}'
+_BUSY_HEADERS = [(b"content-type", b"application/json"), (b"retry-after", b"1"),
+                 (b"content-length", str(len(_BUSY)).encode())]
+
+
 async def _too_many(scope: Scope, receive: Receive, send: Send) -> None:
-    await send({"type": "http.response.start", "status": 429,
-                "headers": [(b"content-type", b"application/json"), (b"retry-after", b"1"),
-                            (b"content-length", str(len(_BUSY)).encode()), (b"connection", b"close")]})
+    """429, keeping the connection (the body is dropped as it arrives)."""
+    await send({"type": "http.response.start", "status": 429, "headers": _BUSY_HEADERS})
     await send({"type": "http.response.body", "body": _BUSY})
 
 
-_BUSY = b'{"detail": "controller busy: too many reports in flight; retry later"}'
+async def _too_many_then_close(scope: Scope, receive: Receive, send: Send) -> None:
+    """429 and close: the refused body is too large or of unknown length to skip."""
+    await send({"type": "http.response.start", "status": 429,
+                "headers": [*_BUSY_HEADERS, (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": _BUSY})
 
 
-def admission_protocol(timeout_s: float, refused: Counter[str], max_inflight: int | None = None
-                       ) -> type[asyncio.Protocol]:
+def _declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+    """The request's Content-Length, or None when absent, repeated or not a number."""
+    found = [v for k, v in headers if k == b"content-length"]
+    if len(found) != 1 or not found[0].isdigit():
+        return None
+    return int(found[0])
+
+
+def admission_protocol(timeout_s: float, refused: Counter[str], max_inflight: int | None = None,
+                       keep_alive_body: int = 1 << 20) -> type[asyncio.Protocol]:
     """Uvicorn's httptools protocol with a ``timeout_s`` deadline on each request's headers and, with
-    ``max_inflight``, agents' reports refused (429) while more requests than that are in flight."""
+    ``max_inflight``, agents' reports refused (429) while more requests than that are in flight (the
+    connection kept when the refused body is declared and at most ``keep_alive_body`` bytes)."""
     if timeout_s <= 0:
         raise ValueError(f"header timeout: {timeout_s!r} is not a duration > 0")
     if max_inflight is not None and max_inflight < 1:
@@ -93,7 +114,9 @@ def admission_protocol(timeout_s: float, refused: Counter[str], max_inflight: in
             if (max_inflight is not None and len(self.tasks) >= max_inflight
                     and _is_report(scope["method"], scope["path"])):
                 refused["inflight"] += 1
-                app = cast("ASGI3Application", _too_many)
+                length = _declared_length(scope["headers"])
+                keep = length is not None and length <= keep_alive_body
+                app = cast("ASGI3Application", _too_many if keep else _too_many_then_close)
             super()._start_asgi_task(cycle, app)
 
         def _expired(self) -> None:
