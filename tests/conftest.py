@@ -34,3 +34,17 @@ def _gpufleet_loggers_enabled() -> None:
     for name, logger in list(logging.root.manager.loggerDict.items()):
         if name.startswith("gpufleet") and isinstance(logger, logging.Logger):
             logger.disabled = False
+
+
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``pytest -n N --dist loadgroup`` (``make test``): every ``slurm`` test runs in one worker
+    (the group ``slurm``), so the session's Slurm lab starts once and two labs never compete for the
+    cores; every other test is grouped with its module, so a module's (or a module-scoped fixture's)
+    set-up runs once. Without xdist the marks change nothing."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        group = "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(group))
