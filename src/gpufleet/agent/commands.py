@@ -8,6 +8,13 @@ each queued command and posts ``POST /v1/nodes/{node}/commands/{id}/result`` ``{
   lost answer, an agent restart) a finished command's stored result is posted again, never the
   command re-run. A command found started but unfinished was interrupted: a ``reboot`` whose boot id
   has changed since succeeded (the host did reboot); anything else is reported failed.
+* **A reboot succeeds when the host is back.** ``systemctl reboot`` (like most reboot hooks) exits 0 as
+  soon as the reboot is *scheduled*; reporting success then would let the controller revalidate a host
+  that is about to go down. So a host reboot whose command exited 0 is journalled as awaiting the reboot
+  and nothing is posted: the agent that starts after the reboot sees a new boot id and reports success.
+  If the boot id has not changed ``reboot_wait_s`` after the command (default 15 min, below the
+  controller's 30-min step timeout), the reboot is reported failed. (A simulated node's reboot is done
+  when its reset returns.)
 * **Commands.** ``gpu_reset``: on a real node ``nvidia-smi -r``, refused while any process holds a
   GPU (``nvidia-smi --query-compute-apps``); on a simulated node the device's own reset, which clears
   its injected faults. ``reboot``: the configured ``reboot_command`` (default ``systemctl reboot``;
@@ -29,6 +36,7 @@ import os
 import ssl
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +59,7 @@ BUNDLE = "diagnostic_bundle"
 class Outcome:
     ok: bool
     detail: str
+    awaits_reboot: bool = False  # the command only scheduled a reboot: done when the boot id changes
 
 
 class NodeRepairs(Protocol):
@@ -79,7 +88,8 @@ class HostRepairs:
             if kind == "gpu_reset":
                 return self._gpu_reset()
             if kind == "reboot":
-                return self._command(self.reboot_command, "reboot")
+                out = self._command(self.reboot_command, "reboot")
+                return Outcome(True, out.detail, awaits_reboot=True) if out.ok else out
             if kind == "restart_fabric_manager":
                 return self._command(self.fm_command, "fabric manager restart")
         except (OSError, subprocess.SubprocessError) as err:
@@ -123,8 +133,10 @@ class CommandPoller:
                  boot_id: Callable[[], str], on_repaired: Callable[[str], None] | None = None,
                  interval: float = 10.0, client: httpx.Client | None = None,
                  bundler: Callable[[], dict[str, Any]] | None = None,
-                 verify: ssl.SSLContext | bool = True) -> None:
+                 verify: ssl.SSLContext | bool = True, reboot_wait_s: float = 900.0,
+                 clock: Callable[[], float] = time.time) -> None:
         self.node, self.repairs, self.journal = node, repairs, journal
+        self.reboot_wait_s, self.clock = reboot_wait_s, clock
         self.bundler = bundler
         self.boot_id, self.on_repaired, self.interval = boot_id, on_repaired, interval
         self._http = client or httpx.Client(base_url=controller.rstrip("/") + "/v1", timeout=30.0, verify=verify,
@@ -151,29 +163,47 @@ class CommandPoller:
         answered = []
         for cmd in r.json().get("commands", []):
             entry = self._entry(str(cmd["id"]), str(cmd["kind"]))
-            if self._post(str(cmd["id"]), entry):
+            if entry is not None and self._post(str(cmd["id"]), entry):
                 answered.append(str(cmd["id"]))
         return answered
 
     def close(self) -> None:
         self._http.close()
 
-    def _entry(self, cid: str, kind: str) -> dict[str, Any]:
+    def _entry(self, cid: str, kind: str) -> dict[str, Any] | None:
+        """The command's result to post, running it first if it never ran; None while a host reboot the
+        command scheduled has not happened yet (nothing to post)."""
         book = self._load()
         entry = book.get(cid)
         if entry is not None and "ok" in entry:
             return entry  # ran before: report the same result again
         if entry is not None:  # started, never finished: the agent (or the host) went down meanwhile
             rebooted = entry.get("boot_id") != self.boot_id()
-            ok = kind == "reboot" and rebooted
-            detail = "host rebooted (boot id changed)" if ok else "interrupted: the agent restarted while running it"
-            entry.update(ok=ok, detail=detail)
+            since = entry.get("awaiting_reboot_since")
+            if since is not None and not rebooted:
+                if self.clock() - float(since) < self.reboot_wait_s:
+                    return None  # the reboot is scheduled; the host has not gone down yet
+                entry.update(ok=False, detail=f"the reboot command exited 0 ({entry.get('command_detail', '')}) "
+                                              f"but the host did not reboot within {self.reboot_wait_s:.0f} s "
+                                              "(boot id unchanged)")
+            else:
+                ok = kind == "reboot" and rebooted
+                detail = ("host rebooted (boot id changed)" if ok
+                          else "interrupted: the agent restarted while running it")
+                entry.update(ok=ok, detail=detail)
         else:
             entry = {"kind": kind, "boot_id": self.boot_id()}
             book[cid] = entry
             self._save(book)  # written before the command runs: never run twice
             log.info("%s: running repair command %s (%s)", self.node, kind, cid)
             out = self._bundle(cid) if kind == BUNDLE else self.repairs.run(kind)
+            if out.awaits_reboot:
+                entry.update(awaiting_reboot_since=self.clock(), command_detail=out.detail)
+                book[cid] = entry
+                self._save(book)
+                log.info("%s: reboot (%s) scheduled: %s; its result is posted once the host is back",
+                         self.node, cid, out.detail)
+                return None
             entry.update(ok=out.ok, detail=out.detail)
             log.log(logging.INFO if out.ok else logging.WARNING, "%s: %s %s: %s", self.node, kind,
                     "succeeded" if out.ok else "failed", out.detail)
@@ -269,7 +299,7 @@ def start_poller(cfg: AgentConfig, token: str, device: Device, stop: threading.E
     poller = CommandPoller(cfg.controller, token, cfg.node, repairs, cfg.state_dir / "commands.json",
                            boot_id=boot_id_reader(cfg.proc_root), on_repaired=on_repaired,
                            interval=cfg.command_poll_s, bundler=lambda: bundles.collect(cfg, device),
-                           verify=verify)
+                           verify=verify, reboot_wait_s=cfg.reboot_wait_s)
 
     def loop() -> None:
         try:

@@ -128,6 +128,7 @@ class AgentConfig(BaseSettings):
     commands: bool = True  # carry out repair commands the controller queues for this node
     command_poll_s: float = Field(10.0, gt=0)  # seconds between polls of GET /v1/nodes/{node}/commands
     reboot_command: list[str] = Field(default_factory=lambda: ["systemctl", "reboot"], min_length=1)  # argv of a reboot
+    reboot_wait_s: float = Field(900.0, gt=0)  # after reboot_command exits 0: boot id unchanged this long = failed
     fabric_manager_command: list[str] = Field(  # argv that restarts NVIDIA Fabric Manager
         default_factory=lambda: ["systemctl", "restart", "nvidia-fabricmanager"], min_length=1)
     # Maintenance rollouts (agent/maintenance.py, docs/maintenance.md): name -> argv of the scripts a rollout

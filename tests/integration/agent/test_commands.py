@@ -141,3 +141,41 @@ def test_host_gpu_reset_is_refused_while_a_process_holds_a_gpu(tmp_path: Path) -
     out = idle.run("gpu_reset")
     assert out.ok and "successfully reset" in out.detail and (tmp_path / "reset-done").exists()
     assert idle.run("reboot").ok and not idle.run("restart_fabric_manager").ok
+
+
+def test_a_host_reboot_is_reported_when_the_host_is_back_or_failed_when_it_never_went_down(
+        controller: tuple[Runtime, str], tmp_path: Path) -> None:
+    """``systemctl reboot`` exits 0 once the reboot is scheduled: the result waits for a new boot id."""
+    rt, url = controller
+    repairs = RepairStore(rt.controller.store)
+    now = datetime.now(UTC)
+    repairs.enqueue("k-back", NODE, RepairStep.REBOOT, now)
+    repairs.enqueue("k-stuck", NODE, RepairStep.REBOOT, now)
+    boot, clock = ["boot-a"], [1000.0]
+    host = HostRepairs(["true"], ["true"], nvidia_smi=_fake_smi(tmp_path, ""))
+
+    def poll() -> list[str]:  # a new agent process each time, on the same journal
+        p = CommandPoller(url, TOKEN, NODE, host, tmp_path / "commands.json", boot_id=lambda: boot[0],
+                          reboot_wait_s=600, clock=lambda: clock[0])
+        try:
+            return p.poll_once()
+        finally:
+            p.close()
+
+    assert poll() == []  # both reboot commands ran (exit 0): nothing reported yet
+    assert _status(rt, "k-back") == _status(rt, "k-stuck") == "queued"
+    clock[0] += 599
+    assert poll() == []  # still within the wait, same boot: still nothing
+    journal = json.loads((tmp_path / "commands.json").read_text())
+    assert set(journal) == {"k-back", "k-stuck"} and all("ok" not in e for e in journal.values())
+
+    boot[0] = "boot-b"  # the host went down and came back: both are done
+    assert sorted(poll()) == ["k-back", "k-stuck"]
+    assert _status(rt, "k-back") == "succeeded"
+
+    repairs.enqueue("k-never", NODE, RepairStep.REBOOT, now)
+    assert poll() == []
+    clock[0] += 600  # the wait is over and the boot id never changed
+    assert poll() == ["k-never"]
+    cmd = repairs.command("k-never")
+    assert cmd is not None and cmd.status == "failed" and "did not reboot within 600 s" in cmd.detail
