@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any, cast
 
 from starlette.types import Receive, Scope, Send
@@ -63,7 +64,7 @@ async def _too_many_then_close(scope: Scope, receive: Receive, send: Send) -> No
     await send({"type": "http.response.body", "body": _BUSY})
 
 
-def _declared_length(headers: list[tuple[bytes, bytes]]) -> int | None:
+def _declared_length(headers: Iterable[tuple[bytes, bytes]]) -> int | None:
     """The request's Content-Length, or None when absent, repeated or not a number."""
     found = [v for k, v in headers if k == b"content-length"]
     if len(found) != 1 or not found[0].isdigit():
