@@ -1,9 +1,10 @@
 """The real Slurm lab cluster for tests: ``scripts/slurm-lab.sh`` driven from Python.
 
-One lab per pytest session (:func:`session_lab`), shared by the contract suite and the integration
-tests; each test starts from :meth:`SlurmLab.reset` (no jobs, every real node idle and undrained,
-no hooks or faults installed). The lab lives in a temp dir and gets its own port base so parallel
-sessions on one machine do not collide.
+One lab per pytest session (:func:`session_lab`, ``NODES`` slurmd), shared by the contract suite and the
+integration tests; each test starts from :meth:`SlurmLab.reset` (no jobs, every real node idle and
+undrained, no hooks or faults installed). A test that needs more nodes starts its own lab of any size
+(:func:`start_lab`; the ``fleet_lab`` fixture: eight slurmd, one per test module). A lab lives in a temp
+dir and gets its own port base so parallel labs (and sessions) on one machine do not collide.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 SCRIPT = REPO / "scripts" / "slurm-lab.sh"
-NODES = 3
+NODES = 3  # the session's lab
+FLEET_NODES = 8  # the fleet-operations lab (conftest.fleet_lab): a rollout of several batches
 
 
 def slurm_installed() -> bool:
@@ -39,12 +41,15 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def pick_port_base() -> int:
-    """A base whose ports (base+17, base+201..base+299) are free; varies with the pid."""
+def pick_port_base(nodes: int = NODES) -> int:
+    """A base whose ports (slurmctld base+17, the ``nodes`` slurmd base+201.., the ghost base+299) are
+    free; varies with the pid."""
+    if not 1 <= nodes <= 98:  # slurm-lab.sh: slurmd n_i on base+200+i, below the ghost's base+299
+        raise ValueError(f"a lab has 1 to 98 nodes, not {nodes}")
     start = 20000 + (os.getpid() % 90) * 300
     for i in range(90):
         base = 20000 + (start - 20000 + i * 300) % 27000
-        if all(_port_free(base + off) for off in (17, *range(201, 201 + NODES), 299)):
+        if all(_port_free(base + off) for off in (17, *range(201, 201 + nodes), 299)):
             return base
     raise RuntimeError("no free port range for the Slurm lab")
 
@@ -112,12 +117,19 @@ class SlurmLab:
         path = self.root / "jobs" / f"{job_id}.out"
         return path.read_text() if path.exists() else ""
 
-    def job_state(self, job_id: str) -> str:
+    def job_state(self, job_id: str, field: str = "JobState") -> str:
         out = self.cmd("scontrol", "show", "job", job_id, check=False).stdout
         for tok in out.split():
-            if tok.startswith("JobState="):
+            if tok.startswith(f"{field}="):
                 return tok.split("=", 1)[1]
         return ""
+
+    def lift_requeue_hold(self, job_id: str) -> None:
+        """Slurm holds a requeued job back for about two minutes (its begin time): make it eligible now.
+        Only once it is pending: an update while it still completes is accepted, then lost."""
+        wait_for(lambda: self.job_state(job_id) == "PENDING", lambda: f"job {job_id} pending: {self.job_state(job_id)}")
+        self.cmd("scontrol", "update", f"jobid={job_id}", "starttime=now")
+        wait_for(lambda: self.job_state(job_id, "Reason") != "BeginTime", f"job {job_id} no longer held (BeginTime)")
 
     def wait_saved(self, what: str, since: float) -> None:
         """Wait until slurmctld has written its ``<what>_state`` file (job, node) after ``since``.
@@ -196,20 +208,29 @@ class SlurmLab:
 _LAB: SlurmLab | None = None
 
 
-def session_lab(request: pytest.FixtureRequest) -> SlurmLab:
-    """The session's lab, started on first use and torn down (by PID) when the session ends."""
-    global _LAB
+def start_lab(nodes: int = NODES, *, ghost: bool = True) -> SlurmLab:
+    """A new lab of ``nodes`` slurmd (n1..nN) in its own temp dir, on free ports, up; the caller tears
+    it down with :meth:`SlurmLab.down` (every daemon and job process by PID, the dir removed). Skips
+    (locally) or fails (in CI) without a real Slurm."""
     from tests.conftest import require_service
 
     require_service(slurm_installed(), "a real Slurm (slurmctld, slurmd, munged; run as root)")
+    root = Path(tempfile.mkdtemp(prefix="gpufleet-slurm-"))
+    lab = SlurmLab(root=root, port_base=pick_port_base(nodes), nodes=[f"n{i}" for i in range(1, nodes + 1)],
+                   ghost=ghost)
+    try:
+        lab.up()
+    except Exception:
+        lab.down()
+        raise
+    return lab
+
+
+def session_lab(request: pytest.FixtureRequest) -> SlurmLab:
+    """The session's lab, started on first use and torn down (by PID) when the session ends."""
+    global _LAB
     if _LAB is None:
-        root = Path(tempfile.mkdtemp(prefix="gpufleet-slurm-"))
-        lab = SlurmLab(root=root, port_base=pick_port_base())
-        try:
-            lab.up()
-        except Exception:
-            lab.down()
-            raise
+        lab = start_lab()
         request.config.add_cleanup(lab.down)
         _LAB = lab
     return _LAB
