@@ -28,9 +28,8 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import Any
 
-from starlette.types import Receive, Scope, Send
 from uvicorn._types import ASGI3Application
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
@@ -47,21 +46,14 @@ def _is_report(method: str, path: str) -> bool:
 
 
 _BUSY = b'{"detail": "controller busy: too many reports in flight; retry later"}'
-_BUSY_HEADERS = [(b"content-type", b"application/json"), (b"retry-after", b"1"),
-                 (b"content-length", str(len(_BUSY)).encode())]
+_BUSY_HEAD = (b"HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nretry-after: 1\r\n"
+              b"content-length: %d\r\n" % len(_BUSY))
 
 
-async def _too_many(scope: Scope, receive: Receive, send: Send) -> None:
-    """429, keeping the connection (the body is dropped as it arrives)."""
-    await send({"type": "http.response.start", "status": 429, "headers": _BUSY_HEADERS})
-    await send({"type": "http.response.body", "body": _BUSY})
-
-
-async def _too_many_then_close(scope: Scope, receive: Receive, send: Send) -> None:
-    """429 and close: the refused body is too large or of unknown length to skip."""
-    await send({"type": "http.response.start", "status": 429,
-                "headers": [*_BUSY_HEADERS, (b"connection", b"close")]})
-    await send({"type": "http.response.body", "body": _BUSY})
+def _busy(default_headers: Iterable[tuple[bytes, bytes]], close: bool) -> bytes:
+    """The whole 429 response: uvicorn's default headers (date, server), ours, the body."""
+    extra = b"".join(k + b": " + v + b"\r\n" for k, v in default_headers)
+    return _BUSY_HEAD + extra + (b"connection: close\r\n\r\n" if close else b"\r\n") + _BUSY
 
 
 def _declared_length(headers: Iterable[tuple[bytes, bytes]]) -> int | None:
@@ -114,11 +106,22 @@ def admission_protocol(timeout_s: float, refused: Counter[str], max_inflight: in
             scope = cycle.scope
             if (max_inflight is not None and len(self.tasks) >= max_inflight
                     and _is_report(scope["method"], scope["path"])):
-                refused["inflight"] += 1
-                length = _declared_length(scope["headers"])
-                keep = length is not None and length <= keep_alive_body
-                app = cast("ASGI3Application", _too_many if keep else _too_many_then_close)
+                self._refuse(cycle)
+                return
             super()._start_asgi_task(cycle, app)
+
+        def _refuse(self, cycle: RequestResponseCycle) -> None:
+            """Answer 429 right here — no task, no ASGI app: what uvicorn's cycle does when an app's
+            last body message is sent, with the response written in one piece."""
+            refused["inflight"] += 1
+            length = _declared_length(cycle.scope["headers"])
+            keep = cycle.keep_alive and length is not None and length <= keep_alive_body
+            self.transport.write(_busy(self.server_state.default_headers, close=not keep))
+            cycle.response_complete = True  # from here uvicorn drops the request's body as it arrives
+            cycle.message_event.set()
+            if not keep:
+                self.transport.close()
+            cycle.on_response()
 
         def _expired(self) -> None:
             self._deadline = None
