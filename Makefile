@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-PIP    := $(PY) -m pip install -q --disable-pip-version-check
+PIP    := $(PY) -m pip install -q --disable-pip-version-check --no-compile  # .pyc written on first import instead
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
 # test processes for `make test` (pytest-xdist; the Slurm tests share one, see tests/conftest.py); 0: one process
