@@ -1,11 +1,14 @@
-"""Fixtures shared by the integration suites (store and HA): the session's real PostgreSQL."""
+"""Fixtures shared by the integration suites: the session's real PostgreSQL (store and HA), throwaway
+TLS certificates (serve and HA)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.integration import tlscerts
 from tests.integration.store.backends import Postgres
 
 
@@ -16,3 +19,10 @@ def postgres() -> Iterator[Postgres | None]:
     yield pg
     if pg is not None:
         pg.close()
+
+
+@pytest.fixture
+def certs(tmp_path: Path) -> Path:
+    """A directory with a CA, a server certificate for 127.0.0.1 and an agent's client certificate
+    (tlscerts.standard: ca.crt/key, server.crt/key, agent.crt/key)."""
+    return tlscerts.standard(tmp_path / "tls")

@@ -203,7 +203,6 @@ def test_hadolint_catches_a_bad_dockerfile(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("values", "says"), [
     ({"controller": {"replicas": 2, "database": {"url": "sqlite:////data/gpufleet.db"}}}, "postgresql:// URL"),
     ({"controller": {"replicas": 0}}, "got 0, expected 1 or more"),
-    ({"controller": {"replicas": 2}, "tls": {"clientSecret": "agent-tls"}}, "tls.clientSecret"),
 ])
 def test_several_controller_replicas_need_postgresql_and_say_so(values: dict[str, Any], says: str) -> None:
     with pytest.raises(Exception, match=r"controller\.replicas") as err:
@@ -229,3 +228,35 @@ def test_controller_replicas_elect_a_leader_and_advertise_their_pod(tmp_path: Pa
     assert settings.ha.forward_tls_name == "gpufleet-controller.gpufleet.svc"
     [one] = [d for d in docs(render()) if d["kind"] == "Deployment"]
     assert one["spec"]["strategy"]["type"] == "Recreate" and "GPUFLEET_HA" not in str(one)
+
+
+@pytest.mark.parametrize(("tls", "forward_secret"), [
+    ({"clientSecret": "agent-tls"}, "agent-tls"),  # by default the agents' client certificate
+    ({"clientSecret": "agent-tls", "forwardSecret": "replica-tls"}, "replica-tls"),
+])
+def test_replicas_with_client_certificates_forward_with_one(tmp_path: Path, tls: dict[str, str],
+                                                            forward_secret: str) -> None:
+    from gpufleet.controller.settings import load_settings
+
+    text = render({"controller": {"replicas": 2}, "tls": tls})
+    for doc in docs(text):
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    [deploy] = [d for d in docs(text) if d["kind"] == "Deployment"]
+    pod = deploy["spec"]["template"]["spec"]
+    env = {e["name"]: e for e in pod["containers"][0]["env"]}
+    ha = json.loads(env["GPUFLEET_HA"]["value"].replace("$(POD_IP)", "10.1.2.3"))
+    controller, _agent = _configs(text)
+    (tmp_path / "controller.toml").write_text(controller)
+    settings = load_settings(tmp_path / "controller.toml", ha=ha)
+    assert settings.tls.client_ca is not None and settings.ha.forward_certfile is not None
+    assert settings.ha.forward_keyfile == settings.ha.forward_certfile.with_name("tls.key")
+    assert _mounts(text, "Deployment")["tls-forward"] == str(settings.ha.forward_certfile.parent)
+    [vol] = [v for v in pod["volumes"] if v["name"] == "tls-forward"]
+    assert vol["secret"]["secretName"] == forward_secret
+    assert {i["key"] for i in vol["secret"]["items"]} == {"tls.crt", "tls.key"}
+    [agents] = [d for d in docs(text) if d["kind"] == "DaemonSet"]
+    assert "tls-forward" not in str(agents), "the forwarding certificate is the controller pods' alone"
+    one = render({"tls": tls})  # one replica forwards nothing: nothing more is mounted
+    assert "tls-forward" not in _mounts(one, "Deployment") and "GPUFLEET_HA" not in one
+    plain = render({"controller": {"replicas": 2}, "tls": {**tls, "enabled": False}})
+    assert "tls-forward" not in _mounts(plain, "Deployment") and "forward_certfile" not in plain

@@ -12,6 +12,7 @@ import ssl
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -19,6 +20,7 @@ import uvicorn
 from gpufleet.controller import heap
 from gpufleet.controller.api.app import create_app
 from gpufleet.controller.api.forward import ForwardTls
+from gpufleet.controller.api.leaderclient import client_certificate_refusal
 from gpufleet.controller.api.limits import Limits
 from gpufleet.controller.api.slowclients import admission_protocol
 from gpufleet.controller.bmc.credentials import load_targets
@@ -66,6 +68,7 @@ class Runtime:
     bmc: BmcWatcher | None = None  # SEL -> events, firmware inventory ([repair] bmc_file)
     bundles: Bundles | None = None  # diagnostic bundles (uploads, downloads)
     leadership: Leadership = field(default_factory=always_leading)  # leader or follower (controller.ha)
+    forward: ForwardTls = field(default_factory=ForwardTls)  # TLS of a follower's requests to the leader
     elector: Elector | None = None  # on PostgreSQL: keeps ``leadership`` true in its own thread
     _when_leading: list[Callable[[], object]] = field(default_factory=list)
 
@@ -137,7 +140,7 @@ class Runtime:
                          openapi_requires_auth=s.openapi_requires_auth, retention=self.retention,
                          bmc=self.bmc, bundles=self.bundles, leadership=self.leadership,
                          forward_timeout_s=s.ha.forward_timeout_s,
-                         forward_tls=ForwardTls(s.ha.forward_ca, s.ha.forward_tls_name))
+                         forward_tls=self.forward)
         self.committer = app.state.ingest
         tls: dict[str, Any] = {}
         if s.tls.enabled:
@@ -182,7 +185,9 @@ class Runtime:
 def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | None = None,
           validator: Validator | None = None, policy: PolicyFile | None = None) -> Runtime:
     engine = make_engine(settings.database_url)
-    if ha.elected(engine):
+    replicas = ha.elected(engine)
+    forward = forward_tls(settings, replicas=replicas)  # before anything else: a setting to fix is said at once
+    if replicas:
         ha.bound_idle_transactions(engine, settings.ha.lease_s)
     migrate(engine)
     policy = policy or load_policy(settings.policy_file)
@@ -215,11 +220,61 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
     heap.settle("start-up")
     watcher = BmcWatcher(controller, node_bmcs, sel_max_age=settings.repair.sel_max_age) if node_bmcs else None
     rt = Runtime(settings, controller, reconciler, retention=retention, bmc=watcher,
-                 bundles=Bundles(controller, node_bmcs))
+                 bundles=Bundles(controller, node_bmcs), forward=forward)
     rt.leadership, rt.elector = ha.join(engine, lease_s=settings.ha.lease_s, renew_s=settings.ha.renew_s,
                                         url=rt.advertise_url, on_gain=rt.on_gain)
     reconciler.leading = rt.leadership.leading
     return rt
+
+
+def forward_tls(settings: ControllerSettings, *, replicas: bool) -> ForwardTls:
+    """How this replica's forwarded requests reach the leader over TLS, checked (docs/decisions/0101).
+
+    With ``[tls] client_ca`` the leader asks every client for a certificate signed by it, so a follower
+    presents ``[ha] forward_certfile``/``forward_keyfile``, or by default the replica's own ``[tls]``
+    certificate. With several replicas (``replicas``: PostgreSQL) that certificate is checked here, at
+    start-up, by the same handshake the leader will make: a file that cannot be read, a certificate
+    that does not match its key, one not signed by ``client_ca`` or not for client authentication
+    (extendedKeyUsage serverAuth only) is an InvalidInput naming the setting — not a 502 at the first
+    forwarded report."""
+    h, t = settings.ha, settings.tls
+    cert: Path | None
+    key: Path | None
+    if h.forward_certfile is not None:
+        cert, key, setting = h.forward_certfile, h.forward_keyfile, "ha.forward_certfile"
+        key_setting = "ha.forward_keyfile"
+    elif t.client_ca is not None:
+        cert, key = t.certfile, t.keyfile
+        setting, key_setting = "tls.certfile (the default of ha.forward_certfile)", "tls.keyfile"
+    else:
+        cert = key = None
+        setting, key_setting = "ha.forward_certfile", "ha.forward_keyfile"
+    out = ForwardTls(h.forward_ca, h.forward_tls_name, cert, key, setting)
+    if not replicas:
+        return out  # one replica forwards nothing
+    for name, path in (("ha.forward_ca", h.forward_ca), (setting, cert), (key_setting, key)):
+        if path is not None and not path.is_file():
+            raise InvalidInput(name, str(path), "an existing, readable PEM file")
+    if cert is None or key is None:
+        return out
+    if t.client_ca is None or t.certfile is None or t.keyfile is None:
+        try:  # no client_ca here: still a certificate and its key that load
+            ssl.create_default_context().load_cert_chain(str(cert), str(key))
+        except (OSError, ssl.SSLError) as err:
+            raise InvalidInput(setting, str(cert), f"a PEM certificate matching {key_setting} ({key}): {err}") from None
+        return out
+    try:
+        refusal = client_certificate_refusal(str(cert), str(key), str(t.client_ca), str(t.certfile), str(t.keyfile))
+    except (OSError, ssl.SSLError) as err:
+        raise InvalidInput(setting, str(cert), f"a PEM certificate matching {key_setting} ({key}) (and a readable "
+                                               f"tls.client_ca, tls.certfile and tls.keyfile): {err}") from None
+    if refusal is not None:
+        raise InvalidInput(setting, str(cert), (
+            f"a client certificate the leader accepts: signed by tls.client_ca ({t.client_ca}) and usable for "
+            f"client authentication (extendedKeyUsage clientAuth, or no extendedKeyUsage); the leader would "
+            f"refuse it ({refusal}) and every forwarded request would fail. Set [ha] forward_certfile and "
+            "forward_keyfile to a client certificate signed by client_ca"))
+    return out
 
 
 def spares(settings: ControllerSettings, controller: Controller, scheduler: Scheduler) -> Spares | None:

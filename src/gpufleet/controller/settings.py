@@ -61,6 +61,8 @@ Example ``controller.toml``::
     lease_s = 8                                # a dead leader is replaced within lease_s + renew_s
     renew_s = 2                                # at most lease_s / 2
     advertise_url = "http://10.0.0.5:8470"      # "" = from host and port
+    forward_certfile = "/etc/gpufleet/tls/forward.crt"   # with [tls] client_ca: the client certificate followers
+    forward_keyfile = "/etc/gpufleet/tls/forward.key"    # present to the leader (unset: [tls] certfile/keyfile)
 
     [limits]                                    # before authentication (docs/api.md#limits)
     max_body_bytes = 67108864
@@ -397,12 +399,21 @@ class HaSettings(BaseModel):
     forward_timeout_s: float = Field(default=30.0, gt=0)  # a forwarded request waits this long for the leader
     forward_ca: Path | None = None  # https: the CA the leader's certificate chains to (none: the system store)
     forward_tls_name: str = ""  # https: the name in the leader's certificate when the URL is an address ("" = host)
+    # with [tls] client_ca: the client certificate (PEM) a follower presents when it forwards to the leader,
+    # signed by client_ca and usable for client authentication (docs/scale.md); none = [tls] certfile/keyfile
+    forward_certfile: Path | None = None
+    forward_keyfile: Path | None = None  # the key of forward_certfile (PEM); both or neither
 
     @model_validator(mode="after")
     def _renew_twice_a_lease(self) -> HaSettings:
         if self.renew_s * 2 > self.lease_s:
             raise ValueError(f"renew_s ({self.renew_s:g}) must be at most half of lease_s ({self.lease_s:g}): a "
                              "leader renews at least twice per lease, or one slow renewal deposes it")
+        if (self.forward_certfile is None) != (self.forward_keyfile is None):
+            given, missing = (("forward_certfile", "forward_keyfile") if self.forward_keyfile is None
+                              else ("forward_keyfile", "forward_certfile"))
+            raise ValueError(f"{given} is set but {missing} is not: give both (the forwarding client certificate "
+                             "and its key) or neither")
         return self
 
 

@@ -1,9 +1,11 @@
-"""One controller replica for the HA tests: ``python -m tests.integration.ha.child DIR NAME URL LEASE RENEW``.
+"""One controller replica for the HA tests:
+``python -m tests.integration.ha.child DIR NAME URL LEASE RENEW [SETTINGS.toml]``.
 
 The production runtime (``runtime.build``: election, fence, reconciler thread, HTTP API) on the test's
 PostgreSQL, with a simulated scheduler whose state every replica shares through DIR/scheduler.json (each
 call reads it under a file lock, so the scheduler is one, as a real one is). Writes the bound port to
-DIR/NAME.port once it serves. The fleet is registered by whichever replica leads first.
+DIR/NAME.port once it serves. The fleet is registered by whichever replica leads first. SETTINGS.toml, when
+given, adds its ``[tls]`` and ``[ha]`` keys and its ``[[tokens]]`` to the replica's settings.
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ from __future__ import annotations
 import fcntl
 import sys
 import threading
+import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from gpufleet.controller.runtime import build
-from gpufleet.controller.settings import ControllerSettings, HaSettings, Role, SchedulerKind, TokenConfig
+from gpufleet.controller.settings import ControllerSettings, HaSettings, Role, SchedulerKind, TlsSettings, TokenConfig
 from gpufleet.domain.fleet import simulated_fleet
 from gpufleet.lifecycle.config import parse_policy
 from gpufleet.lifecycle.states import NodeState
@@ -59,11 +62,14 @@ class SharedSim:
         return call
 
 
-def main(workdir: Path, name: str, url: str, lease_s: float, renew_s: float) -> None:
+def main(workdir: Path, name: str, url: str, lease_s: float, renew_s: float, extra: Path | None = None) -> None:
     fleet = simulated_fleet(NODES, RACKS)
+    more: dict[str, Any] = tomllib.loads(extra.read_text(encoding="utf-8")) if extra is not None else {}
     settings = ControllerSettings(database_url=url, port=0, scheduler=SchedulerKind.SIM,
-                                  ha=HaSettings(lease_s=lease_s, renew_s=renew_s),
-                                  tokens=(TokenConfig(name="ha", role=Role.ADMIN, token=TOKEN),))
+                                  ha=HaSettings(lease_s=lease_s, renew_s=renew_s, **more.get("ha", {})),
+                                  tls=TlsSettings(**more.get("tls", {})),
+                                  tokens=(TokenConfig(name="ha", role=Role.ADMIN, token=TOKEN),
+                                          *(TokenConfig(**t) for t in more.get("tokens", ()))))
     policy = parse_policy({"breaker": {"max_unavailable_fleet": 1.0, "max_unavailable_domain": 1.0},
                            "policy": {"heartbeat_timeout": "0s"}})
     scheduler: Any = SharedSim([n.id for n in fleet], workdir / "scheduler.json")
@@ -77,4 +83,5 @@ def main(workdir: Path, name: str, url: str, lease_s: float, renew_s: float) -> 
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]))
+    main(Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]),
+         Path(sys.argv[6]) if len(sys.argv) > 6 else None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -28,6 +29,8 @@ class Replica:
     proc: subprocess.Popen[bytes] | None = None
     base: str = ""
     started: float = field(default=0.0)
+    settings: str = ""  # more settings (TOML: [tls], [ha], [[tokens]]; child.py)
+    tls: ssl.SSLContext | None = None  # with [tls]: how the test's requests reach it (https)
 
     @property
     def port_file(self) -> Path:
@@ -37,8 +40,12 @@ class Replica:
         self.port_file.unlink(missing_ok=True)
         self.base = ""
         log = (self.workdir / f"{self.name}.log").open("ab")
+        extra = []
+        if self.settings:
+            extra = [str(self.workdir / f"{self.name}.toml")]
+            Path(extra[0]).write_text(self.settings, encoding="utf-8")
         self.proc = subprocess.Popen([sys.executable, "-m", "tests.integration.ha.child", str(self.workdir), self.name,
-                                      self.db_url, str(self.lease_s), str(self.renew_s)],
+                                      self.db_url, str(self.lease_s), str(self.renew_s), *extra],
                                      cwd=ROOT, stdout=log, stderr=log)
         self.started = time.monotonic()
 
@@ -50,14 +57,18 @@ class Replica:
                 return False
             assert time.monotonic() < deadline, f"{self.name} did not start within {timeout} s: {self.log_tail()}"
             time.sleep(0.05)
-        self.base = f"http://127.0.0.1:{self.port_file.read_text()}"
+        self.base = f"{self.scheme}://127.0.0.1:{self.port_file.read_text()}"
         return True
 
     def ready(self) -> bool:
         """Whether it serves now (no waiting): picks up its port once it has written it."""
         if not self.base and self.alive and self.port_file.exists():
-            self.base = f"http://127.0.0.1:{self.port_file.read_text()}"
+            self.base = f"{self.scheme}://127.0.0.1:{self.port_file.read_text()}"
         return bool(self.base) and self.alive
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls is not None else "http"
 
     @property
     def alive(self) -> bool:
@@ -68,7 +79,7 @@ class Replica:
         if not self.ready():
             return None
         try:
-            r = httpx.get(f"{self.base}/v1/health", headers=HEADERS, timeout=2)
+            r = httpx.get(f"{self.base}/v1/health", headers=HEADERS, timeout=2, verify=self.tls or True)
         except httpx.TransportError:
             return None
         return r.json() if r.status_code == 200 else None

@@ -1,13 +1,14 @@
 """The controller over TLS: a server certificate, and optionally client certificates for agents.
 
-Certificates are made in the test with the openssl command line (a throwaway CA, a server certificate
-for 127.0.0.1 and a client certificate), and the real controller (uvicorn) serves on a free port. A real
-``gpufleet agent`` process pushes to it over mutual TLS with its ``ca_file``/``client_cert``/``client_key``.
+Certificates are made in the test with the openssl command line (the ``certs`` fixture,
+tests/integration/tlscerts.py: a throwaway CA, a server certificate for 127.0.0.1 and a client
+certificate), and the real controller (uvicorn) serves on a free port. A real ``gpufleet agent`` process
+pushes to it over mutual TLS with its ``ca_file``/``client_cert``/``client_key``.
 """
 
 from __future__ import annotations
 
-import shutil
+import asyncio
 import ssl
 import subprocess
 import sys
@@ -21,38 +22,26 @@ import pytest
 
 from gpufleet.agent.push import ControllerClient
 from gpufleet.agent.tls import client_tls
+from gpufleet.controller.api.leaderclient import LeaderClient, LeaderTlsRefused
 from gpufleet.controller.runtime import Runtime, build
-from gpufleet.controller.settings import ControllerSettings, Role, SchedulerKind, TlsSettings, TokenConfig
+from gpufleet.controller.settings import (
+    ControllerSettings,
+    Role,
+    SchedulerKind,
+    TlsSettings,
+    TokenConfig,
+    load_settings,
+)
 from gpufleet.controller.store.repo import Page, Store
+from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.fleet import Fleet, Gpu, Node
 from gpufleet.schedulers.sim import SimScheduler
-from tests.conftest import require_service
+from tests.integration import tlscerts
 from tests.integration.agent.harness import wait_for
 
 TOKEN = "tls-viewer-token-0001"
 NODE = "r01-n007"
 AGENT_TOKEN = "tls-agent-token-r01-n007-0001"
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True, timeout=60)
-
-
-@pytest.fixture
-def certs(tmp_path: Path) -> Path:
-    require_service(shutil.which("openssl") is not None, "the openssl command")
-    d = tmp_path / "tls"
-    d.mkdir()
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=test-ca",
-             "-keyout", "ca.key", "-out", "ca.crt", cwd=d)
-    (d / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n", encoding="utf-8")
-    for name, cn in (("server", "127.0.0.1"), ("agent", "agent-r01")):
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", f"/CN={cn}", "-keyout", f"{name}.key",
-                 "-out", f"{name}.csr", cwd=d)
-        ext = ["-extfile", "san.ext"] if name == "server" else []
-        _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial",
-                 "-days", "2", "-out", f"{name}.crt", *ext, cwd=d)
-    return d
 
 
 def _serve(tmp_path: Path, tls: TlsSettings, runtimes: list[Runtime] | None = None) -> Iterator[str]:
@@ -102,6 +91,27 @@ def test_half_a_tls_setting_is_refused_naming_it() -> None:
         TlsSettings(certfile=Path("server.crt"))
     with pytest.raises(ValueError, match="client_ca"):
         TlsSettings(client_ca=Path("ca.crt"))
+    with pytest.raises(InvalidInput, match="forward_certfile is set but forward_keyfile is not"):
+        load_settings(None, scheduler="sim", ha={"forward_certfile": "/etc/gpufleet/forward.crt"})
+
+
+def test_the_forwarding_client_presents_its_certificate_and_names_a_tls_refusal(tmp_path: Path, certs: Path) -> None:
+    """LeaderClient (a follower's connection to the leader) against a real controller requiring client
+    certificates: with one it is answered; trusting another CA, the failure is a TLS refusal, not 'unreachable'."""
+    tlscerts.make_ca(certs, "ca2")
+    tls = TlsSettings(certfile=certs / "server.crt", keyfile=certs / "server.key", client_ca=certs / "ca.crt")
+    cert = (str(certs / "agent.crt"), str(certs / "agent.key"))
+    auth = [(b"authorization", f"Bearer {TOKEN}".encode())]
+
+    async def health(client: LeaderClient, url: str) -> int:
+        try:
+            return (await client.request(url, "GET", "/v1/health", auth, b"")).status
+        finally:
+            await client.close()
+    for url in _serve(tmp_path, tls):
+        assert asyncio.run(health(LeaderClient(10, ca=str(certs / "ca.crt"), cert=cert), url)) == 200
+        with pytest.raises(LeaderTlsRefused, match="self-signed certificate in certificate chain"):
+            asyncio.run(health(LeaderClient(10, ca=str(certs / "ca2.crt"), cert=cert), url))
 
 
 def test_a_real_agent_process_pushes_over_mutual_tls(tmp_path: Path, certs: Path) -> None:

@@ -11,7 +11,10 @@ database. So a follower answers reads of the database itself and forwards to the
 
 A forwarded request carries :data:`FORWARDED` and is never forwarded again: a replica that receives one
 and does not lead answers 503 (the caller retries, as agents do). With no leader known, or the leader
-unreachable, the answer is 503 with ``Retry-After`` — never a guess.
+unreachable, the answer is 503 with ``Retry-After`` — never a guess. When the TLS handshake with the
+leader fails (the leader refuses this replica's client certificate, ``[ha] forward_certfile``, or this
+replica does not trust the leader's, ``[ha] forward_ca``) the answer is 502 naming the setting: waiting
+does not fix a certificate (docs/decisions/0101).
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from pathlib import Path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..ha.elector import Leadership
-from .leaderclient import LeaderClient, LeaderUnreachable
+from .leaderclient import LeaderClient, LeaderTlsRefused, LeaderUnreachable
 
 log = logging.getLogger(__name__)
 FORWARDED = "x-gpufleet-forwarded-by"
@@ -48,10 +51,14 @@ def needs_leader(method: str, path: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class ForwardTls:
-    """How a follower checks the leader's certificate (``[ha] forward_ca`` / ``forward_tls_name``)."""
+    """How a follower checks the leader's certificate (``[ha] forward_ca`` / ``forward_tls_name``) and the
+    client certificate it presents (``[ha] forward_certfile`` / ``forward_keyfile``, or ``[tls]``'s)."""
 
     ca: Path | None = None  # the CA the leader's certificate chains to (None: the system store)
     name: str = ""  # the name the certificate was issued for, when the advertise URL is an address
+    certfile: Path | None = None  # the client certificate presented to the leader (None: none)
+    keyfile: Path | None = None
+    cert_setting: str = "ha.forward_certfile"  # where certfile came from, for error messages
 
 
 class ForwardToLeader:
@@ -60,7 +67,9 @@ class ForwardToLeader:
         self.app, self.leadership = app, leadership
         self.timeout_s = timeout_s
         self.tls = tls or ForwardTls()
-        self.client = LeaderClient(timeout_s, ca=str(self.tls.ca) if self.tls.ca else None, tls_name=self.tls.name)
+        t = self.tls
+        cert = (str(t.certfile), str(t.keyfile)) if t.certfile is not None and t.keyfile is not None else None
+        self.client = LeaderClient(timeout_s, ca=str(t.ca) if t.ca else None, tls_name=t.name, cert=cert)
         self.forwarded = 0  # requests forwarded since start (a metric)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -86,6 +95,16 @@ class ForwardToLeader:
         headers.append((FORWARDED.encode(), self.leadership.replica.encode()))
         try:
             answer = await self.client.request(url, scope["method"], target, headers, body)
+        except LeaderTlsRefused as err:
+            t = self.tls
+            detail = (f"TLS with the leader at {url} failed: {err}; check this replica's {t.cert_setting} (the "
+                      "client certificate it presents, which the leader's [tls] client_ca must have signed) and "
+                      "ha.forward_ca (the CA it checks the leader's certificate against)")
+            # the files in the log only: the answer goes to a caller not yet authenticated
+            log.error("forwarding %s %s: %s; %s = %s, ha.forward_ca = %s", scope["method"], scope["path"], detail,
+                      t.cert_setting, t.certfile or "none", t.ca or "the system store")
+            await _error(send, 502, detail)
+            return
         except LeaderUnreachable as err:
             log.warning("forwarding %s %s to the leader at %s failed: %s", scope["method"], scope["path"], url, err)
             await _unavailable(send, f"the leader at {url} did not answer; retry")
@@ -110,8 +129,12 @@ async def _body(receive: Receive) -> bytes:
 
 
 async def _unavailable(send: Send, detail: str) -> None:
+    await _error(send, 503, detail, [(b"retry-after", str(RETRY_AFTER_S).encode())])
+
+
+async def _error(send: Send, status: int, detail: str, extra: list[tuple[bytes, bytes]] | None = None) -> None:
     body = json.dumps({"detail": detail}).encode()
-    await send({"type": "http.response.start", "status": 503,
-                "headers": [(b"content-type", b"application/json"), (b"retry-after", str(RETRY_AFTER_S).encode()),
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), *(extra or []),
                             (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})

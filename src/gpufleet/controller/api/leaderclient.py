@@ -26,6 +26,11 @@ class LeaderUnreachable(Exception):
     """No answer from the leader (connect, send or read failed, or it timed out)."""
 
 
+class LeaderTlsRefused(LeaderUnreachable):
+    """The TLS handshake with the leader failed: one side refused the other's certificate (a setting to fix,
+    not a moment to wait out)."""
+
+
 @dataclass(slots=True)
 class Answer:
     status: int
@@ -38,15 +43,27 @@ class _Stale(Exception):
 
 
 class LeaderClient:
-    def __init__(self, timeout_s: float, *, ca: str | None = None, tls_name: str = "") -> None:
+    def __init__(self, timeout_s: float, *, ca: str | None = None, tls_name: str = "",
+                 cert: tuple[str, str] | None = None) -> None:
+        """``cert``: (certificate, key) PEM files presented as a client certificate over https (the leader's
+        ``[tls] client_ca`` asks for one)."""
         self.timeout_s = timeout_s
         self.tls_name = tls_name
         self._ssl = ssl.create_default_context(cafile=ca)
+        self._cert = cert is not None
+        if cert is not None:
+            self._ssl.load_cert_chain(*cert)
+            # TLS 1.2: the leader checks the certificate inside the handshake, so its refusal fails the
+            # handshake here. Under TLS 1.3 it checks it after this side has finished the handshake and (its
+            # asyncio TLS) closes without an alert: the refusal would look like a leader gone mid-request.
+            self._ssl.maximum_version = ssl.TLSVersion.TLSv1_2
         self._idle: dict[str, list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
 
     async def request(self, url: str, method: str, target: str, headers: Headers, body: bytes) -> Answer:
         try:
             return await asyncio.wait_for(self._request(url, method, target, headers, body), self.timeout_s)
+        except ssl.SSLError as err:  # (before OSError, its base): a certificate refused, by either side
+            raise LeaderTlsRefused(getattr(err, "verify_message", None) or err.reason or str(err)) from err
         except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, _Stale) as err:
             raise LeaderUnreachable(f"{type(err).__name__}: {err}") from err
 
@@ -65,9 +82,21 @@ class LeaderClient:
         https = u.scheme == "https"
         host = u.hostname or ""
         port = u.port or (443 if https else 80)
+        reader, writer = await asyncio.open_connection(host, port)
         if not https:
-            return await asyncio.open_connection(host, port)
-        return await asyncio.open_connection(host, port, ssl=self._ssl, server_hostname=self.tls_name or host)
+            return reader, writer
+        try:  # the handshake apart from the connect: a failure here is about certificates, not reachability
+            await writer.start_tls(self._ssl, server_hostname=self.tls_name or host)
+        except ssl.SSLError as err:  # this side refused the leader's certificate (or the leader said why)
+            writer.close()
+            raise LeaderTlsRefused(str(getattr(err, "verify_message", None) or err.reason or err)) from err
+        except (OSError, asyncio.IncompleteReadError) as err:  # the leader hung up mid-handshake
+            writer.close()
+            if not self._cert:
+                raise
+            raise LeaderTlsRefused("the leader closed the connection during the TLS handshake: it refused this "
+                                   "replica's client certificate") from err
+        return reader, writer
 
     async def _exchange(self, url: str, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter], method: str,
                         target: str, headers: Headers, body: bytes, *, reused: bool) -> Answer:
@@ -135,3 +164,48 @@ async def _read_answer(line: bytes, reader: asyncio.StreamReader, method: str) -
     if b"content-length" in fields:
         return Answer(status, headers, await reader.readexactly(int(fields[b"content-length"]))), keep
     return Answer(status, headers, await reader.read()), False  # until the leader closes
+
+
+def client_certificate_refusal(certfile: str, keyfile: str, client_ca: str, server_certfile: str,
+                               server_keyfile: str) -> str | None:
+    """Why a server that requires client certificates signed by ``client_ca`` (as the leader's uvicorn does)
+    would refuse ``certfile`` as one; None when it would accept it.
+
+    The answer is OpenSSL's own: one TLS handshake in memory between a client presenting the certificate
+    and a server configured like the leader (``server_certfile``/``server_keyfile``, ``client_ca``,
+    CERT_REQUIRED). So every rule the leader applies is applied here — the chain to ``client_ca``, the
+    validity dates, and the purpose: a certificate whose extendedKeyUsage lists serverAuth but not
+    clientAuth is refused ("unsuitable certificate purpose"). Raises OSError / ssl.SSLError when a
+    file cannot be read or a certificate does not match its key.
+    """
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(server_certfile, server_keyfile)
+    server.load_verify_locations(cafile=client_ca)
+    server.verify_mode = ssl.CERT_REQUIRED
+    client = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client.check_hostname = False
+    client.verify_mode = ssl.CERT_NONE  # only the client's side is in question here
+    client.load_cert_chain(certfile, keyfile)
+    c_in, c_out, s_in, s_out = ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO(), ssl.MemoryBIO()
+    c = client.wrap_bio(c_in, c_out, server_side=False)
+    s = server.wrap_bio(s_in, s_out, server_side=True)
+    done = {"client": False, "server": False}
+    for _ in range(16):  # a handshake is a few flights; the bound only guards against a loop
+        for name, end in (("client", c), ("server", s)):
+            if done[name]:
+                continue
+            try:
+                end.do_handshake()
+                done[name] = True
+            except ssl.SSLWantReadError:
+                pass
+            except ssl.SSLError as err:
+                if name == "server":
+                    return str(getattr(err, "verify_message", None) or err.reason or err)
+                # the client learns of the server's refusal from its alert: the server's reason came first
+                return str(err.reason or err)
+        s_in.write(c_out.read())
+        c_in.write(s_out.read())
+        if done["server"]:
+            return None
+    return "the TLS handshake did not finish"
