@@ -59,7 +59,8 @@ def serve(
     if not settings.tokens:
         typer.echo("warning: no tokens configured: every /v1 request will be refused (see docs/api.md)", err=True)
     rt.start_reconciler()
-    typer.echo(f"gpufleet controller on http://{settings.host}:{settings.port}/v1 (docs at /docs)", err=True)
+    scheme = "https" if settings.tls.enabled else "http"
+    typer.echo(f"gpufleet controller on {scheme}://{settings.host}:{settings.port}/v1 (docs at /docs)", err=True)
     try:
         rt.start_api(in_thread=False)
     finally:
