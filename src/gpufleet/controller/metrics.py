@@ -96,6 +96,7 @@ class ControllerMetrics:
         # requests refused before or by the API, by reason (the API's RefusedCounts: limits, auth)
         self.refused: Mapping[str, int] = {}
         self.leadership: Leadership | None = None  # this replica's part in leader election (None: the only one)
+        self.forwards: Mapping[str, int] = {}  # a follower's requests passed on to the leader, by outcome
         r.register(_StateCollector(self))
 
     # ---- wiring -----------------------------------------------------------------------------
@@ -243,6 +244,12 @@ class _StateCollector:
         fenced = lead.fence.refused if lead is not None and lead.fence is not None else 0
         yield CounterMetricFamily(f"{PREFIX}fenced_writes", "Writes refused because this replica's lease epoch "
                                   "was not the lease's (a deposed leader's late writes).", value=fenced)
+        forwards = CounterMetricFamily(f"{PREFIX}forwarded_requests", "Requests this replica passed on to the "
+                                       "leader, by outcome: forwarded (the leader answered), tls_refused, "
+                                       "leader_unreachable, no_leader, leader_changing.", labels=["outcome"])
+        for outcome, n in sorted(self.m.forwards.items()):
+            forwards.add_metric([outcome], n)
+        yield forwards
 
     def _ingest(self) -> Iterator[Metric]:
         com = self.m.committer

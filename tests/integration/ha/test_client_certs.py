@@ -85,6 +85,16 @@ def test_an_agent_reports_through_a_follower_and_keeps_its_node_restriction(
     with pytest.raises(httpx.TransportError):  # no client certificate: the follower's own TLS refuses it
         httpx.post(f"{follower.base}/v1/events", json={"events": [event("e-none", NODE)]}, headers=agent,
                    verify=client_tls(certs, None), timeout=10)
+    # three requests passed on, each answered by the leader (its 202 and 403s): counted as forwarded
+    assert forwarded(follower, certs) == {"forwarded": 3}
+
+
+def forwarded(r: Replica, certs: Path) -> dict[str, int]:
+    """The replica's gpufleet_forwarded_requests_total, by outcome (its /metrics, read as an admin)."""
+    text = httpx.get(f"{r.base}/metrics", headers=HEADERS, verify=client_tls(certs), timeout=10).text
+    prefix = 'gpufleet_forwarded_requests_total{outcome="'
+    return {line[len(prefix):].split('"', 1)[0]: int(float(line.rsplit(" ", 1)[1]))
+            for line in text.splitlines() if line.startswith(prefix)}
 
 
 def test_a_forward_certificate_the_leader_refuses_is_a_502_naming_the_setting(
@@ -111,6 +121,7 @@ def test_a_forward_certificate_the_leader_refuses_is_a_502_naming_the_setting(
         assert "refused this replica's client certificate; check this replica's ha.forward_certfile" in detail
         assert str(certs) not in detail  # the files are named in the follower's log, not to the caller
     assert f"ha.forward_certfile = {certs / 'outsider.crt'}" in b.log_tail()
+    assert forwarded(b, certs) == {"tls_refused": 1}
     with httpx.Client(base_url=f"{a.base}/v1", headers=HEADERS, verify=client_tls(certs), timeout=10) as http:
         assert http.get("/events", params={"node": NODE}).json() == []
 

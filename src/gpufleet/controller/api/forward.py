@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,14 +64,16 @@ class ForwardTls:
 
 class ForwardToLeader:
     def __init__(self, app: ASGIApp, leadership: Leadership, timeout_s: float = 30.0,
-                 tls: ForwardTls | None = None) -> None:
+                 tls: ForwardTls | None = None, counts: Counter[str] | None = None) -> None:
         self.app, self.leadership = app, leadership
         self.timeout_s = timeout_s
         self.tls = tls or ForwardTls()
         t = self.tls
         cert = (str(t.certfile), str(t.keyfile)) if t.certfile is not None and t.keyfile is not None else None
         self.client = LeaderClient(timeout_s, ca=str(t.ca) if t.ca else None, tls_name=t.name, cert=cert)
-        self.forwarded = 0  # requests forwarded since start (a metric)
+        # requests this replica passed on, by outcome (gpufleet_forwarded_requests_total): forwarded (the
+        # leader answered), tls_refused (502), leader_unreachable, no_leader, leader_changing (503)
+        self.counts: Counter[str] = counts if counts is not None else Counter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (scope["type"] != "http" or self.leadership.leading()
@@ -79,11 +82,13 @@ class ForwardToLeader:
             return
         headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _HOP]
         if any(k.lower() == FORWARDED.encode() for k, _ in headers):
+            self.counts["leader_changing"] += 1
             await _unavailable(send, f"replica {self.leadership.replica} is not the leader either "
                                      "(leadership is changing); retry")
             return
         url = self.leadership.leader_url
         if not url:
+            self.counts["no_leader"] += 1
             await _unavailable(send, "no leader elected yet; retry")
             return
         body = await _body(receive)
@@ -96,6 +101,7 @@ class ForwardToLeader:
         try:
             answer = await self.client.request(url, scope["method"], target, headers, body)
         except LeaderTlsRefused as err:
+            self.counts["tls_refused"] += 1
             t = self.tls
             detail = (f"TLS with the leader at {url} failed: {err}; check this replica's {t.cert_setting} (the "
                       "client certificate it presents, which the leader's [tls] client_ca must have signed) and "
@@ -106,10 +112,11 @@ class ForwardToLeader:
             await _error(send, 502, detail)
             return
         except LeaderUnreachable as err:
+            self.counts["leader_unreachable"] += 1
             log.warning("forwarding %s %s to the leader at %s failed: %s", scope["method"], scope["path"], url, err)
             await _unavailable(send, f"the leader at {url} did not answer; retry")
             return
-        self.forwarded += 1
+        self.counts["forwarded"] += 1
         out = [(k, v) for k, v in answer.headers if k not in _HOP]
         out.append((b"content-length", str(len(answer.body)).encode()))
         await send({"type": "http.response.start", "status": answer.status, "headers": out})

@@ -38,6 +38,7 @@ def install(app: FastAPI, controller: Controller, committer: GroupCommitter,
     metrics.attach(committer, reconciler, retention)
     metrics.leadership = leadership
     metrics.refused = app.state.refused
+    metrics.forwards = app.state.forwards
     app.state.metrics = metrics
 
     @app.get("/metrics", response_class=Response, include_in_schema=False)  # not part of the /v1 API
