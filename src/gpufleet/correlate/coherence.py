@@ -32,12 +32,10 @@ evidence that *stays* with the slot and *follows* the unit (:meth:`Coherence.mov
 at either place is combined with it by Fisher's method and tested against the budget share split over
 the few kept patterns of its class (not over every candidate: only moved units are tried).
 
-Rates are learned from the stream: ``q[(kind, r)]`` is the fraction of class-``r`` components that
-reported event kind ``kind`` in the last ``rate_window`` (reporters explained by a significant
-candidate left out, so a fault in progress does not raise its own background), shrunk towards the
-cold-start prior ``PRIOR_Q`` with ``PRIOR_WEIGHT`` component-windows; ``q[r]`` sums over kinds. The
-excess's mean and variance likewise (prior Poisson(0.5)). Rates are refreshed once a minute of stream
-time. docs/correlate.md §Weak signals has the model on an example.
+Rates (``q[r]``, the excess's mean and variance) are learned from the last ``rate_window`` of the
+stream and refreshed once a minute of stream time (:mod:`gpufleet.correlate.rates`). The per-event
+work is kept small without changing a number (docs/correlate.md §Cost per event with coherence on);
+docs/correlate.md §Weak signals has the model on an example.
 """
 
 from __future__ import annotations
@@ -46,19 +44,16 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gpufleet.correlate.index import index_of
+from gpufleet.correlate.rates import PRIOR_EXCESS, PRIOR_Q, Reporters, learn
 from gpufleet.correlate.tails import log_negbin_tail as _log_negbin_tail
 from gpufleet.correlate.tails import log_poisson_tail as _log_poisson_tail
 from gpufleet.domain.topology import Topology
 
-PRIOR_Q = 0.01  # per component, per kind, per window: a corrected-error report (our assumption)
-PRIOR_WEIGHT = 50.0  # component-windows the prior is worth
-# Repetition: a background witness's minutes beyond its first (its *excess*) are negative binomial with
-# mean and variance learned from the stream's active reporters, shrunk to a Poisson(0.5) prior worth
-# PRIOR_REP_WEIGHT reporters (variance <= mean: Poisson).
-PRIOR_EXCESS, PRIOR_REP_WEIGHT = 0.5, 20.0
 SCAN = 3.0
 SHORT = 3.0  # the short scale is window / SHORT
 _LN2 = math.log(2.0)
+_LOG_SCAN = math.log(SCAN)
 UNIT_S = 60.0
 REFRESH_S = 60.0
 _DAY = 86400.0
@@ -66,31 +61,30 @@ FOLLOWS, STAYS = "follows", "stays"
 _SELF: dict[str, str] = {}
 _SHARED_KINDS = frozenset({"nvswitch", "leaf_switch", "spine_switch", "core_switch", "node", "compute_tray",
                            "switch_tray"})
-_EXPOSURE_CACHE = 200_000  # candidates whose exposure is kept (a pure function of the topology)
-# Exposures are a pure function of the topology: engines over the same topology share them.
-# (the topology, exposures by candidate, components and links per class)
-_SHARED: dict[int, tuple[Topology, dict[str, dict[str, float]], dict[str, int]]] = {}
-
-
-def _class_sizes(topology: Topology) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for comp in topology.components.values():
-        k = comp.kind.value
-        counts[k] = counts.get(k, 0) + 1
-    for ln in topology.links.values():
-        counts[ln.kind] = counts.get(ln.kind, 0) + 1
-    return counts
 
 
 @dataclass(slots=True)
 class _Cand:
-    wit: dict[str, tuple[float, int, int]]  # witness -> (last time, units, last minute)
+    # witness -> (last time, units, last minute, a reporter behind it: rates leave explained reporters out)
+    wit: dict[str, tuple[float, int, int, str]]
     keys: dict[tuple[str, str], float]  # supporting symptoms -> last time
-    reporters: dict[str, str]  # witness -> a reporter behind it (rates leave explained reporters out)
     cls: str = ""
+    units: int = 1  # sum of the witnesses' units (kept as they change, not summed per event)
+    oldest: float = math.inf  # at most the oldest witness's last time: none expired while it is in the window
     significant: bool = False
     log_p: float = 0.0
     basis: str = ""  # FOLLOWS / STAYS: significant with the pattern kept from before a move
+
+
+# A candidate seen once, screened out at once (most are, and most are never seen again), is kept as
+# one tuple, (time, minute, witness, reporter, symptom key), and becomes a _Cand when seen again.
+_Once = tuple[float, int, str, str, tuple[str, str]]
+
+
+def _cand(once: _Once, cls: str) -> _Cand:
+    """The _Cand a candidate seen once would have been."""
+    t, minute, w, reporter, key = once
+    return _Cand({w: (t, 1, minute, reporter)}, {key: t}, cls, 1, t)
 
 
 class Coherence:
@@ -109,21 +103,16 @@ class Coherence:
         self._kind_of = kind_of
         self.window = window_s
         self._rate_window = rate_window_s
-        shared = _SHARED.get(id(topology))
-        if shared is None or shared[0] is not topology:
-            if len(_SHARED) >= 4:
-                _SHARED.pop(next(iter(_SHARED)))
-            shared = _SHARED[id(topology)] = (topology, {}, _class_sizes(topology))
-        self._exposure = shared[1]
-        self._class_size = counts = shared[2]
+        self._index = idx = index_of(topology)  # exposures etc.: shared by engines on the same topology
+        self._links = topology.links
+        self._class_size = counts = idx.class_size
         nodes = counts.get("node", 0) + counts.get("compute_tray", 0)
         share = budget_per_node_day * max(1, nodes) * window_s / _DAY / max(1, len(counts) - 1)
-        self._log_alpha = {k: math.log(share / n) for k, n in counts.items()}
-        self._log_share = math.log(share)
         self._alpha = {k: share / n for k, n in counts.items()}
-        self._cands: dict[str, _Cand] = {}
-        self._deg: dict[str, int] = {}
-        self._seen: dict[tuple[str, str], dict[str, tuple[float, int, int]]] = {}  # (kind, class) -> reporter
+        self._log_alpha = {k: math.log(a) for k, a in self._alpha.items()}
+        self._log_share = math.log(share)
+        self._cands: dict[str, _Cand | _Once] = {}
+        self._seen: dict[tuple[str, str], Reporters] = {}  # (kind, class) -> its reporters in the rate window
         self._hist: dict[str, dict[str, tuple[float, float]]] = {}  # candidate -> basis -> (move time, ln p)
         self._log_alpha_hist: dict[str, float] = {}  # per class: the share over the kept patterns of the class
         self._explained: dict[str, float] = {}  # reporter -> until when it is left out of the rates
@@ -132,6 +121,10 @@ class Coherence:
         self._start = math.inf
         self._refreshed = -math.inf
         self._swept = -math.inf
+        # Tail probabilities by their arguments, forgotten when the rates change (pure functions of
+        # (k, mu) and of (excess, k) under the current repetition model: the same floats either way).
+        self._poisson_memo: dict[tuple[int, float], float] = {}
+        self._rep_memo: dict[tuple[int, int], float] = {}
 
     # -- input --------------------------------------------------------------------------------------------
 
@@ -144,46 +137,52 @@ class Coherence:
         minute = int(t // UNIT_S)
         seen = self._seen.get((kind, rclass))
         if seen is None:
-            seen = self._seen[(kind, rclass)] = {}
-        prev = seen.get(reporter)
-        if prev is None:
-            seen[reporter] = (t, 1, minute)
-        elif prev[2] != minute:
-            seen[reporter] = (t, prev[1] + 1, minute)
+            seen = self._seen[(kind, rclass)] = Reporters()
+        prev = seen.last.get(reporter)
+        if prev is None or prev[2] != minute:
+            seen.saw(reporter, t, minute, prev)
         if t - self._refreshed >= REFRESH_S:
             self._refresh(t)
         q_r = self._q.get(rclass, PRIOR_Q)
-        deg = self._deg.get(reporter)
-        if deg is None:
-            deg = self._deg[reporter] = max(1, len(self._topo.links_of(reporter)))
+        deg = self._index.degree.get(reporter) or self._index.deg(reporter)
         out: list[str] = []
         alpha = self._alpha
+        log_alpha = self._log_alpha  # = ln alpha, as computed from it
         cands = self._cands
+        hist = self._hist
+        window = self.window
         me = _SELF.get(kind) or _SELF.setdefault(kind, "self:" + kind)
         for c, named, cls, inside in pairs:
             lb = q_r if inside else q_r / deg  # this reporter's own share of mu(c)
             w = me if named == "self" else named  # about itself: one witness per kind of event it reports
             st = cands.get(c)
             if st is None:
-                st = cands[c] = _Cand({w: (t, 1, minute)}, {key: t}, {w: reporter}, cls)
-                if SCAN * lb >= alpha[cls] and c not in self._hist:
+                if SCAN * lb >= alpha[cls] and c not in hist:
+                    cands[c] = (t, minute, w, reporter, key)
                     continue  # one witness, one unit: p >= SCAN * (1 - e^-lb), cannot be significant
+                st = cands[c] = _Cand({w: (t, 1, minute, reporter)}, {key: t}, cls, 1, t)
                 if self._score(c, st, t, lb):
                     out.append(self._significant(st, c, t))
                 continue
+            if isinstance(st, tuple):
+                st = cands[c] = _cand(st, cls)
             st.keys[key] = t
-            old = st.wit.get(w)
-            if old is None or t - old[0] > self.window:
-                st.wit[w] = (t, 1, minute)
-                st.reporters[w] = reporter
+            wit = st.wit
+            old = wit.get(w)
+            st.oldest = min(st.oldest, t)
+            if old is None or t - old[0] > window:
+                wit[w] = (t, 1, minute, reporter)
+                st.units += 1 if old is None else 1 - old[1]
             elif old[2] != minute:
-                st.wit[w] = old = (t, old[1] + 1, minute)
-                rep = 0.0 if cls in _SHARED_KINDS else self._log_rep_tail(old[1] - 1, 1)
-                if (len(st.wit) == 1 and math.log(SCAN * lb * (1 - lb / 2)) + rep >= math.log(alpha[cls])
-                        and c not in self._hist):
-                    continue  # one witness: p >= SCAN * P(it speaks) * P(excess >= units-1), not significant
+                units = old[1] + 1
+                wit[w] = (t, units, minute, old[3])
+                st.units += 1
+                if len(wit) == 1 and c not in hist:
+                    rep = 0.0 if cls in _SHARED_KINDS else self._log_rep_tail(units - 1, 1)
+                    if math.log(SCAN * lb * (1 - lb / 2)) + rep >= log_alpha[cls]:
+                        continue  # one witness: p >= SCAN * P(it speaks) * P(excess >= units-1), not significant
             else:
-                st.wit[w] = (t, old[1], minute)
+                wit[w] = (t, old[1], minute, old[3])
                 continue  # same witness, same minute: the statistic did not move
             if self._score(c, st, t, lb):
                 out.append(self._significant(st, c, t))
@@ -191,20 +190,25 @@ class Coherence:
 
     def _significant(self, st: _Cand, c: str, t: float) -> str:
         st.significant = True  # (again): a new witness of a significant pattern joins it
-        for r in st.reporters.values():
-            self._explained[r] = t + self._rate_window
+        until = t + self._rate_window
+        for v in st.wit.values():
+            self._explained[v[3]] = until
         return c
 
-    def pair(self, c: str, w: str, reporter: str) -> tuple[str, str, str, bool]:
-        """(candidate, witness, candidate class, reporter inside the candidate) for :meth:`add`."""
-        inside = w == "self" or (w == reporter and c not in self._topo.links)
-        return (c, w, self._cls(c), inside)
+    def pair(self, c: str, kind: str, w: str, reporter: str) -> tuple[str, str, str, bool]:
+        """(candidate, witness, candidate class, reporter inside the candidate) for :meth:`add`;
+        ``kind`` is ``c``'s kind (``"link"`` for a cable)."""
+        links = self._links
+        inside = w == "self" or (w == reporter and c not in links)
+        return (c, w, links[c].kind if kind == "link" else kind, inside)
 
     def support(self, c: str, now: float) -> list[tuple[str, str]]:
         """Symptom keys behind ``c``'s witnesses within the window."""
         st = self._cands.get(c)
         if st is None:
             return []
+        if isinstance(st, tuple):
+            return [st[4]] if now - st[0] <= self.window else []
         return [k for k, t in st.keys.items() if now - t <= self.window]
 
     def surprise(self, c: str) -> float:
@@ -212,7 +216,7 @@ class Coherence:
         st = self._cands.get(c)
         if st is None:
             return 0.0
-        return (self._log_alpha[self._cls(c)] - st.log_p) / math.log(10)
+        return (self._log_alpha[self._cls(c)] - (st.log_p if isinstance(st, _Cand) else 0.0)) / math.log(10)
 
     def _cls(self, c: str) -> str:
         kind = self._kind_of(c)
@@ -220,7 +224,7 @@ class Coherence:
 
     def is_significant(self, c: str) -> bool:
         st = self._cands.get(c)
-        return st is not None and st.significant
+        return isinstance(st, _Cand) and st.significant
 
     def moved(self, from_slot: str, to_slot: str, t: float) -> None:
         """A unit left ``from_slot`` for ``to_slot``. The weak pattern seen at the old slot (the slot
@@ -238,7 +242,7 @@ class Coherence:
             if not (c in inside or (ln is not None and (ln.a in inside or ln.b in inside))):
                 continue
             st = self._cands.pop(c)
-            lp = self._log_p(c, st, t)
+            lp = self._log_p(c, _cand(st, self._cls(c)) if isinstance(st, tuple) else st, t)
             if lp >= 0.0:
                 continue  # nothing there but the background
             self._keep(c, STAYS, t, lp)
@@ -263,7 +267,7 @@ class Coherence:
         """``follows`` / ``stays`` when ``c`` is significant only with the pattern kept from before a
         move (:meth:`moved`); else ``""``."""
         st = self._cands.get(c)
-        return st.basis if st is not None and st.significant else ""
+        return st.basis if isinstance(st, _Cand) and st.significant else ""
 
     # -- the statistic ------------------------------------------------------------------------------------
 
@@ -271,29 +275,31 @@ class Coherence:
         hist = self._hist.get(c) if self._hist else None
         if hist:
             return self._score_with_history(c, st, t, hist)
-        cutoff = t - self.window
         wit = st.wit
-        if any(v[0] < cutoff for v in wit.values()):
-            for w in [w for w, v in wit.items() if v[0] < cutoff]:
-                del wit[w]
-                st.reporters.pop(w, None)
+        if st.oldest < t - self.window:
+            _prune(st, t - self.window)
         k = len(wit)
-        units = sum(v[1] for v in wit.values())
+        units = st.units
         log_alpha = self._log_alpha[st.cls]
         # Repetition (units beyond one per witness) is evidence about the thing a witness reports
         # on — its cable, itself — not about a switch or unit it shares with others: a flapping
         # cable's 12 minutes must not make its leaf surprising. Shared parts use k alone.
-        tail_u = math.log(SCAN)
+        tail_u = _LOG_SCAN
         if st.cls not in _SHARED_KINDS:
             tail_u += self._log_rep_tail(units - k, k)
-        ln = self._topo.links.get(c)
-        if ln is None and _log_poisson_tail(k, mu_lb) + tail_u > log_alpha:
+        ln = self._links.get(c)
+        if ln is None:
             # Screen: mu >= mu_lb (this reporter's own share of the exposure) and the tail grows
             # with mu, so even the smallest possible background leaves the pattern unsurprising.
             # Spares most noise events the exposure (a walk over the candidate's links).
-            st.log_p = _log_poisson_tail(k, mu_lb) + tail_u
-            st.significant = False
-            return False
+            memo = self._poisson_memo
+            lp = memo.get((k, mu_lb))
+            if lp is None:
+                lp = memo[(k, mu_lb)] = _log_poisson_tail(k, mu_lb)
+            if lp + tail_u > log_alpha:
+                st.log_p = lp + tail_u
+                st.significant = False
+                return False
         if ln is not None:  # two possible witnesses with unequal odds: the exact tail, not Poisson
             pa, pb = self._p_end(ln.a), self._p_end(ln.b)
             tail = pa * pb if k >= 2 else 1.0 - (1.0 - pa) * (1.0 - pb) if k == 1 else 1.0
@@ -351,22 +357,24 @@ class Coherence:
 
     def _log_rep_tail(self, e: int, k: int) -> float:
         """ln P(the excess minutes of ``k`` background witnesses sum to ``e`` or more)."""
-        m, size = self._rep
-        if size == math.inf:
-            return _log_poisson_tail(e, k * m)
-        return _log_negbin_tail(e, k * size, size / (size + m))
+        v = self._rep_memo.get((e, k))
+        if v is None:
+            m, size = self._rep
+            v = self._rep_memo[(e, k)] = (
+                _log_poisson_tail(e, k * m) if size == math.inf else _log_negbin_tail(e, k * size, size / (size + m))
+            )
+        return v
 
     def _p_end(self, r: str) -> float:
         """Probability that end ``r`` of a cable reports on that cable in one window."""
-        return min(1.0, self._q.get(self._kind_of(r), PRIOR_Q) / max(1, len(self._topo.links_of(r))))
+        return min(1.0, self._q.get(self._kind_of(r), PRIOR_Q) / self._index.deg(r))
 
     def mu(self, c: str) -> float:
         """Expected number of witnesses of ``c`` in one window under the background."""
-        exp = self._exposure.get(c)
+        exp = self._index.exposure.get(c)
         if exp is None:
-            exp = self._exposure[c] = self._expose(c)
-            if len(self._exposure) > _EXPOSURE_CACHE:
-                self._exposure.pop(next(iter(self._exposure)))
+            exp = self._expose(c)
+            self._index.keep_exposure(c, exp)
         q = self._q
         return sum(e * q.get(r, PRIOR_Q) for r, e in exp.items())
 
@@ -376,7 +384,7 @@ class Coherence:
 
         def far(r: str) -> None:
             cls = self._kind_of(r)
-            out[cls] = out.get(cls, 0.0) + 1.0 / max(1, len(topo.links_of(r)))
+            out[cls] = out.get(cls, 0.0) + 1.0 / self._index.deg(r)
 
         if c in topo.links:
             ln = topo.links[c]
@@ -396,35 +404,25 @@ class Coherence:
     def _refresh(self, t: float) -> None:
         """Re-learn the background rates from the last ``rate_window`` of the stream."""
         self._refreshed = t
-        cutoff = t - self._rate_window
         span = max(self.window, min(self._rate_window, t - self._start))
-        windows = span / self.window
         if self._explained and t - self._swept >= self._rate_window:
             self._explained = {r: u for r, u in self._explained.items() if u > t}
-        explained = self._explained
-        per_class: dict[str, float] = {}
-        active = excess = excess2 = 0
-        for (_, cls), seen in self._seen.items():
-            stale = [r for r, v in seen.items() if v[0] < cutoff]
-            for r in stale:
-                del seen[r]
-            n = 0
-            for r, v in seen.items():
-                if explained.get(r, -math.inf) > t:
-                    continue
-                n += 1
-                active += 1
-                excess += v[1] - 1
-                excess2 += (v[1] - 1) ** 2
-            size = self._class_size.get(cls, 1)
-            rate = (PRIOR_Q * PRIOR_WEIGHT + n / windows) / (PRIOR_WEIGHT + size)
-            per_class[cls] = per_class.get(cls, 0.0) + rate
-        self._q = per_class
-        w = PRIOR_REP_WEIGHT
-        m = (PRIOR_EXCESS * w + excess) / (w + active)
-        var = (PRIOR_EXCESS * (1 + PRIOR_EXCESS) * w + excess2) / (w + active) - m * m
-        self._rep = (m, m * m / (var - m) if var > m * 1.001 else math.inf)
+        left_out = [r for r, u in self._explained.items() if u > t]
+        self._q, self._rep = learn(self._seen, t - self._rate_window, span / self.window, left_out, self._class_size)
+        self._poisson_memo = {}
+        self._rep_memo = {}
         if t - self._swept >= self.window:
             self._swept = t
-            for c in [c for c, st in self._cands.items() if all(v[0] < t - self.window for v in st.wit.values())]:
+            gone = t - self.window
+            for c in [c for c, st in self._cands.items()
+                      if (st[0] < gone if isinstance(st, tuple) else all(v[0] < gone for v in st.wit.values()))]:
                 del self._cands[c]
+
+
+def _prune(st: _Cand, cutoff: float) -> None:
+    """Forget ``st``'s witnesses last seen before ``cutoff``; ``oldest`` becomes exact again."""
+    wit = st.wit
+    for w in [w for w, v in wit.items() if v[0] < cutoff]:
+        st.units -= wit.pop(w)[1]
+    st.oldest = min((v[0] for v in wit.values()), default=math.inf)
+

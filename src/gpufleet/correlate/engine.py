@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from gpufleet.correlate.coherence import FOLLOWS, STAYS, Coherence
 from gpufleet.correlate.describe import action_for, reason_for
 from gpufleet.correlate.explain import Explanation, SymptomLike, explain
+from gpufleet.correlate.index import Pairs, index_of
 from gpufleet.correlate.inventory import Inventory, MoveRecord
 from gpufleet.correlate.model import Basis, Ref, Suspect, SuspectAction, Verdict, VerdictStatus, sort_refs
 from gpufleet.correlate.offenders import (
@@ -57,6 +58,7 @@ _ABSORB = 0.9
 _MOVED = EventKind.MOVED  # module constants: an enum member looked up on its class costs ~60 ns
 _NO_ACTION = Action.NONE
 _UNIT_KINDS = frozenset({"node", "compute_tray", "switch_tray"})
+_KIND_VALUE = {k: k.value for k in EventKind}  # the same: an enum's .value is a property call
 
 
 class Engine:
@@ -105,7 +107,9 @@ class Engine:
         self._fold_queue: deque[tuple[float, str]] = deque()  # (time, component) per folded event
         self._emitted: dict[str, tuple[Suspect, str]] = {}  # output component -> (suspect, candidate)
         self._standing: dict[str, float] = {}  # candidate -> confidence of its standing verdict
-        self._kinds: dict[str, str] = {}
+        self._index = index_of(topology)  # kinds, units, degrees: memoised once per topology
+        self._kinds = self._index.kinds
+        self._placements = self._index.placements
         self.inventory = Inventory(topology, move_memory)
         # Evidence of a unit a move pushed out of its slot (a swap's first half), kept until that
         # unit's own move names it: (active symptoms, their evidence) by serial.
@@ -114,7 +118,7 @@ class Engine:
         # Evidence from coherence: distinct witnesses per candidate against the learned background;
         # ``false_alarm_budget`` is false verdicts per node-day the statistic may cost.
         self.coherence = (
-            Coherence(topology, self.kind_of, window_s=coherence_window.total_seconds(),
+            Coherence(topology, self._index.kind_of, window_s=coherence_window.total_seconds(),
                       budget_per_node_day=false_alarm_budget) if coherence else None
         )
         # Units named by actionable verdicts (by serial, any slot): a unit named again after an
@@ -219,11 +223,9 @@ class Engine:
                     sym.top = j.sev or j.floor  # a worse event (or an escalated run) raised severity
                     fresh.append(sym)
                 if self.coherence is not None and j.coherent:
-                    if sym.wit is None:
-                        if not sym.cands:
-                            self._place(sym)
-                        sym.wit = self._pairs(sym)
-                    sig = self.coherence.add(t, kind.value, comp, self.kind_of(comp), sym.key, sym.wit)
+                    pairs = sym.wit if sym.wit is not None else self._place_pairs(sym)
+                    sig = self.coherence.add(t, _KIND_VALUE[kind], comp, self._kinds.get(comp) or self.kind_of(comp),
+                                             sym.key, pairs)
                     for c in sig:
                         fresh += self._boost(c, t)
         if changed:
@@ -235,6 +237,8 @@ class Engine:
     def _activate(self, sym: Symptom) -> None:
         if not sym.cands:  # computed on first need: most symptoms never activate
             self._place(sym)
+        if sym.local is _NO_LOCAL:  # likewise: with coherence on every symptom is placed, few activate
+            sym.local = self._local(sym)
         sym.active = True
         sym.top = sym._top()
         for c in sym.cands:
@@ -243,24 +247,27 @@ class Engine:
                 cov = self._cover[c] = set()
             cov.add(sym)
 
-    def _pairs(self, sym: Symptom) -> tuple[tuple[str, str, str, bool], ...]:
+    def _pairs(self, sym: Symptom) -> Pairs:
         """(candidate, witness) for the coherence statistic: a cable's witness is the end that
         reported; a component reporting about itself is ``self`` however many of its ports it names
         (one noisy chip is one witness); otherwise the distinct far unit / inner component."""
         coh = self.coherence
         assert coh is not None
+        reporter = sym.reporter
+        kinds = self._kinds
+        unit = self._index.unit_of(reporter)
         out = []
         for c in sym.cands:
-            kind = self.kind_of(c)
+            kind = kinds.get(c) or self.kind_of(c)
             if kind == "link":
-                w = sym.reporter
-            elif c == sym.reporter:
+                w = reporter
+            elif c == reporter:
                 w = "self"
-            elif kind in _UNIT_KINDS and self.topology.unit_of(sym.reporter) == c:
-                w = sym.reporter  # a chip inside an HGX node naming three ports is one witness
+            elif kind in _UNIT_KINDS and unit == c:
+                w = reporter  # a chip inside an HGX node naming three ports is one witness
             else:
                 w = self._witness(c, kind, sym)
-            out.append(coh.pair(c, w, sym.reporter))
+            out.append(coh.pair(c, kind, w, reporter))
         return tuple(out)
 
     def _boost(self, c: str, t: float) -> list[Symptom]:
@@ -289,10 +296,27 @@ class Engine:
         return any(standing.get(c, 0.0) >= _ABSORB for c in sym.cands)
 
     def _place(self, sym: Symptom) -> None:
-        comp, link = sym.reporter, sym.link or None
-        sym.cands = self._candidates(comp, link)
-        far = self._links[link].other(comp) if link is not None else None
-        sym.local = frozenset(c for c in sym.cands if c != far or self.kind_of(c) not in ("gpu", "nic"))
+        placed = self._placements.get(sym.key)
+        sym.cands = placed[0] if placed is not None else self._candidates(sym.reporter, sym.link or None)
+
+    def _place_pairs(self, sym: Symptom) -> Pairs:
+        """``sym``'s candidates and their coherence pairs: pure functions of the topology and the
+        symptom's key, kept per topology (a long-lived engine meets the same reporters again)."""
+        placed = self._placements.get(sym.key)
+        if placed is None:
+            if not sym.cands:
+                sym.cands = self._candidates(sym.reporter, sym.link or None)
+            pairs = sym.wit = self._pairs(sym)
+            self._index.keep_placement(sym.key, sym.cands, pairs)
+        else:
+            sym.cands, pairs = placed
+            sym.wit = pairs
+        return pairs
+
+    def _local(self, sym: Symptom) -> frozenset[str]:
+        """``sym``'s candidates but the far end of its link when that is a GPU or NIC (explain.py)."""
+        far = self._links[sym.link].other(sym.reporter) if sym.link else None
+        return frozenset(c for c in sym.cands if c != far or self.kind_of(c) not in ("gpu", "nic"))
 
     def _weigh(self, key: tuple[object, ...], kind: EventKind, code: int | None, sev: Severity | None, rule: str,
                judged: Judgement | None) -> Weighing:
@@ -308,13 +332,15 @@ class Engine:
             ln = self._links[link]
             out.append(link)
             ends = (ln.a, ln.b) if reporter in (ln.a, ln.b) else (reporter, ln.a, ln.b)
+        unit_of = self._index.unit_of
         for e in ends:
             if e not in out:
                 out.append(e)
-            u = self.topology.unit_of(e)
+            u = unit_of(e)
             if u is not None and u not in out:
                 out.append(u)
-        return tuple(c for c in out if self.kind_of(c) != "rack")
+        kinds = self._kinds
+        return tuple(c for c in out if (kinds.get(c) or self.kind_of(c)) != "rack")
 
     def _expire(self, now: float) -> list[Symptom] | None:
         cutoff = now - self._win
@@ -413,11 +439,9 @@ class Engine:
     # -- output ---------------------------------------------------------------------------------------
 
     def kind_of(self, ident: str) -> str:
+        """A component's kind; ``"link"`` for any other id."""
         k = self._kinds.get(ident)
-        if k is None:
-            comp = self._comps.get(ident)
-            k = self._kinds[ident] = comp.kind.value if comp is not None else "link"
-        return k
+        return k if k is not None else self._index.kind_of(ident)
 
     def _witness(self, c: str, kind: str, s: SymptomLike) -> str:
         if not s.link:
@@ -427,15 +451,15 @@ class Engine:
         ln = self._links[s.link]
         if kind in ("node", "compute_tray", "switch_tray"):
             for e in (ln.a, ln.b):
-                if self.topology.unit_of(e) == c:
+                if self._index.unit_of(e) == c:
                     return e
             return s.reporter
         if c in (ln.a, ln.b):
             far = ln.other(c)
-            far_unit = self.topology.unit_of(far)
+            far_unit = self._index.unit_of(far)
             # Distinct far *units* (trays, nodes): a fault in one compute tray must not frame the
             # NVSwitch chips its GPUs talk to; inside an HGX node, distinct GPUs.
-            return far_unit if far_unit is not None and far_unit != self.topology.unit_of(c) else far
+            return far_unit if far_unit is not None and far_unit != self._index.unit_of(c) else far
         return s.link
 
     def _explain(self, syms: set[Symptom]) -> list[Explanation]:

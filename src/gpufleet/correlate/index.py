@@ -1,0 +1,91 @@
+"""What the correlation engine looks up about its topology per event, memoised once per topology.
+
+Every fact here is a pure function of the topology (a component's kind, its unit, how many links it
+has, a candidate's exposure, the size of each class), computed on first use and shared by every
+engine and coherence statistic on the same :class:`~gpufleet.domain.topology.Topology` object: the
+benchmark and the evaluation run a fresh engine per scenario, and a long-lived engine meets the same
+components again. The per-event code reads the plain dictionaries (a method call costs more than the
+lookup it wraps); the methods fill them.
+"""
+
+from __future__ import annotations
+
+from gpufleet.domain.topology import Topology
+
+_EXPOSURE_CACHE = 200_000  # candidates whose exposure is kept
+_PLACEMENT_CACHE = 50_000  # (reporter, link) placements kept (about 0.6 kB each); all dropped when full
+Pairs = tuple[tuple[str, str, str, bool], ...]  # (candidate, witness, class, reporter inside it) per candidate
+_KEEP = 4  # topologies whose index is kept
+
+
+class TopologyIndex:
+    """Memoised per-topology facts; get one with :func:`index_of`."""
+
+    __slots__ = ("_class_size", "degree", "exposure", "kinds", "placements", "topology", "units")
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        self.kinds: dict[str, str] = {}  # component id -> kind; any other id -> "link"
+        self.units: dict[str, str | None] = {}  # component id -> its unit (Topology.unit_of)
+        self.degree: dict[str, int] = {}  # component id -> its links, at least 1
+        # candidate -> class -> reporters of that class that can name it (coherence.py's exposure)
+        self.exposure: dict[str, dict[str, float]] = {}
+        # (reporter, link or "") -> its candidates and their coherence pairs (engine.py's _place, _pairs)
+        self.placements: dict[tuple[str, str], tuple[tuple[str, ...], Pairs]] = {}
+        self._class_size: dict[str, int] | None = None
+
+    def kind_of(self, ident: str) -> str:
+        k = self.kinds.get(ident)
+        if k is None:
+            comp = self.topology.components.get(ident)
+            k = self.kinds[ident] = comp.kind.value if comp is not None else "link"
+        return k
+
+    def unit_of(self, ident: str) -> str | None:
+        units = self.units
+        if ident in units:
+            return units[ident]
+        u = units[ident] = self.topology.unit_of(ident)
+        return u
+
+    def deg(self, ident: str) -> int:
+        d = self.degree.get(ident)
+        if d is None:
+            d = self.degree[ident] = max(1, len(self.topology.links_of(ident)))
+        return d
+
+    def keep_exposure(self, c: str, exp: dict[str, float]) -> None:
+        self.exposure[c] = exp
+        if len(self.exposure) > _EXPOSURE_CACHE:
+            self.exposure.pop(next(iter(self.exposure)))
+
+    def keep_placement(self, key: tuple[str, str], cands: tuple[str, ...], pairs: Pairs) -> None:
+        if len(self.placements) >= _PLACEMENT_CACHE:
+            self.placements.clear()  # cheaper than evicting one by one; refilled by the symptoms seen next
+        self.placements[key] = (cands, pairs)
+
+    @property
+    def class_size(self) -> dict[str, int]:
+        """Components per kind and links per link kind (computed on first use: a walk of the topology)."""
+        if self._class_size is None:
+            counts: dict[str, int] = {}
+            for comp in self.topology.components.values():
+                k = comp.kind.value
+                counts[k] = counts.get(k, 0) + 1
+            for ln in self.topology.links.values():
+                counts[ln.kind] = counts.get(ln.kind, 0) + 1
+            self._class_size = counts
+        return self._class_size
+
+
+_SHARED: dict[int, TopologyIndex] = {}
+
+
+def index_of(topology: Topology) -> TopologyIndex:
+    """The shared index of ``topology`` (the same object for every caller while it is kept)."""
+    idx = _SHARED.get(id(topology))
+    if idx is None or idx.topology is not topology:
+        if len(_SHARED) >= _KEEP:
+            _SHARED.pop(next(iter(_SHARED)))
+        idx = _SHARED[id(topology)] = TopologyIndex(topology)
+    return idx

@@ -1,0 +1,88 @@
+"""The background the coherence statistic tests against, learned from the stream.
+
+``q[(kind, r)]`` is the fraction of class-``r`` components that reported event kind ``kind`` per
+coherence window over the last ``rate_window`` (reporters explained by a significant candidate left
+out, so a fault in progress does not raise its own background), shrunk towards the cold-start prior
+``PRIOR_Q`` with ``PRIOR_WEIGHT`` component-windows; ``q[r]`` sums over kinds. A background witness's
+minutes beyond its first (its *excess*) are negative binomial with the mean and variance of those
+reporters, shrunk to a Poisson(``PRIOR_EXCESS``) prior worth ``PRIOR_REP_WEIGHT`` reporters (variance
+not above the mean: Poisson). :mod:`gpufleet.correlate.coherence` refreshes them once a minute.
+
+The sums are kept as reporters come, repeat and leave (integers: the same as summing them afresh at
+each refresh, which is what the code did before, one pass over every reporter of the last two hours
+per minute of stream), so a refresh costs the reporters that left plus the few explained ones.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+
+PRIOR_Q = 0.01  # per component, per kind, per window: a corrected-error report (our assumption)
+PRIOR_WEIGHT = 50.0  # component-windows the prior is worth
+PRIOR_EXCESS, PRIOR_REP_WEIGHT = 0.5, 20.0
+
+
+class Reporters:
+    """The reporters of one (event kind, class) in the rate window: (last time, minutes, last minute)
+    by reporter, the sums the rates need, and a heap of (time, reporter) to find who left."""
+
+    __slots__ = ("excess", "excess2", "heap", "last", "n")
+
+    def __init__(self) -> None:
+        self.last: dict[str, tuple[float, int, int]] = {}
+        self.heap: list[tuple[float, str]] = []
+        self.n = self.excess = self.excess2 = 0  # reporters, sum of minutes beyond the first, of squares
+
+    def saw(self, reporter: str, t: float, minute: int, prev: tuple[float, int, int] | None) -> None:
+        """``reporter`` spoke at ``t`` in ``minute`` (not its last minute); ``prev``: its entry before
+        (kept until a refresh finds it older than the rate window, as before)."""
+        if prev is None:
+            self.last[reporter] = (t, 1, minute)
+            self.n += 1
+        else:
+            u = prev[1]
+            self.last[reporter] = (t, u + 1, minute)
+            self.excess += 1
+            self.excess2 += 2 * u - 1  # u**2 - (u - 1)**2
+        heapq.heappush(self.heap, (t, reporter))
+
+    def forget_before(self, cutoff: float) -> None:
+        """Drop the reporters last seen before ``cutoff``. Every current entry has its (time, reporter)
+        in the heap; entries a later minute replaced are skipped when they come up."""
+        heap, last = self.heap, self.last
+        while heap and heap[0][0] < cutoff:
+            r = heapq.heappop(heap)[1]
+            v = last.get(r)
+            if v is not None and v[0] < cutoff:
+                del last[r]
+                self.n -= 1
+                self.excess -= v[1] - 1
+                self.excess2 -= (v[1] - 1) ** 2
+
+
+def learn(seen: dict[tuple[str, str], Reporters], cutoff: float, windows: float, left_out: list[str],
+          class_size: dict[str, int]) -> tuple[dict[str, float], tuple[float, float]]:
+    """(``q`` per class, (mean excess, negative-binomial size; inf: Poisson)) from the reporters seen
+    since ``cutoff`` (``windows`` coherence windows of stream), leaving out ``left_out``."""
+    per_class: dict[str, float] = {}
+    active = excess = excess2 = 0
+    for (_, cls), rs in seen.items():
+        rs.forget_before(cutoff)
+        n, ex, ex2 = rs.n, rs.excess, rs.excess2
+        last = rs.last
+        for r in left_out:
+            v = last.get(r)
+            if v is not None:
+                n -= 1
+                ex -= v[1] - 1
+                ex2 -= (v[1] - 1) ** 2
+        active += n
+        excess += ex
+        excess2 += ex2
+        rate = (PRIOR_Q * PRIOR_WEIGHT + n / windows) / (PRIOR_WEIGHT + class_size.get(cls, 1))
+        per_class[cls] = per_class.get(cls, 0.0) + rate
+    w = PRIOR_REP_WEIGHT
+    m = (PRIOR_EXCESS * w + excess) / (w + active)
+    var = (PRIOR_EXCESS * (1 + PRIOR_EXCESS) * w + excess2) / (w + active) - m * m
+    return per_class, (m, m * m / (var - m) if var > m * 1.001 else math.inf)
