@@ -31,6 +31,11 @@ Consistency and failure behaviour (the contract):
   ``gpufleet.io/suspect:PreferNoSchedule`` taint.
 * **Reads are snapshots.** ``list_nodes``/``list_jobs`` return what the scheduler says now; a drain
   shows as ``DRAINING`` while jobs still run on the node and ``DRAINED`` once it is empty.
+* **Reads scale with what is asked for, not with the queue.** ``list_jobs`` is the whole queue (as
+  many objects as jobs: for listings only); the controller's own paths ask for one job (``job``:
+  :class:`~gpufleet.domain.errors.NotFound` once the scheduler no longer knows it) or one node's
+  (``jobs_on``), and an implementation must answer those without holding the whole queue in memory
+  (Slurm: docs/scale.md#jobs-at-scale).
 """
 
 from __future__ import annotations
@@ -111,6 +116,8 @@ class Scheduler(Protocol):
     def node(self, name: str) -> SchedNode: ...
 
     def list_jobs(self) -> Sequence[Job]: ...
+
+    def job(self, job_id: str) -> Job: ...
 
     def jobs_on(self, node: str) -> Sequence[Job]: ...
 

@@ -72,6 +72,13 @@ class SimScheduler:
             self._check_reachable()
             return list(self._s.jobs.values())
 
+    def job(self, job_id: str) -> Job:
+        with self._lock:
+            self._check_reachable()
+            if job_id not in self._s.jobs:
+                raise NotFound("job", job_id)
+            return self._s.jobs[job_id]
+
     def jobs_on(self, node: str) -> Sequence[Job]:
         with self._lock:
             self._check_reachable()

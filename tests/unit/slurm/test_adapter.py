@@ -270,11 +270,16 @@ def test_drain_succeeds_even_if_boot_time_unreadable() -> None:
 
 
 def _with_comment(job_name: str, comment: str) -> ReplayRunner:
-    """The busy recording, with ``job_name``'s comment replaced (how a job declares its signal)."""
+    """The busy recording, with ``job_name``'s comment replaced (how a job declares its signal) in both
+    reads of a job: the whole queue (``squeue --json``) and the job alone (``scontrol show job``)."""
     doc = json.loads(recording("squeue-busy").stdout)
     for j in doc["jobs"]:
         if j["name"] == job_name:
             j["comment"] = comment
+    job_id = recorded_job_ids()[job_name]
+    shown = [line for line in recording(f"show-job-{job_name}-busy").stdout.splitlines()
+             if not line.strip().startswith("Comment=")]
+    shown.insert(1, f"   Comment={comment} ")
     r = busy_cluster()
     squeue = r._answers.pop(("squeue", "--json"))
     assert squeue == "squeue-busy"
@@ -284,6 +289,9 @@ def _with_comment(job_name: str, comment: str) -> ReplayRunner:
             if tuple(argv) == ("squeue", "--json"):
                 self.calls.append(tuple(argv))
                 return CommandResult(tuple(argv), 0, json.dumps(doc), "")
+            if tuple(argv) == ("scontrol", "show", "job", job_id):
+                self.calls.append(tuple(argv))
+                return CommandResult(tuple(argv), 0, "\n".join(shown) + "\n", "")
             return super().__call__(argv, timeout=timeout)
 
     return Runner(r._answers)

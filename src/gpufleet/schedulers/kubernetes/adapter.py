@@ -172,6 +172,12 @@ class KubernetesScheduler:
             lambda: self._core.list_pod_for_all_namespaces().items)
         return jobs_of(pods, restarts=self._requeued, resources=self._gpu)
 
+    def job(self, job_id: str) -> Job:
+        for j in self.list_jobs():
+            if j.id == job_id:
+                return j
+        raise NotFound("job", job_id)
+
     def jobs_on(self, node: str) -> Sequence[Job]:
         self._read_node(node)  # NotFound for a node the cluster does not know
         return [j for j in self.list_jobs() if j.state == JobState.RUNNING and node in j.nodes]
