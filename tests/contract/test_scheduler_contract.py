@@ -97,6 +97,19 @@ def test_a_job_is_read_by_its_id_as_the_list_shows_it_and_an_unknown_one_is_not_
     assert ended.state != JobState.RUNNING
 
 
+def test_nodes_listed_without_jobs_still_show_which_run_one(harness: SchedulerHarness) -> None:
+    """``list_nodes(jobs=False)`` (the reconciler's every-pass read) may leave out the job ids; the state
+    still tells a node running a job (ALLOCATED) from an idle one."""
+    s, node = harness.scheduler, harness.nodes[1]
+    job = harness.start_job(node)
+    bare = {n.name: n for n in s.list_nodes(jobs=False)}
+    assert bare[node].state == SchedNodeState.ALLOCATED and bare[node].jobs in ((), (job,))
+    assert all(bare[n].state == SchedNodeState.IDLE for n in harness.nodes if n != node)
+    harness.end_job(job)
+    harness.eventually(lambda: {n.name: n for n in s.list_nodes(jobs=False)}[node].state == SchedNodeState.IDLE,
+                       "the node idle again once its job ended")
+
+
 def test_requeue_moves_job_off_the_node(harness: SchedulerHarness) -> None:
     s, node = harness.scheduler, harness.nodes[1]
     job = harness.start_job(node)

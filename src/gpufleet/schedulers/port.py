@@ -35,7 +35,10 @@ Consistency and failure behaviour (the contract):
   many objects as jobs: for listings only); the controller's own paths ask for one job (``job``:
   :class:`~gpufleet.domain.errors.NotFound` once the scheduler no longer knows it) or one node's
   (``jobs_on``), and an implementation must answer those without holding the whole queue in memory
-  (Slurm: docs/scale.md#jobs-at-scale).
+  (Slurm: docs/scale.md#jobs-at-scale). ``list_nodes(jobs=False)`` may leave :attr:`SchedNode.jobs`
+  empty: the state still says whether a node runs anything (``ALLOCATED``/``DRAINING``). The
+  reconciler's every-pass read asks this way, so where listing jobs costs as much as the queue (Slurm)
+  the pass reads the nodes only.
 """
 
 from __future__ import annotations
@@ -111,7 +114,7 @@ class Scheduler(Protocol):
 
     name: str
 
-    def list_nodes(self) -> Sequence[SchedNode]: ...
+    def list_nodes(self, *, jobs: bool = True) -> Sequence[SchedNode]: ...
 
     def node(self, name: str) -> SchedNode: ...
 

@@ -57,7 +57,7 @@ class SimScheduler:
         self._save()
 
     # ---- the port ---------------------------------------------------------------------------
-    def list_nodes(self) -> Sequence[SchedNode]:
+    def list_nodes(self, *, jobs: bool = True) -> Sequence[SchedNode]:  # the job ids cost nothing here
         with self._lock:
             self._check_reachable()
             return [self._view(n) for n in self._s.nodes.values()]

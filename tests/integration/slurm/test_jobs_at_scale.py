@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gpufleet.schedulers.port import JobState
+from gpufleet.schedulers.port import JobState, SchedNodeState
 from gpufleet.schedulers.slurm import SlurmScheduler, SubprocessRunner
 from gpufleet.schedulers.slurm.restd import RestReader
 from gpufleet.schedulers.slurm.runner import CommandResult
@@ -109,8 +109,9 @@ def test_passes_and_lookups_read_what_they_name_and_the_queue_is_streamed(lab: S
     assert whole > QUEUED * 1000
 
     mark = len(runner.calls)
-    nodes, pass_peak = _peak(sched.list_nodes)  # what every reconciler pass reads
-    assert {n.name: n.jobs for n in nodes}["n1"] == (running,)
+    nodes, pass_peak = _peak(lambda: sched.list_nodes(jobs=False))  # what every reconciler pass reads
+    assert {n.name: n.state for n in nodes}["n1"] == SchedNodeState.ALLOCATED
+    assert [argv[0] for argv, _ in runner.since(mark)] == ["sinfo"]  # no squeue: its cost follows the queue
     job, job_peak = _peak(lambda: sched.job(running))  # a checkpoint report's lookup
     on, on_peak = _peak(lambda: sched.jobs_on("n1"))  # acting on a node
     assert job.state == JobState.RUNNING and [j.id for j in on] == [running]
@@ -127,8 +128,8 @@ def test_passes_and_lookups_read_what_they_name_and_the_queue_is_streamed(lab: S
 def test_the_controller_never_reads_the_whole_queue_and_keeps_nothing_of_ended_jobs(
         lab: SlurmLab, queued: list[str], tmp_path: Path) -> None:
     """A controller syncing with a few hundred jobs queued, a running job reporting a checkpoint and asking
-    for its events: no pass or request reads the whole queue; once every job has ended, the
-    controller's view of the scheduler holds the nodes and no job."""
+    for its events: no pass or request reads the queue (no squeue at all); once every job has ended,
+    the controller's view of the scheduler holds the nodes and no job."""
     runner = Recording(lab)
     ctl = LabController.start(tmp_path, SlurmScheduler(runner), lab.nodes)
     try:
@@ -143,8 +144,8 @@ def test_the_controller_never_reads_the_whole_queue_and_keeps_nothing_of_ended_j
         reconciler = ctl.runtime.reconciler
         wait_for(lambda: not any(o.has_jobs for o in reconciler._seen.values()), "no job in the controller's view")
         assert set(reconciler._seen) == {*lab.nodes, "ghost"}  # one entry per node, whatever ran or queued
-        assert not any(argv[:2] == ("squeue", "--json") for argv, _ in runner.calls), sorted(
-            {argv for argv, _ in runner.calls})
+        # passes read sinfo; the report and the events read the job alone: no squeue at all
+        assert not any(argv[0] == "squeue" for argv, _ in runner.calls), sorted({argv for argv, _ in runner.calls})
         assert any(argv[:3] == ("scontrol", "show", "job") for argv, _ in runner.calls)  # the lookups
     finally:
         ctl.stop()

@@ -333,6 +333,20 @@ def test_every_pass_reads_only_the_running_jobs_not_the_whole_queue() -> None:
     assert {n: ids for n, ids in nodes.items() if ids} == expected
 
 
+def test_the_reconcilers_pass_reads_the_nodes_only_and_their_states_say_which_are_busy() -> None:
+    """``list_nodes(jobs=False)`` (every reconciler pass) is ``sinfo --json`` alone: no squeue at all,
+    whose cost in slurmctld follows the queue. Same states as the full read; a node with jobs shows
+    busy (ALLOCATED / DRAINING) without their ids."""
+    r = busy_cluster()
+    bare = {n.name: n for n in _sched(r).list_nodes(jobs=False)}
+    assert [c[0] for c in r.calls] == ["sinfo"]
+    full = {n.name: n for n in _sched(busy_cluster()).list_nodes()}
+    assert {k: v.state for k, v in bare.items()} == {k: v.state for k, v in full.items()}
+    assert all(not n.jobs for n in bare.values())
+    busy = {SchedNodeState.ALLOCATED, SchedNodeState.DRAINING}
+    assert {k for k, v in bare.items() if v.state in busy} == {k for k, v in full.items() if v.jobs}
+
+
 def test_an_unreachable_controller_while_reading_running_jobs_is_a_retryable_error() -> None:
     from tests.unit.slurm.replay import RUNNING
 

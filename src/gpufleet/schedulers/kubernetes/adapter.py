@@ -156,7 +156,7 @@ class KubernetesScheduler:
         return self._call(fn, raw_statuses=(404, 409))
 
     # ---- reads --------------------------------------------------------------------------------
-    def list_nodes(self) -> Sequence[SchedNode]:
+    def list_nodes(self, *, jobs: bool = True) -> Sequence[SchedNode]:  # pods give the state: always read
         nodes, pods = self._snapshot()
         by_node = self._jobs_by_node(pods)
         return [node_view(n, by_node.get(meta(n).name or "", ())) for n in nodes]

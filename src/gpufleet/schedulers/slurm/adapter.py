@@ -167,10 +167,15 @@ class SlurmScheduler:
         res = self._scontrol(["show", "node", name], node=name)
         return node_from_scontrol(res.stdout, name)
 
-    def list_nodes(self) -> Sequence[SchedNode]:
+    def list_nodes(self, *, jobs: bool = True) -> Sequence[SchedNode]:
+        """Every node (``sinfo --json``); with ``jobs``, the ids of the jobs running on each too (the
+        running jobs' text read: cheap for the controller, but slurmctld packs and ``squeue`` loads every
+        queued job for it). Without, the state alone says whether a node is busy."""
         nodes = self.slurm_nodes()
         if self._issued and self._reassert_lost_drains(nodes):
             nodes = self.slurm_nodes()
+        if not jobs:
+            return [n.view() for n in nodes]
         by_node = self._running_by_node(self._reader.running())
         return [n.view(by_node.get(n.name, ())) for n in nodes]
 
