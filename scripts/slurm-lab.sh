@@ -17,6 +17,9 @@
 #   SLURM_LAB_NODES        number of real slurmd nodes n1..nN (default 3)
 #   SLURM_LAB_HC_INTERVAL  HealthCheckInterval in seconds (default 5)
 #   SLURM_LAB_GHOST        1 (default): also declare "ghost", a node with no slurmd; 0: leave it out
+#   SLURM_LAB_MAX_JOBS     MaxJobCount (default: Slurm's own, 10000); e.g. 120000 for a 100,000-job queue
+#   SLURM_LAB_SCHED_PARAMS extra SchedulerParameters, comma-separated, after nohold_on_prolog_fail
+#                          (default none), e.g. default_queue_depth=100,bf_max_job_test=100 for a long queue
 #
 # Hooks (the lab's slurm.conf points Prolog, Epilog and HealthCheckProgram at wrappers in etc/):
 #   $SLURM_LAB/hooks/{prolog,epilog,healthcheck}[.<node>]  if executable, the wrapper runs it (the
@@ -30,6 +33,10 @@ BASE="${SLURM_LAB_PORT_BASE:-16800}"
 CTLD_PORT=$((BASE + 17)); NODE_PORT0=$((BASE + 200))
 HC_INTERVAL="${SLURM_LAB_HC_INTERVAL:-5}"
 GHOST="${SLURM_LAB_GHOST:-1}"
+MAX_JOBS="${SLURM_LAB_MAX_JOBS:-}"
+SCHED_PARAMS="${SLURM_LAB_SCHED_PARAMS:-}"
+case "$MAX_JOBS" in ''|*[!0-9]*) [ -z "$MAX_JOBS" ] || { echo "slurm-lab: SLURM_LAB_MAX_JOBS=$MAX_JOBS: expected a number" >&2; exit 2; } ;; esac
+case "$SCHED_PARAMS" in *[[:space:]]*) echo "slurm-lab: SLURM_LAB_SCHED_PARAMS must not contain spaces" >&2; exit 2 ;; esac
 RUN="$LAB/run"
 export SLURM_CONF="$LAB/etc/slurm.conf"
 
@@ -130,7 +137,7 @@ TaskPlugin=task/none
 MpiDefault=none
 SwitchType=switch/none
 SchedulerType=sched/backfill
-SchedulerParameters=nohold_on_prolog_fail
+SchedulerParameters=nohold_on_prolog_fail${SCHED_PARAMS:+,$SCHED_PARAMS}
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 JobAcctGatherType=jobacct_gather/none
@@ -157,6 +164,7 @@ NodeName=n[1-$N] NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((NODE_PORT0 + 
 PartitionName=low  Nodes=n[1-$N]$GHOST_NODE Default=YES MaxTime=INFINITE State=UP PriorityTier=1  PreemptMode=REQUEUE
 PartitionName=high Nodes=n[1-$N]$GHOST_NODE Default=NO  MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF
 CONF
+  [ -n "$MAX_JOBS" ] && echo "MaxJobCount=$MAX_JOBS" >> "$SLURM_CONF"
   if [ "$GHOST" = 1 ]; then
     echo "NodeName=ghost NodeHostname=localhost NodeAddr=127.0.0.1 Port=$((NODE_PORT0 + 99)) CPUs=2 RealMemory=1000 State=UNKNOWN" >> "$SLURM_CONF"
   fi

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpufleet.domain.errors import Conflict, NotFound
-from gpufleet.schedulers.port import SchedNodeState, Scheduler, drain_reason
+from gpufleet.schedulers.port import JobState, SchedNodeState, Scheduler, drain_reason
 from tests.contract.harness import SchedulerHarness
 
 
@@ -76,6 +76,38 @@ def test_unknown_node_is_not_found(harness: SchedulerHarness) -> None:
         s.node("no-such-node-xyz")
     with pytest.raises(NotFound):
         s.drain("no-such-node-xyz", drain_reason("d-0", "x"))
+
+
+def test_a_job_is_read_by_its_id_as_the_list_shows_it_and_an_unknown_one_is_not_found(
+        harness: SchedulerHarness) -> None:
+    """``job`` is how the controller looks a job up (a checkpoint report, its events): one job, never the
+    whole queue (docs/scale.md#jobs-at-scale), the same job ``list_jobs`` shows."""
+    s, node = harness.scheduler, harness.nodes[0]
+    job = harness.start_job(node)
+    got = s.job(job)
+    assert got.state == JobState.RUNNING and node in got.nodes
+    assert got == {j.id: j for j in s.list_jobs()}[job]
+    with pytest.raises(NotFound):
+        s.job("999999")
+    harness.end_job(job)
+    try:
+        ended = s.job(job)
+    except NotFound:  # forgotten at once (Kubernetes) or after a while (Slurm's MinJobAge)
+        return
+    assert ended.state != JobState.RUNNING
+
+
+def test_nodes_listed_without_jobs_still_show_which_run_one(harness: SchedulerHarness) -> None:
+    """``list_nodes(jobs=False)`` (the reconciler's every-pass read) may leave out the job ids; the state
+    still tells a node running a job (ALLOCATED) from an idle one."""
+    s, node = harness.scheduler, harness.nodes[1]
+    job = harness.start_job(node)
+    bare = {n.name: n for n in s.list_nodes(jobs=False)}
+    assert bare[node].state == SchedNodeState.ALLOCATED and bare[node].jobs in ((), (job,))
+    assert all(bare[n].state == SchedNodeState.IDLE for n in harness.nodes if n != node)
+    harness.end_job(job)
+    harness.eventually(lambda: {n.name: n for n in s.list_nodes(jobs=False)}[node].state == SchedNodeState.IDLE,
+                       "the node idle again once its job ended")
 
 
 def test_requeue_moves_job_off_the_node(harness: SchedulerHarness) -> None:

@@ -44,6 +44,7 @@ FULL_SYNC_EVERY = 30  # passes between full scheduler syncs (incremental in betw
 # States in which gpufleet has confirmed the node drained and keeps it out until it is revalidated.
 HELD_OUT = frozenset({NodeState.DRAINED, NodeState.REPAIR, NodeState.REVALIDATE})
 VALIDATING = frozenset({NodeState.REVALIDATE, NodeState.BURN_IN})
+_BUSY = frozenset({SchedNodeState.ALLOCATED, SchedNodeState.DRAINING})  # the port: running at least one job
 
 
 class Validator(Protocol):
@@ -146,13 +147,14 @@ class Reconciler:
 
     def sync(self) -> bool:
         try:
-            nodes = self.scheduler.list_nodes()
+            nodes = self.scheduler.list_nodes(jobs=False)  # the states say which nodes run jobs (no job list)
         except ExternalError as err:
             self._scheduler_down(err)
             return False
         self.scheduler_ok, self.last_error = True, ""
         observed = {
-            n.name: SchedObservation(has_jobs=bool(n.jobs), drained_empty=n.state == SchedNodeState.DRAINED)
+            n.name: SchedObservation(has_jobs=bool(n.jobs) or n.state in _BUSY,
+                                     drained_empty=n.state == SchedNodeState.DRAINED)
             for n in nodes
         }
         # Hand the controller only what changed since the last pass (the lock is shared with ingest),

@@ -53,7 +53,7 @@ class PartitionLever(Protocol):
 
     def slurm_nodes(self) -> list[SlurmNode]: ...
 
-    def list_jobs(self) -> Sequence[Job]: ...
+    def jobs_on(self, node: str) -> Sequence[Job]: ...
 
     def requeue(self, job_id: str) -> None: ...
 
@@ -153,7 +153,7 @@ class Spares:
             self._set(spec.backfill_partition, remove={r.node})
             step = self._step(spec, r, BACKFILL_LEFT, f"left {spec.backfill_partition}: no new sweep lands on it")
         if step == BACKFILL_LEFT:
-            victims = [j for j in self.lever.list_jobs() if j.state == JobState.RUNNING and r.node in j.nodes
+            victims = [j for j in self.lever.jobs_on(r.node) if j.state == JobState.RUNNING and r.node in j.nodes
                        and dict(j.extra).get("partition") == spec.backfill_partition]
             for j in victims:
                 self.lever.requeue(j.id)

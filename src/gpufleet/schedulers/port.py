@@ -31,6 +31,14 @@ Consistency and failure behaviour (the contract):
   ``gpufleet.io/suspect:PreferNoSchedule`` taint.
 * **Reads are snapshots.** ``list_nodes``/``list_jobs`` return what the scheduler says now; a drain
   shows as ``DRAINING`` while jobs still run on the node and ``DRAINED`` once it is empty.
+* **Reads scale with what is asked for, not with the queue.** ``list_jobs`` is the whole queue (as
+  many objects as jobs: for listings only); the controller's own paths ask for one job (``job``:
+  :class:`~gpufleet.domain.errors.NotFound` once the scheduler no longer knows it) or one node's
+  (``jobs_on``), and an implementation must answer those without holding the whole queue in memory
+  (Slurm: docs/scale.md#jobs-at-scale). ``list_nodes(jobs=False)`` may leave :attr:`SchedNode.jobs`
+  empty: the state still says whether a node runs anything (``ALLOCATED``/``DRAINING``). The
+  reconciler's every-pass read asks this way, so where listing jobs costs as much as the queue (Slurm)
+  the pass reads the nodes only.
 """
 
 from __future__ import annotations
@@ -106,11 +114,13 @@ class Scheduler(Protocol):
 
     name: str
 
-    def list_nodes(self) -> Sequence[SchedNode]: ...
+    def list_nodes(self, *, jobs: bool = True) -> Sequence[SchedNode]: ...
 
     def node(self, name: str) -> SchedNode: ...
 
     def list_jobs(self) -> Sequence[Job]: ...
+
+    def job(self, job_id: str) -> Job: ...
 
     def jobs_on(self, node: str) -> Sequence[Job]: ...
 

@@ -57,7 +57,7 @@ class SimScheduler:
         self._save()
 
     # ---- the port ---------------------------------------------------------------------------
-    def list_nodes(self) -> Sequence[SchedNode]:
+    def list_nodes(self, *, jobs: bool = True) -> Sequence[SchedNode]:  # the job ids cost nothing here
         with self._lock:
             self._check_reachable()
             return [self._view(n) for n in self._s.nodes.values()]
@@ -71,6 +71,13 @@ class SimScheduler:
         with self._lock:
             self._check_reachable()
             return list(self._s.jobs.values())
+
+    def job(self, job_id: str) -> Job:
+        with self._lock:
+            self._check_reachable()
+            if job_id not in self._s.jobs:
+                raise NotFound("job", job_id)
+            return self._s.jobs[job_id]
 
     def jobs_on(self, node: str) -> Sequence[Job]:
         with self._lock:

@@ -52,8 +52,9 @@ class FakeSlurm:
                           partitions=tuple(p for p, ms in sorted(self.partitions.items()) if n in ms))
                 for n in sorted(LEAVES)]
 
-    def list_jobs(self) -> Sequence[Job]:
-        return [Job(j, "sweep", JobState.RUNNING, (n,), extra=(("partition", p),)) for j, (n, p) in self.jobs.items()]
+    def jobs_on(self, node: str) -> Sequence[Job]:
+        return [Job(j, "sweep", JobState.RUNNING, (n,), extra=(("partition", p),))
+                for j, (n, p) in self.jobs.items() if n == node]
 
     def requeue(self, job_id: str) -> None:
         self.requeued.append(job_id)

@@ -74,6 +74,8 @@ class SlurmLab:
     nodes: list[str] = field(default_factory=lambda: [f"n{i}" for i in range(1, NODES + 1)])
     hc_interval: int = 5
     ghost: bool = True  # also declare "ghost", a node with no slurmd (a dead node in the cluster)
+    max_jobs: int | None = None  # MaxJobCount (None: Slurm's default, 10,000)
+    sched_params: str = ""  # extra SchedulerParameters, comma-separated
 
     @property
     def slurm_conf(self) -> str:
@@ -84,6 +86,7 @@ class SlurmLab:
         return {**os.environ, "SLURM_LAB": str(self.root), "SLURM_LAB_PORT_BASE": str(self.port_base),
                 "SLURM_LAB_NODES": str(len(self.nodes)), "SLURM_LAB_HC_INTERVAL": str(self.hc_interval),
                 "SLURM_LAB_GHOST": "1" if self.ghost else "0",
+                "SLURM_LAB_MAX_JOBS": str(self.max_jobs or ""), "SLURM_LAB_SCHED_PARAMS": self.sched_params,
                 "SLURM_CONF": self.slurm_conf}
 
     def script(self, *args: str, timeout: float = 120, check: bool = True) -> str:

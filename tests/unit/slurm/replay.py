@@ -63,4 +63,7 @@ def busy_cluster() -> ReplayRunner:
     }
     for n in ("n1", "n2", "n3", "ghost"):
         answers[("scontrol", "show", "node", n)] = f"show-node-{n}-busy"
+    for name, job in recorded_job_ids().items():
+        answers[("scontrol", "show", "job", job)] = f"show-job-{name}-busy"
+    answers[("scontrol", "show", "job", "999999")] = "show-job-unknown"
     return ReplayRunner(answers)

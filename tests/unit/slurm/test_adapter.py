@@ -270,11 +270,16 @@ def test_drain_succeeds_even_if_boot_time_unreadable() -> None:
 
 
 def _with_comment(job_name: str, comment: str) -> ReplayRunner:
-    """The busy recording, with ``job_name``'s comment replaced (how a job declares its signal)."""
+    """The busy recording, with ``job_name``'s comment replaced (how a job declares its signal) in both
+    reads of a job: the whole queue (``squeue --json``) and the job alone (``scontrol show job``)."""
     doc = json.loads(recording("squeue-busy").stdout)
     for j in doc["jobs"]:
         if j["name"] == job_name:
             j["comment"] = comment
+    job_id = recorded_job_ids()[job_name]
+    shown = [line for line in recording(f"show-job-{job_name}-busy").stdout.splitlines()
+             if not line.strip().startswith("Comment=")]
+    shown.insert(1, f"   Comment={comment} ")
     r = busy_cluster()
     squeue = r._answers.pop(("squeue", "--json"))
     assert squeue == "squeue-busy"
@@ -284,6 +289,9 @@ def _with_comment(job_name: str, comment: str) -> ReplayRunner:
             if tuple(argv) == ("squeue", "--json"):
                 self.calls.append(tuple(argv))
                 return CommandResult(tuple(argv), 0, json.dumps(doc), "")
+            if tuple(argv) == ("scontrol", "show", "job", job_id):
+                self.calls.append(tuple(argv))
+                return CommandResult(tuple(argv), 0, "\n".join(shown) + "\n", "")
             return super().__call__(argv, timeout=timeout)
 
     return Runner(r._answers)
@@ -323,6 +331,20 @@ def test_every_pass_reads_only_the_running_jobs_not_the_whole_queue() -> None:
             for n in j.nodes:
                 expected.setdefault(n, set()).add(j.id)
     assert {n: ids for n, ids in nodes.items() if ids} == expected
+
+
+def test_the_reconcilers_pass_reads_the_nodes_only_and_their_states_say_which_are_busy() -> None:
+    """``list_nodes(jobs=False)`` (every reconciler pass) is ``sinfo --json`` alone: no squeue at all,
+    whose cost in slurmctld follows the queue. Same states as the full read; a node with jobs shows
+    busy (ALLOCATED / DRAINING) without their ids."""
+    r = busy_cluster()
+    bare = {n.name: n for n in _sched(r).list_nodes(jobs=False)}
+    assert [c[0] for c in r.calls] == ["sinfo"]
+    full = {n.name: n for n in _sched(busy_cluster()).list_nodes()}
+    assert {k: v.state for k, v in bare.items()} == {k: v.state for k, v in full.items()}
+    assert all(not n.jobs for n in bare.values())
+    busy = {SchedNodeState.ALLOCATED, SchedNodeState.DRAINING}
+    assert {k for k, v in bare.items() if v.state in busy} == {k for k, v in full.items() if v.jobs}
 
 
 def test_an_unreachable_controller_while_reading_running_jobs_is_a_retryable_error() -> None:

@@ -61,10 +61,12 @@ class JobEventsOut(BaseModel):
 
 
 def jobs_named(reconciler: Reconciler, job_id: str) -> list[Job]:
-    """The scheduler's jobs with id ``job_id`` now (none when it does not run it); ExternalError when the
-    scheduler cannot be read."""
+    """The scheduler's job with id ``job_id`` now (none when it does not know it); ExternalError when the
+    scheduler cannot be read. One job is read, never the whole queue (a checkpoint report comes here)."""
     try:
-        return [j for j in reconciler.scheduler.list_jobs() if j.id == job_id]
+        return [reconciler.scheduler.job(job_id)]
+    except NotFound:
+        return []
     except GpufleetError:
         raise
     except Exception as err:

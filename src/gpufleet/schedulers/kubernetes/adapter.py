@@ -156,7 +156,7 @@ class KubernetesScheduler:
         return self._call(fn, raw_statuses=(404, 409))
 
     # ---- reads --------------------------------------------------------------------------------
-    def list_nodes(self) -> Sequence[SchedNode]:
+    def list_nodes(self, *, jobs: bool = True) -> Sequence[SchedNode]:  # pods give the state: always read
         nodes, pods = self._snapshot()
         by_node = self._jobs_by_node(pods)
         return [node_view(n, by_node.get(meta(n).name or "", ())) for n in nodes]
@@ -171,6 +171,12 @@ class KubernetesScheduler:
         pods = self.cache.pods() if self._cached() and self.cache else self._call(
             lambda: self._core.list_pod_for_all_namespaces().items)
         return jobs_of(pods, restarts=self._requeued, resources=self._gpu)
+
+    def job(self, job_id: str) -> Job:
+        for j in self.list_jobs():
+            if j.id == job_id:
+                return j
+        raise NotFound("job", job_id)
 
     def jobs_on(self, node: str) -> Sequence[Job]:
         self._read_node(node)  # NotFound for a node the cluster does not know

@@ -36,7 +36,7 @@ How the port's contract maps onto Slurm:
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -46,12 +46,15 @@ from gpufleet.schedulers.slurm.checkpoint import signal_name, with_checkpoint
 from gpufleet.schedulers.slurm.parse import (
     PLACE_LAST_WEIGHT,
     SlurmNode,
-    jobs_from_squeue,
+    is_job_id,
+    job_from_record,
     node_from_scontrol,
     nodes_from_sinfo,
+    record_from_scontrol,
     running_from_squeue_text,
+    stream_jobs,
 )
-from gpufleet.schedulers.slurm.runner import CommandResult, CommandRunner, SubprocessRunner, raise_for
+from gpufleet.schedulers.slurm.runner import CommandResult, CommandRunner, SubprocessRunner, raise_for, stream_output
 
 log = logging.getLogger(__name__)
 
@@ -62,21 +65,30 @@ _MAX_REASON = 1000  # Slurm accepts long reasons; keep ours bounded and on one l
 class StateReader(Protocol):
     """Where node and job lists come from: the CLI (default) or slurmrestd.
 
-    ``running`` is what every reconciler pass needs (which jobs run on which nodes) and must stay cheap
-    with a long queue: Slurm 22.05's ``squeue --json`` ignores ``--states``/``--jobs`` and prints every
-    job (about 3 KB each: ~300 MB for 100,000 queued jobs), so the CLI reader asks ``squeue`` for the
-    running jobs' ids and nodes in its text form, which does filter. ``jobs_json`` (every job, with
-    comments and restart counts) is read only when acting on a job."""
+    Every read's cost in the controller must not grow with the queue: 100,000 queued jobs are about
+    300 MB of ``squeue --json``, and Slurm 22.05 filters none of it (``squeue --json`` ignores
+    ``--states``/``--jobs``; slurmrestd's ``/jobs`` takes no filter). So:
+
+    * ``running`` (every reconciler pass: which jobs run on which nodes) is the running jobs' ids and
+      nodes only: the CLI asks ``squeue`` in its text form, which does filter;
+    * ``jobs(keep)`` streams the whole queue record by record and keeps only what ``keep`` accepts,
+      so memory follows what is kept, not the queue (the CPU cost does follow the queue);
+    * ``jobs_by_id`` is a few named jobs (acting on a job, a checkpoint report), each read on its own:
+      slurmctld loads that job alone (``scontrol show job J``; slurmrestd ``GET /job/{id}``). A job
+      Slurm no longer knows is left out.
+    """
 
     def nodes_json(self) -> str: ...
 
-    def jobs_json(self) -> str: ...
+    def jobs(self, keep: Callable[[Job], bool] | None = None) -> list[Job]: ...
+
+    def jobs_by_id(self, ids: Collection[str]) -> list[Job]: ...
 
     def running(self) -> list[tuple[str, tuple[str, ...]]]: ...
 
 
 class CliReader:
-    """Reads through ``sinfo --json`` and ``squeue --json``."""
+    """Reads through ``sinfo --json`` and ``squeue`` (``--json`` streamed; text for the running jobs)."""
 
     def __init__(self, runner: CommandRunner, timeout: float) -> None:
         self._run, self._timeout = runner, timeout
@@ -86,10 +98,21 @@ class CliReader:
         raise_for(res)
         return res.stdout
 
-    def jobs_json(self) -> str:
-        res = self._run(["squeue", "--json"], timeout=self._timeout)
-        raise_for(res)
-        return res.stdout
+    def jobs(self, keep: Callable[[Job], bool] | None = None) -> list[Job]:
+        return stream_jobs(stream_output(self._run, ["squeue", "--json"], timeout=self._timeout), keep)
+
+    def jobs_by_id(self, ids: Collection[str]) -> list[Job]:
+        out = []
+        for job_id in dict.fromkeys(ids):
+            if not is_job_id(job_id):  # not a Slurm job id: no such job (and never an option to scontrol)
+                continue
+            res = self._run(["scontrol", "show", "job", job_id], timeout=self._timeout)
+            try:
+                raise_for(res, job=job_id)
+            except NotFound:
+                continue
+            out.append(job_from_record(record_from_scontrol(res.stdout, job_id)))
+        return out
 
     def running(self) -> list[tuple[str, tuple[str, ...]]]:
         # %A: the job's own id (unique per array task, as squeue --json's job_id); %N: its nodes
@@ -144,10 +167,15 @@ class SlurmScheduler:
         res = self._scontrol(["show", "node", name], node=name)
         return node_from_scontrol(res.stdout, name)
 
-    def list_nodes(self) -> Sequence[SchedNode]:
+    def list_nodes(self, *, jobs: bool = True) -> Sequence[SchedNode]:
+        """Every node (``sinfo --json``); with ``jobs``, the ids of the jobs running on each too (the
+        running jobs' text read: cheap for the controller, but slurmctld packs and ``squeue`` loads every
+        queued job for it). Without, the state alone says whether a node is busy."""
         nodes = self.slurm_nodes()
         if self._issued and self._reassert_lost_drains(nodes):
             nodes = self.slurm_nodes()
+        if not jobs:
+            return [n.view() for n in nodes]
         by_node = self._running_by_node(self._reader.running())
         return [n.view(by_node.get(n.name, ())) for n in nodes]
 
@@ -156,16 +184,23 @@ class SlurmScheduler:
         return n.view(self._running_by_node(self._reader.running()).get(name, ()))
 
     def list_jobs(self) -> Sequence[Job]:
-        return jobs_from_squeue(self._reader.jobs_json())
+        """Every job in the queue: as many objects as jobs (the web UI's list). The controller's own
+        paths read only the jobs they act on (:meth:`job`, :meth:`jobs_on`)."""
+        return self._reader.jobs()
+
+    def find_jobs(self, keep: Callable[[Job], bool]) -> list[Job]:
+        """The jobs ``keep`` accepts, the queue read record by record (memory follows what is kept)."""
+        return self._reader.jobs(keep)
 
     def job(self, job_id: str) -> Job:
-        for j in self.list_jobs():
+        for j in self._reader.jobs_by_id([job_id]):
             if j.id == job_id:
                 return j
         raise NotFound("job", job_id)
 
     def jobs_on(self, node: str) -> Sequence[Job]:
-        jobs = [j for j in self.list_jobs() if j.state == JobState.RUNNING and node in j.nodes]
+        ids = self._running_by_node(self._reader.running()).get(node, ())
+        jobs = [j for j in self._reader.jobs_by_id(ids) if j.state == JobState.RUNNING and node in j.nodes]
         if not jobs:
             self.slurm_node(node)  # NotFound for a node Slurm does not know
         return jobs

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -114,7 +114,11 @@ def load_json(text: str, what: str) -> Mapping[str, object]:
         raise ExternalError(SYSTEM, f"{what}: not JSON ({err}): {text[:200]!r}", retryable=False) from err
     if not isinstance(doc, dict):
         raise ExternalError(SYSTEM, f"{what}: expected a JSON object, got {type(doc).__name__}", retryable=False)
-    errors = doc.get("errors") or []
+    _raise_errors(doc.get("errors") or [], what)
+    return doc
+
+
+def _raise_errors(errors: object, what: str) -> None:
     if errors:
         # 22.05 reports an unreachable controller as {"error": "Unspecified error", "errno": -1} (sinfo)
         # or {"source": "slurm_load_jobs", "error_number": -1, ...} (squeue) with an empty list and
@@ -122,10 +126,9 @@ def load_json(text: str, what: str) -> Mapping[str, object]:
         detail = "; ".join(
             " ".join(str(e[k]) for k in ("source", "description", "error") if e.get(k))
             + f" (errno {e.get('errno', e.get('error_number', '?'))})"
-            for e in errors if isinstance(e, dict)
+            for e in (errors if isinstance(errors, list) else []) if isinstance(e, dict)
         )
         raise ExternalError(SYSTEM, f"{what} reported errors (controller unreachable?): {detail or errors!r}")
-    return doc
 
 
 def _list(doc: Mapping[str, object], key: str, what: str) -> list[Mapping[str, object]]:
@@ -173,33 +176,206 @@ def nodes_from_sinfo(text: str) -> list[SlurmNode]:
 
 
 def jobs_from_squeue(text: str) -> list[Job]:
-    """Jobs from ``squeue --json`` (or slurmrestd ``GET /slurm/v0.0.38/jobs``)."""
+    """Jobs from ``squeue --json`` (or slurmrestd ``GET /slurm/v0.0.38/jobs``), all in memory at once:
+    for small documents (tests, one job). A whole queue goes through :func:`stream_jobs`."""
     doc = load_json(text, "squeue --json")
-    out = []
-    for j in _list(doc, "jobs", "squeue --json"):
-        raw_state = _str(j.get("job_state")).upper()
-        state = _JOB_STATES.get(raw_state, JobState.PENDING if raw_state.endswith("HOLD") else JobState.FAILED)
-        started = state is not JobState.PENDING and state is not JobState.REQUEUED
-        restarts = j.get("restart_cnt")
-        extra = (
-            ("slurm_state", raw_state),
-            ("state_reason", _str(j.get("state_reason"))),
-            ("partition", _str(j.get("partition"))),
-            ("user", _str(j.get("user_name"))),
-            ("comment", _str(j.get("comment"))),
-        )
-        out.append(Job(
-            id=str(j.get("job_id")),
-            name=_str(j.get("name")),
-            state=state,
-            nodes=expand(_str(j.get("nodes"))) if started else (),
-            start_time=_epoch(j.get("start_time")) if started else None,
-            last_checkpoint=parse_checkpoint(_str(j.get("comment"))),
-            restarts=restarts if isinstance(restarts, int) else 0,
-            gpus=tres_gpus(_str(j.get("tres_alloc_str"))),
-            checkpoint_signal=parse_signal(_str(j.get("comment"))),
-            extra=extra,
-        ))
+    return [job_from_record(j) for j in _list(doc, "jobs", "squeue --json")]
+
+
+def job_from_record(j: Mapping[str, object]) -> Job:
+    """One element of the ``jobs`` list of ``squeue --json`` / slurmrestd."""
+    raw_state = _str(j.get("job_state")).upper()
+    state = _JOB_STATES.get(raw_state, JobState.PENDING if raw_state.endswith("HOLD") else JobState.FAILED)
+    started = state is not JobState.PENDING and state is not JobState.REQUEUED
+    restarts = j.get("restart_cnt")
+    comment = _str(j.get("comment"))
+    extra = (
+        ("slurm_state", raw_state),
+        ("state_reason", _str(j.get("state_reason"))),
+        ("partition", _str(j.get("partition"))),
+        ("user", _str(j.get("user_name"))),
+        ("comment", comment),
+    )
+    return Job(
+        id=str(j.get("job_id")),
+        name=_str(j.get("name")),
+        state=state,
+        nodes=expand(_str(j.get("nodes"))) if started else (),
+        start_time=_epoch(j.get("start_time")) if started else None,
+        last_checkpoint=parse_checkpoint(comment),
+        restarts=restarts if isinstance(restarts, int) else 0,
+        gpus=tres_gpus(_str(j.get("tres_alloc_str"))),
+        checkpoint_signal=parse_signal(comment),
+        extra=extra,
+    )
+
+
+_JOB_ID = re.compile(r"\d+(?:_\d+)?")  # a job's own id, or an array task as ARRAYID_TASK
+
+
+def is_job_id(text: str) -> bool:
+    return _JOB_ID.fullmatch(text) is not None
+
+
+def record_from_scontrol(text: str, job_id: str) -> dict[str, object]:
+    """One job from ``scontrol show job J`` (text; slurmctld loads that job alone) as the record
+    :func:`job_from_record` reads (the ``squeue --json`` field names), so a job read either way is
+    turned into a :class:`Job` in one place. Used to look up a few jobs by id in a long queue."""
+    for block in re.split(r"\n\s*\n", text.strip()):  # an array or het job prints one block per part
+        fields: dict[str, str] = {}
+        for raw in block.splitlines():
+            line = raw.strip()
+            whole = next((k for k in ("Comment=", "AdminComment=", "Command=", "WorkDir=", "StdOut=", "StdErr=",
+                                      "StdIn=") if line.startswith(k)), None)
+            if whole:
+                fields[whole[:-1]] = line[len(whole):]
+                continue
+            head, sep, name = line.partition(" JobName=")  # the name takes the rest of its line (spaces too)
+            if sep:
+                fields["JobName"] = name
+                line = head
+            for tok in line.split():
+                key, eq, value = tok.partition("=")
+                if eq:
+                    fields.setdefault(key, value)
+        if fields.get("JobId") == job_id or (
+                "_" in job_id and f"{fields.get('ArrayJobId')}_{fields.get('ArrayTaskId')}" == job_id):
+            return _scontrol_record(fields)
+    if unreachable(text):
+        raise ExternalError(SYSTEM, f"controller unreachable: {text.strip()}")
+    raise ExternalError(SYSTEM, f"scontrol show job {job_id}: unexpected output {text[:200]!r}", retryable=False)
+
+
+def _scontrol_record(f: Mapping[str, str]) -> dict[str, object]:
+    state = f.get("JobState", "")
+    start = f.get("StartTime", "")
+    try:  # slurmctld local time = UTC here, as for nodes (node_from_scontrol)
+        started_at = int(datetime.fromisoformat(start).replace(tzinfo=UTC).timestamp())
+    except ValueError:  # Unknown, None
+        started_at = 0
+    restarts = f.get("Restarts", "")
+    return {
+        "job_id": int(f["JobId"]),
+        "name": f.get("JobName", ""),
+        "job_state": state,
+        # Reason= is the state description when the job has one ("ReqNodeNotAvail,_UnavailableNodes:n3", spaces
+        # made "_"): its first part is the reason squeue --json names; a free-text description stays as it is
+        "state_reason": f.get("Reason", "").split(",", 1)[0],
+        "partition": f.get("Partition", ""),
+        "user_name": f.get("UserId", "").split("(")[0],
+        "comment": f.get("Comment", "").rstrip(),
+        "nodes": f.get("NodeList", ""),
+        "start_time": started_at,
+        "restart_cnt": int(restarts) if restarts.isdigit() else 0,
+        # TRES= is what a started job holds (a pending job's request otherwise; squeue --json says "")
+        "tres_alloc_str": f.get("TRES", "") if state not in ("PENDING", "") else "",
+    }
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+_decoder = json.JSONDecoder()
+
+
+class _Chunks:
+    """A text buffer filled from an iterator of chunks, consumed from the front (so it never holds
+    much more than one job record and one chunk)."""
+
+    def __init__(self, chunks: Iterable[str], what: str) -> None:
+        self._it, self.what = iter(chunks), what
+        self.buf, self.pos, self.eof = "", 0, False
+
+    def more(self) -> bool:
+        """Read one more chunk; False at the end of the document."""
+        if self.eof:
+            return False
+        chunk = next(self._it, None)
+        while chunk == "":
+            chunk = next(self._it, None)
+        if chunk is None:
+            self.eof = True
+            return False
+        self.buf = self.buf[self.pos:] + chunk
+        self.pos = 0
+        return True
+
+    def peek(self) -> str:
+        """The next non-blank character ("" at the end)."""
+        while True:
+            self.pos = _WS.match(self.buf, self.pos).end()  # type: ignore[union-attr]  # always matches
+            if self.pos < len(self.buf) or not self.more():
+                return self.buf[self.pos:self.pos + 1]
+
+    def expect(self, chars: str) -> str:
+        c = self.peek()
+        if not c or c not in chars:
+            found = repr(self.buf[self.pos:self.pos + 60]) if c else "the end of the output"
+            raise ExternalError(SYSTEM, f"{self.what}: expected one of {chars!r}, found {found}", retryable=False)
+        self.pos += 1
+        return c
+
+    def value(self) -> object:
+        """The next JSON value, reading more chunks until it is complete."""
+        self.peek()
+        while True:
+            try:
+                value, end = _decoder.raw_decode(self.buf, self.pos)
+            except json.JSONDecodeError as err:
+                if self.more():
+                    continue
+                raise ExternalError(SYSTEM, f"{self.what}: not JSON ({err})", retryable=False) from err
+            if end == len(self.buf) and self.more():  # a number or literal may go on in the next chunk
+                continue
+            self.pos = end
+            return value
+
+
+def stream_jobs(chunks: Iterable[str], keep: Callable[[Job], bool] | None = None,
+                what: str = "squeue --json") -> list[Job]:
+    """The jobs of a ``squeue --json`` / slurmrestd ``/jobs`` document that ``keep`` accepts (all without
+    it), read record by record from ``chunks``: the whole document (about 3 KB a job: ~300 MB for a
+    100,000-job queue) is never in memory, and a record ``keep`` rejects is dropped at once. Errors
+    in the document raise as :func:`load_json` does, wherever they come in it."""
+    src = _Chunks(chunks, what)
+    out: list[Job] = []
+    errors: object = []
+    seen_jobs = False
+    src.expect("{")
+    if src.peek() == "}":
+        src.pos += 1
+    else:
+        while True:
+            key = src.value()
+            if not isinstance(key, str):
+                raise ExternalError(SYSTEM, f"{what}: expected a key, got {key!r}", retryable=False)
+            src.expect(":")
+            if key == "jobs":
+                seen_jobs = True
+                src.expect("[")
+                if src.peek() == "]":
+                    src.pos += 1
+                else:
+                    while True:
+                        record = src.value()
+                        if not isinstance(record, dict):
+                            raise ExternalError(SYSTEM, f"{what}: a job that is not an object: {record!r:.100}",
+                                                retryable=False)
+                        job = job_from_record(record)
+                        if keep is None or keep(job):
+                            out.append(job)
+                        if src.expect(",]") == "]":
+                            break
+            elif key == "errors":
+                errors = src.value()
+            else:
+                src.value()  # meta, warnings: not needed
+            if src.expect(",}") == "}":
+                break
+    if src.peek():
+        raise ExternalError(SYSTEM, f"{what}: more output after the document: {src.buf[src.pos:src.pos + 60]!r}",
+                            retryable=False)
+    _raise_errors(errors, what)
+    if not seen_jobs:
+        raise ExternalError(SYSTEM, f"{what}: no 'jobs' list in the output", retryable=False)
     return out
 
 
@@ -217,9 +393,8 @@ def running_from_squeue_text(text: str) -> list[tuple[str, tuple[str, ...]]]:
     return out
 
 
-def running_from_jobs(jobs: Sequence[Job]) -> list[tuple[str, tuple[str, ...]]]:
-    """The same from full job records (the slurmrestd reader, whose job list cannot be filtered)."""
-    return [(j.id, j.nodes) for j in jobs if j.state == JobState.RUNNING]
+def is_running(job: Job) -> bool:
+    return job.state == JobState.RUNNING
 
 
 _GPU_TRES = re.compile(r"(?:^|,)gres/gpu(?::[^=,]+)?=(\d+)")

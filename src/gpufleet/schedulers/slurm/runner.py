@@ -11,9 +11,11 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+import tempfile
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from gpufleet.domain.errors import ExternalError, NotFound
 
@@ -46,10 +48,36 @@ class CommandRunner(Protocol):
     def __call__(self, argv: Sequence[str], *, timeout: float) -> CommandResult: ...
 
 
+@runtime_checkable
+class StreamingRunner(Protocol):
+    """A runner that can also hand over a command's output as it comes (a whole queue's ``squeue --json``
+    is hundreds of MB: the reader parses it record by record instead of holding it)."""
+
+    def stream(self, argv: Sequence[str], *, timeout: float) -> Iterator[str]: ...
+
+
+def stream_output(runner: CommandRunner, argv: Sequence[str], *, timeout: float) -> Iterator[str]:
+    """``argv``'s standard output in chunks: streamed when the runner can, else all of it at once
+    (recorded replays in tests). A failed command raises (:func:`raise_for`) after its last chunk."""
+    if isinstance(runner, StreamingRunner):
+        yield from runner.stream(argv, timeout=timeout)
+        return
+    res = runner(argv, timeout=timeout)
+    raise_for(res)
+    yield res.stdout
+
+
+CHUNK = 1 << 20  # characters read at a time from a streamed command
+
+
 class SubprocessRunner:
     """Runs the real Slurm client binaries. ``slurm_conf`` sets ``SLURM_CONF`` for them."""
 
-    def __init__(self, slurm_conf: str | None = None, *, extra_env: Mapping[str, str] | None = None) -> None:
+    def __init__(self, slurm_conf: str | None = None, *, extra_env: Mapping[str, str] | None = None,
+                 chunk: int = CHUNK) -> None:
+        if chunk < 1:
+            raise ValueError(f"chunk: {chunk}: expected at least 1 character")
+        self._chunk = chunk
         env = dict(os.environ)
         if slurm_conf:
             env["SLURM_CONF"] = slurm_conf
@@ -67,6 +95,37 @@ class SubprocessRunner:
         except subprocess.TimeoutExpired as err:
             raise ExternalError(SYSTEM, f"{' '.join(argv)} did not answer within {timeout:g} s") from err
         return CommandResult(tuple(argv), proc.returncode, proc.stdout, proc.stderr)
+
+    def stream(self, argv: Sequence[str], *, timeout: float) -> Iterator[str]:
+        """Standard output in chunks of ``chunk`` characters as the command prints it; the command is
+        killed after ``timeout`` seconds in all (ExternalError, retryable) and a non-zero exit raises
+        after the last chunk. Closing the iterator early kills the command."""
+        with tempfile.TemporaryFile() as err:  # stderr to a file: a full pipe can never block the command
+            try:
+                proc = subprocess.Popen(list(argv), env=self._env, stdout=subprocess.PIPE, stderr=err,
+                                        text=True)
+            except FileNotFoundError as e:
+                raise ExternalError(SYSTEM, f"{argv[0]} not found: install the Slurm client (slurm-client)",
+                                    retryable=False) from e
+            timer = threading.Timer(timeout, proc.kill)
+            timer.start()
+            try:
+                assert proc.stdout is not None
+                while chunk := proc.stdout.read(self._chunk):
+                    yield chunk
+                rc = proc.wait()
+            finally:
+                killed = not timer.is_alive() and proc.returncode is not None and proc.returncode < 0
+                timer.cancel()
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                proc.stdout.close()  # type: ignore[union-attr]
+            if killed:
+                raise ExternalError(SYSTEM, f"{' '.join(argv)} did not answer within {timeout:g} s")
+            err.seek(0)
+            stderr = err.read().decode(errors="replace")
+        raise_for(CommandResult(tuple(argv), rc, "", stderr))
 
 
 def unreachable(text: str) -> bool:

@@ -166,7 +166,5 @@ class SlurmValidator:
 
     def _job_for(self, key: str) -> str:
         token = f"{COMMENT_PREFIX}{key}"
-        for j in self._sched.list_jobs():
-            if j.state in _OPEN and dict(j.extra).get("comment", "") == token:
-                return j.id
-        return ""
+        found = self._sched.find_jobs(lambda j: j.state in _OPEN and dict(j.extra).get("comment", "") == token)
+        return found[0].id if found else ""
