@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install -q --disable-pip-version-check --no-compile  # .pyc written on first import instead
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
-# test processes for `make test` (pytest-xdist; the Slurm tests share one, see tests/conftest.py); 0: one process
+# test processes for `make test` (pytest-xdist; every Slurm test runs in one of them: tests/conftest.py); 0: one process
 PYTEST_WORKERS ?= 2
 
 .PHONY: demo test lint typecheck unit bench clean install install-dev
@@ -39,7 +39,7 @@ typecheck: $(VENV)/.installed-dev
 	$(VENV)/bin/mypy src/gpufleet
 
 test: lint typecheck
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 unit: $(VENV)/.installed-dev
 	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)

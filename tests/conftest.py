@@ -8,6 +8,8 @@ because a skip there would hide a missing service.
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,15 +38,44 @@ def _gpufleet_loggers_enabled() -> None:
             logger.disabled = False
 
 
+# ---- make test: two pytest-xdist workers, every Slurm test in one of them ------------------------------
+# The session's Slurm lab starts once per test process; two labs would compete for the cores. xdist's own
+# grouping by mark (--dist loadgroup) does not work with pytest 9.2 (it renames the test ids through an
+# attribute pytest no longer reads), so the grouping is a scheduler: a test file that names the lab or the
+# slurm mark (or a test id with a Slurm parameter, the contract suite's) runs whole in the group "slurm";
+# every other file is a group of its own. Every slurm-marked test is checked to fall in that group.
+
+_SLURM_FILES: dict[str, bool] = {}
+
+
+def in_slurm_group(nodeid: str) -> bool:
+    """Whether the test ``nodeid`` (rootdir-relative) runs in the worker that holds the Slurm lab."""
+    if "[slurm" in nodeid:
+        return True
+    path = nodeid.split("::", 1)[0]
+    if path not in _SLURM_FILES:
+        try:
+            text = (Path(__file__).resolve().parents[1] / path).read_text(encoding="utf-8")
+        except OSError:
+            text = ""
+        _SLURM_FILES[path] = "mark.slurm" in text or "slurm_lab" in text
+    return _SLURM_FILES[path]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``pytest -n N --dist loadgroup`` (``make test``): every ``slurm`` test runs in one worker
-    (the group ``slurm``), so the session's Slurm lab starts once and two labs never compete for the
-    cores; every other test is grouped with its module, so a module's (or a module-scoped fixture's)
-    set-up runs once. Without xdist the marks change nothing."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    for item in items:
-        group = "slurm" if item.get_closest_marker("slurm") else item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(group))
+    """Refuse a slurm-marked test that the scheduler would not send to the lab's worker."""
+    stray = [i.nodeid for i in items if i.get_closest_marker("slurm") and not in_slurm_group(i.nodeid)]
+    if stray:
+        raise pytest.UsageError(f"slurm tests outside the Slurm group (tests/conftest.py in_slurm_group): {stray[:5]}; "
+                                "name pytest.mark.slurm in their file")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SlurmTogether(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return "slurm" if in_slurm_group(nodeid) else nodeid.split("::", 1)[0]
+
+    return SlurmTogether(config, log)
