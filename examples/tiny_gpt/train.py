@@ -107,6 +107,8 @@ def main() -> None:
         if a.truth and rank == 0:
             print(json.dumps({"truth": "step", "step": step, "begin": t0, "end": t2,
                               "stall": t2 - t1 if saved else 0.0, "loss": loss.item()}), flush=True)
+    if a.truth and rank == 0:  # the last iteration's end (what follows is the final save, a stall)
+        print(json.dumps({"truth": "loop_end", "time": time.time()}), flush=True)
     ckpt.finish(a.steps, state)
     rec.end()
     if a.truth and rank == 0:

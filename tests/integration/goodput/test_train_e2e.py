@@ -82,10 +82,20 @@ def test_killed_run_resumes_and_the_report_matches_the_wall_clock(tmp_path: Path
     assert sorted(set(run1) & set(run2)) == list(range(resume, max(run1) + 1))
     assert len(run2) == len(set(run2)) and len(run1) == len(set(run1))
 
-    kept = {int(r["step"]): r for r in first + second if r["truth"] == "step"}  # the later run wins
-    productive = sum(r["end"] - r["begin"] - r["stall"] for r in kept.values())
+    # An iteration's wall time runs from its start to the next one's start (the last: to the loop's end),
+    # so whatever the loop does between two steps (the truth line itself) is in it, as it is for the
+    # recorder; less its checkpoint stall. The later run's execution of a step wins.
+    kept: dict[int, float] = {}
+    for rows in (first, second):
+        starts = [(int(r["step"]), r["begin"], r["stall"]) for r in rows if r["truth"] == "step"]
+        ends = [b for _, b, _ in starts[1:]] + [next((r["time"] for r in rows if r["truth"] == "loop_end"), 0.0)]
+        for (step, begin, stall), until in zip(starts, ends, strict=True):
+            kept[step] = until - begin - stall
+    assert all(v > 0 for v in kept.values()), kept  # (run 1's last step, redone, has no loop end)
+    productive = sum(kept.values())
     end = next(r["time"] for r in second if r["truth"] == "end")
     truth_ettr = productive / (end - launch1)
+
 
     rep = subprocess.run([sys.executable, "-m", "gpufleet.cli", "goodput", "report", str(run), "--json"],
                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
