@@ -6,13 +6,14 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from gpufleet.schedulers.slurm.parse import RUNNING_STATES
 from gpufleet.schedulers.slurm.runner import CommandResult
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "slurm"
 
 
-# what the adapter asks on every pass: the running jobs' ids and nodes (squeue --json cannot filter)
-RUNNING = ("squeue", "--noheader", "--states=RUNNING", "--format=%A|%N")
+# what the adapter asks for the jobs holding nodes: their ids and nodes (squeue --json cannot filter)
+RUNNING = ("squeue", "--noheader", f"--states={RUNNING_STATES}", "--format=%A|%N")
 
 
 def recording(name: str) -> CommandResult:

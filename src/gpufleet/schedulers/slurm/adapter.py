@@ -45,6 +45,7 @@ from gpufleet.schedulers.port import REASON_PREFIX, Job, JobState, SchedNode
 from gpufleet.schedulers.slurm.checkpoint import signal_name, with_checkpoint
 from gpufleet.schedulers.slurm.parse import (
     PLACE_LAST_WEIGHT,
+    RUNNING_STATES,
     SlurmNode,
     is_job_id,
     job_from_record,
@@ -116,7 +117,8 @@ class CliReader:
 
     def running(self) -> list[tuple[str, tuple[str, ...]]]:
         # %A: the job's own id (unique per array task, as squeue --json's job_id); %N: its nodes
-        res = self._run(["squeue", "--noheader", "--states=RUNNING", "--format=%A|%N"], timeout=self._timeout)
+        res = self._run(["squeue", "--noheader", f"--states={RUNNING_STATES}", "--format=%A|%N"],
+                        timeout=self._timeout)
         raise_for(res)
         return running_from_squeue_text(res.stdout)
 

@@ -47,6 +47,9 @@ _JOB_STATES: Mapping[str, JobState] = {
     "REQUEUE_FED": JobState.REQUEUED,
     "SPECIAL_EXIT": JobState.REQUEUED,
 }
+# squeue --states for the jobs that hold their nodes: every Slurm state read as RUNNING above (a COMPLETING
+# job's epilog still runs there: a node is not free of it, e.g. for a maintenance action, until it ends)
+RUNNING_STATES = ",".join(name for name, state in _JOB_STATES.items() if state is JobState.RUNNING)
 
 
 # Scheduler.place_last on Slurm: the node's weight plus this (Slurm allocates the lowest weights first), taken
@@ -380,7 +383,7 @@ def stream_jobs(chunks: Iterable[str], keep: Callable[[Job], bool] | None = None
 
 
 def running_from_squeue_text(text: str) -> list[tuple[str, tuple[str, ...]]]:
-    """(job id, its nodes) from ``squeue --noheader --states=RUNNING --format=%A|%N``."""
+    """(job id, its nodes) from ``squeue --noheader --states=<RUNNING_STATES> --format=%A|%N``."""
     out = []
     for line in text.splitlines():
         if not line.strip():
