@@ -103,7 +103,7 @@ class Engine:
         # worth of entries is not re-scanned by every full collection.
         self._queue: deque[tuple[float, tuple[str, str], int, float, int]] = deque()
         self._serial = 0
-        self._folded: dict[str, deque[tuple[float, Ref]]] = {}
+        self._folded: dict[str, tuple[tuple[float, Ref], ...]] = {}  # newest last; atomic: untracked
         self._fold_queue: deque[tuple[float, str]] = deque()  # (time, component) per folded event
         self._emitted: dict[str, tuple[Suspect, str]] = {}  # output component -> (suspect, candidate)
         self._standing: dict[str, float] = {}  # candidate -> confidence of its standing verdict
@@ -192,10 +192,8 @@ class Engine:
         elif comp not in self._comps:
             self.unknown += 1
         elif j.role == FOLD:
-            fq = self._folded.get(comp)
-            if fq is None:
-                fq = self._folded[comp] = deque(maxlen=_FOLDED_PER_COMPONENT)
-            fq.append((t, ref))
+            fq = self._folded.get(comp, ())
+            self._folded[comp] = (*fq[1:], (t, ref)) if len(fq) >= _FOLDED_PER_COMPONENT else (*fq, (t, ref))
             self._fold_queue.append((t, comp))
         else:
             if link is not None and link not in self._links:
@@ -206,12 +204,12 @@ class Engine:
             if sym is None:
                 self._serial += 1
                 sym = self._syms[key] = Symptom(key, (), _NO_LOCAL, self._serial)
-            sym.refs.append((t, ref))
+            sym.cite(t, ref)
             if not (j.damped and t - sym.last < self._holddown):
                 sym.last = t
                 step, level = j.step, j.sev
                 sym.weight += step
-                sym.counts[level] += 1
+                sym.count(level, 1)
                 sym.floor = max(sym.floor, j.floor)
                 self._queue.append((t, sym.key, sym.serial, step, level))
                 if sym.action is _NO_ACTION or level >= sym.top:
@@ -281,7 +279,7 @@ class Engine:
                 continue
             step = 1.0 - sym.weight
             sym.weight = 1.0
-            sym.counts[0] += 1
+            sym.count(0, 1)
             self._queue.append((t, sym.key, sym.serial, step, 0))
             self._activate(sym)
             sym.boosted = True
@@ -352,7 +350,7 @@ class Engine:
             if sym is None or sym.serial != serial:
                 continue
             sym.weight -= step
-            sym.counts[sev] -= 1
+            sym.count(sev, -1)
             if sym.active:
                 if sym.weight < 1.0 - _EPS:
                     self._deactivate(sym)

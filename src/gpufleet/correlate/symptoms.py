@@ -9,7 +9,6 @@ itself) and implements :class:`~gpufleet.correlate.explain.SymptomLike`.
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass
 
 from gpufleet.correlate.explain import SEVERITY_WEIGHT
@@ -38,20 +37,28 @@ class Weighing:
 
 
 class Symptom:
-    """Mutable per-(reporter, link) state; implements explain.SymptomLike."""
+    """Mutable per-(reporter, link) state; implements explain.SymptomLike.
+
+    One object the cycle collector tracks per symptom, nothing more: the counts per severity are ints
+    and the recent evidence an immutable tuple of ``(time, ref)`` (atomic: the collector stops tracking
+    it), because every full collection re-scans each tracked object the window holds (at 131,072 GPUs
+    a list and a deque per symptom made collection half the engine's time; docs/benchmarks.md).
+    """
 
     __slots__ = (
         "action",
         "active",
         "boosted",
         "cands",
-        "counts",
         "floor",
         "gone",
         "key",
         "last",
         "link",
         "local",
+        "n0",
+        "n1",
+        "n2",
         "refs",
         "reporter",
         "serial",
@@ -67,16 +74,32 @@ class Symptom:
         self.cands = cands
         self.local = local
         self.weight = 0.0
-        self.counts = [0, 0, 0]
+        self.n0 = self.n1 = self.n2 = 0  # in-window events per severity index (info, degraded, fatal)
         self.boosted = False  # activated by the coherence statistic, not by its own count
         self.active = False
         self.top = -1
-        self.refs: deque[tuple[float, Ref]] = deque(maxlen=_REFS_PER_SYMPTOM)
+        self.refs: tuple[tuple[float, Ref], ...] = ()  # the newest _REFS_PER_SYMPTOM, oldest first
         self.last = _NEVER
         self.action = _NO_ACTION
         self.gone = False
         self.floor = 0
         self.wit: tuple[tuple[str, str, str, bool], ...] | None = None  # (candidate, witness) pairs, on first use
+
+    @property
+    def counts(self) -> tuple[int, int, int]:
+        return (self.n0, self.n1, self.n2)
+
+    def count(self, level: int, delta: int) -> None:
+        if level == 0:
+            self.n0 += delta
+        elif level == 1:
+            self.n1 += delta
+        else:
+            self.n2 += delta
+
+    def cite(self, t: float, ref: Ref) -> None:
+        refs = self.refs
+        self.refs = (*refs[1:], (t, ref)) if len(refs) >= _REFS_PER_SYMPTOM else (*refs, (t, ref))
 
     @property
     def selfsev(self) -> int:
@@ -89,9 +112,8 @@ class Symptom:
         return SEVERITY_WEIGHT[self.top] * min(2.0, 1.0 + 0.3 * math.log(max(1.0, self.weight)))
 
     def _top(self) -> int:
-        c = self.counts
-        top = 2 if c[2] else 1 if c[1] else 0 if c[0] else -1
-        return self.floor if c[0] and self.floor > top else top
+        top = 2 if self.n2 else 1 if self.n1 else 0 if self.n0 else -1
+        return self.floor if self.n0 and self.floor > top else top
 
 
 def weigh(catalog: Catalog, kind: EventKind, code: int | None, j: Judgement, info_activation: int) -> Weighing:
