@@ -15,6 +15,10 @@ by a background thread, oldest first, in small transactions.
 * **Diagnostic bundles** (``[retention] bundles``, off by default): bundles captured longer ago than that
   are deleted at each run, in one statement (there are a few per repair, not millions). At least 7 days:
   a vendor's RMA asks for them.
+* **Checkpoint reports** follow the events' horizon: the store keeps one row per job (its latest), and a
+  job whose latest was received longer ago than ``events`` is forgotten at each run (long finished; a
+  job still running that has not checkpointed for that long counts as never having checkpointed: its
+  work at risk is counted from its start, which is only more cautious).
 * **Bounded per run.** At most ``max_batches`` per run, so a large backlog (retention switched on for
   an old database) is worked off over several runs while everything else goes on.
 """
@@ -67,6 +71,7 @@ class Retention:
         self.store, self.clock, self.keep = store, clock, keep
         self.bundles_keep = bundles  # 0: keep every diagnostic bundle
         self.bundles_deleted = 0
+        self.checkpoints_deleted = 0
         self.batch, self.max_batches = batch, max_batches
         self.archive_dir = archive_dir
         self.deleted = 0  # totals since start, for /metrics
@@ -81,6 +86,11 @@ class Retention:
         if not self.keep:
             return 0
         cutoff = self.clock.now() - self.keep
+        gone = self.store.prune_checkpoints(cutoff)
+        if gone:
+            self.checkpoints_deleted += gone
+            log.info("retention: %d jobs' checkpoints received before %s forgotten", gone,
+                     cutoff.isoformat(timespec="seconds"))
         total = archived = 0
         for _ in range(self.max_batches):
             n, a, more = self._batch(cutoff)

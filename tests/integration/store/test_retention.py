@@ -15,7 +15,7 @@ from gpufleet.controller.clock import ManualClock
 from gpufleet.controller.retention import Retention, check_horizon
 from gpufleet.controller.runtime import build
 from gpufleet.controller.settings import ControllerSettings, RetentionSettings
-from gpufleet.controller.store.models import EventRow
+from gpufleet.controller.store.models import CheckpointRow, EventRow
 from gpufleet.controller.store.repo import Store
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.events import EventKind, HealthEvent
@@ -129,3 +129,27 @@ def test_a_bundle_horizon_under_a_week_is_refused(engine: Engine) -> None:
     with pytest.raises(InvalidInput) as err:
         Retention(Store(engine), ManualClock(T0), timedelta(0), bundles=timedelta(days=2))
     assert err.value.field == "retention.bundles"
+
+
+def test_the_store_keeps_each_jobs_latest_checkpoint_only_and_retention_forgets_old_jobs(engine: Engine) -> None:
+    store = Store(engine)
+    day = timedelta(days=1)
+    for i in range(5):  # job a checkpoints every day for five days (reports arrive as they are made)
+        store.add_checkpoint("a", T0 + i * day, T0 + i * day)
+    store.add_checkpoint("a", T0 + 2 * day, T0 + 5 * day)  # a late, older report: the newer one stands
+    store.add_checkpoint("b", T0, T0)  # job b checkpointed once, 40 days before "now"
+    store.add_checkpoint("c", T0 + 35 * day, T0 + 35 * day)
+    with store.session() as s:
+        rows = sorted((r.job_id, r.time) for r in s.scalars(select(CheckpointRow)))
+    assert rows == [("a", T0 + 4 * day), ("b", T0), ("c", T0 + 35 * day)]
+    assert store.last_checkpoints(["a", "b", "c", "never"]) == {"a": T0 + 4 * day, "b": T0, "c": T0 + 35 * day}
+
+    r = Retention(store, ManualClock(T0 + 40 * day), KEEP)
+    r.run_once()
+    assert store.last_checkpoints(["a", "b", "c"]) == {"c": T0 + 35 * day}  # a and b: received over 30 days ago
+    assert r.checkpoints_deleted == 2
+    r.run_once()
+    assert r.checkpoints_deleted == 2  # nothing more
+    off = Retention(store, ManualClock(T0 + 400 * day), timedelta(0))  # retention off: nothing is forgotten
+    off.run_once()
+    assert store.last_checkpoints(["c"]) == {"c": T0 + 35 * day}

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import Connection, Engine, Executable, Table, bindparam, func, insert, select, text, update
+from sqlalchemy import Connection, Engine, Executable, Table, bindparam, delete, func, insert, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
@@ -468,8 +468,23 @@ class Store:
 
     # ---- checkpoints ------------------------------------------------------------------------
     def add_checkpoint(self, job_id: str, time: datetime, received: datetime) -> None:
+        """Record ``job_id``'s checkpoint at ``time``. Only each job's latest is ever read, so the
+        table keeps one row per job: a newer report replaces it, an older or repeated one is dropped
+        (the table grows with jobs, not with checkpoints; ``[retention] events`` prunes old jobs')."""
         with self.session.begin() as s:
+            newest = s.scalar(select(func.max(CheckpointRow.time)).where(CheckpointRow.job_id == job_id))
+            if newest is not None and newest >= time:
+                return
+            s.execute(delete(CheckpointRow).where(CheckpointRow.job_id == job_id))
             s.add(CheckpointRow(job_id=job_id, time=time, received=received))
+
+    def prune_checkpoints(self, before: datetime) -> int:
+        """Forget the checkpoints received before ``before`` (jobs that have not reported one since:
+        long finished, or treated as never having checkpointed); returns how many."""
+        with self.session.begin() as s:
+            gone = list(s.scalars(delete(CheckpointRow).where(CheckpointRow.received < before)
+                                  .returning(CheckpointRow.seq)))
+        return len(gone)
 
     def last_checkpoints(self, job_ids: Sequence[str]) -> dict[str, datetime]:
         """Each job's latest reported checkpoint (jobs that never reported one are left out)."""
