@@ -158,6 +158,13 @@ def test_an_operator_runs_the_fleet_from_the_browser(fleet: Fleet, browser: Brow
     assert drawn[2][1] == pytest.approx(drawn[0][1] * 120 / 600, rel=0.05)  # 2 of 10 minutes lost
     assert "93.3 %" in browser.text(f"tr[data-goodput-job='{job[0]}']")  # ETTR 1,680 s of 1,800 s
     browser.screenshot(shots / "jobs.png")
+    browser.type("form.find input[name='find']", "no-such-job")  # the search form: a real GET in the browser
+    assert browser.follow("form.find button", "searching the jobs") == "/ui/jobs"
+    assert "No job matches." in browser.text("#live") and not browser.exists(f"tr[data-job='{job[0]}']")
+    browser.type("form.find input[name='find']", "")
+    browser.js("document.querySelector(\"form.find input[name='find']\").value = 'LLAMA'")
+    browser.follow("form.find button", "searching the jobs by name")
+    assert browser.exists(f"tr[data-job='{job[0]}']") and "1 matching job" in browser.text("#jobs-count")
 
     # Signing out ends the session: the next page asks to sign in again.
     browser.goto(f"{base}/")

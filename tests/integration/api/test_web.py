@@ -169,6 +169,33 @@ def test_jobs_show_their_last_checkpoint(ui: Api) -> None:
     assert "never reported" not in page and ui.clock.now().strftime("%Y-%m-%d %H:%M:%S") in page
 
 
+def test_a_long_queue_shows_a_bounded_page_running_first_and_a_search_finds_any_job(ui: Api) -> None:
+    import re
+
+    from gpufleet.controller.web.pages import JOBS_SHOWN
+
+    done = []
+    for i in range(JOBS_SHOWN + 50):  # more finished jobs than the page shows
+        job = ui.scheduler.submit(f"sweep-{i}", ["r01-n01"], start=ui.clock.now())
+        ui.scheduler.finish(job.id)
+        done.append(job.id)
+    train = ui.scheduler.submit("train", ["r01-n03"], start=ui.clock.now())  # the newest, the only one running
+    page = ui.client.get("/ui/jobs", headers=auth("viewer")).text
+    rows = re.findall(r'data-job="([^"]+)"', page)
+    assert len(rows) == JOBS_SHOWN and rows[0] == train.id
+    assert rows[1:] == done[:JOBS_SHOWN - 1]  # then by id, numerically (the sim's ids count up: 9 before 10)
+    assert f"Showing {JOBS_SHOWN} of {JOBS_SHOWN + 51} jobs (running first" in page
+
+    page = ui.client.get("/ui/jobs?find=TRAIN", headers=auth("viewer")).text
+    assert re.findall(r'data-job="([^"]+)"', page) == [train.id]
+    assert f"1 matching job of {JOBS_SHOWN + 51} in the scheduler" in page and 'value="TRAIN"' in page
+    page = ui.client.get("/ui/jobs?find=sweep-24", headers=auth("viewer")).text
+    expected = [j for i, j in enumerate(done) if f"sweep-{i}".startswith("sweep-24")]
+    assert re.findall(r'data-job="([^"]+)"', page) == expected and len(expected) == 11
+    page = ui.client.get("/ui/jobs?find=%3Cscript%3E", headers=auth("viewer")).text
+    assert "No job matches." in page and "<script>" not in page.split('name="find"')[1][:80]
+
+
 def test_jobs_show_the_goodput_timeline_of_what_they_reported(ui: Api) -> None:
     import re
     from datetime import timedelta

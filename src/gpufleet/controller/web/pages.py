@@ -7,6 +7,7 @@ values for the templates; they change nothing.
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -215,26 +216,41 @@ class JobView:
 class Jobs:
     jobs: list[JobView] = field(default_factory=list)
     error: str = ""
+    total: int = 0  # jobs the scheduler listed
+    matched: int = 0  # of those, matching ``find``
+    find: str = ""
 
 
-def jobs(c: Controller, reconciler: Reconciler | None) -> Jobs:
-    """The scheduler's jobs, each with its latest checkpoint: the later of what the scheduler says and what
+JOBS_SHOWN = 200  # rows on the jobs page: a big cluster's queue holds 100,000 jobs
+
+
+def jobs(c: Controller, reconciler: Reconciler | None, find: str = "", limit: int = JOBS_SHOWN) -> Jobs:
+    """The scheduler's jobs whose id or name contains ``find`` (any case), running first, at most
+    ``limit`` of them, each with its latest checkpoint: the later of what the scheduler says and what
     the job reported to ``POST /v1/jobs/{id}/checkpoint`` (the reconciler reads it the same way)."""
     if reconciler is None:
-        return Jobs(error="no scheduler is configured")
+        return Jobs(error="no scheduler is configured", find=find)
+    needle = find.strip().lower()
+    total = 0
+    matched: list[Job] = []
     try:
-        listed = list(reconciler.scheduler.list_jobs())
+        for j in reconciler.scheduler.list_jobs():  # streamed: only the matches are kept
+            total += 1
+            if not needle or needle in j.id.lower() or needle in (j.name or "").lower():
+                matched.append(j)
     except GpufleetError as err:
-        return Jobs(error=f"the scheduler did not answer: {err}")
-    reported = c.store.last_checkpoints([j.id for j in listed])
+        return Jobs(error=f"the scheduler did not answer: {err}", find=find)
+    # running first, then by id in numeric order for numeric ids (Slurm's): 9 before 10
+    shown = heapq.nsmallest(limit, matched, key=lambda j: (j.state != "running", len(j.id), j.id))
+    reported = c.store.last_checkpoints([j.id for j in shown])
     states = {n.id: n.state for n in _every_node(c)}
     now = c.clock.now()
     out = []
-    for j in sorted(listed, key=lambda j: (j.state != "running", j.id)):
+    for j in shown:
         times = [t for t in (j.last_checkpoint, reported.get(j.id)) if t is not None]
         last = max(times) if times else None
         out.append(JobView(j, last, now - last if last else None, {n: states.get(n, "unknown") for n in j.nodes}))
-    return Jobs(out)
+    return Jobs(out, total=total, matched=len(matched), find=find)
 
 
 def inventory_rows(inv: NodeInventory | None) -> dict[str, list[dict[str, Any]]]:

@@ -85,7 +85,9 @@ def install(app: FastAPI, controller: Controller, reconciler: Reconciler | None)
             now=c.clock.now(), **ctx)
         return HTMLResponse(html, headers=_HEADERS)
 
-    def page(path: str, template: str, title: str, build: Callable[..., dict[str, Any]]) -> None:
+    def page(path: str, template: str, title: str, build: Callable[..., dict[str, Any]], *,
+             query: tuple[str, ...] = ()) -> None:
+        """``build`` gets the path's parameters and the ``query`` parameters named (as strings)."""
         async def view(request: Request) -> Response:
             session = session_of(request)
             if session is None:
@@ -93,7 +95,8 @@ def install(app: FastAPI, controller: Controller, reconciler: Reconciler | None)
                     return Response("sign in again", status_code=401, headers=_HEADERS)
                 return RedirectResponse(f"/ui/login?next={quote(request.url.path)}", status_code=303)
             try:
-                ctx = build(**request.path_params)
+                args = {**request.path_params, **{q: request.query_params.get(q, "") for q in query}}
+                ctx = build(**args)
             except GpufleetError as err:
                 return _error(request, env, session, err)
             return render(request, template, title.format(**request.path_params), session, **ctx)
@@ -111,8 +114,8 @@ def install(app: FastAPI, controller: Controller, reconciler: Reconciler | None)
     page("/ui/breaker", "breaker.html", "breaker and dry run", lambda: {
         "held": len(pages.held_decisions(c)), "audit": c.store.audit(page=Page(15))})
     page("/ui/verdicts", "verdicts.html", "correlation verdicts", lambda: {"verdicts": pages.verdicts(c)})
-    page("/ui/jobs", "jobs.html", "jobs", lambda: {"jobs": pages.jobs(c, reconciler),
-                                                   "goodput": goodput_views(c)})
+    page("/ui/jobs", "jobs.html", "jobs", lambda find: {"jobs": pages.jobs(c, reconciler, find[:200]),
+                                                        "goodput": goodput_views(c)}, query=("find",))
 
     # ---- actions (operator) ------------------------------------------------------------------
     def action(path: str, act: Callable[[Session, dict[str, str], list[str], dict[str, Any]], str]) -> None:
