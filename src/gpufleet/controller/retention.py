@@ -118,11 +118,8 @@ class Retention:
             stop.wait(interval)
 
     def _old_bundles(self, cutoff: datetime) -> int:
-        with self.store.session.begin() as s:
-            ids = list(s.scalars(select(BundleRow.id).where(BundleRow.created < cutoff)))
-            if ids:
-                s.execute(delete(BundleRow).where(BundleRow.id.in_(ids)))
-        gone = len(ids)
+        with self.store.session.begin() as s:  # by the cutoff, not by a list of ids: years of repairs can be many
+            gone = len(list(s.scalars(delete(BundleRow).where(BundleRow.created < cutoff).returning(BundleRow.id))))
         if gone:
             self.bundles_deleted += gone
             log.info("retention: %d diagnostic bundles captured before %s deleted", gone,

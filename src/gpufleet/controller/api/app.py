@@ -10,7 +10,7 @@ import logging
 from collections import Counter
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Query, status
+from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, status
 
 from gpufleet import __version__
 from gpufleet.controller import web
@@ -49,8 +49,10 @@ from .schemas import (
     HeartbeatIn,
     IngestOut,
     InventoryOut,
+    Limit,
     ModeIn,
     Name,
+    Offset,
     ReasonIn,
     Ref,
     RegisterIn,
@@ -66,9 +68,6 @@ Reporter = Annotated[Caller, Depends(require(REPORT))]
 Operator = Annotated[Caller, Depends(require(OPERATE))]
 Admin = Annotated[Caller, Depends(require(ADMINISTER))]
 log = logging.getLogger(__name__)
-Limit = Annotated[int, Query(ge=1, le=1000)]
-MAX_OFFSET = 2**31 - 1  # both databases take a 64-bit OFFSET; no listing is anywhere near this long
-Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 
 
 def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenConfig, ...],

@@ -28,6 +28,7 @@ from gpufleet.controller.store.bundles import MAX_BUNDLE_BYTES, BundleInfo
 from gpufleet.domain.errors import InvalidInput, NotFound
 
 from .auth import READ, REPORT, Caller, require
+from .schemas import Limit, Offset
 from .scope import Scope
 
 Reader = Annotated[Caller, Depends(require(READ))]
@@ -60,9 +61,12 @@ def bmc_router(controller: Controller, check: Callable[[Caller, str, str], None]
     store = bundles or Bundles(controller)
 
     @r.get("/firmware", summary="Firmware versions read from each node's BMC, with drift (viewer)")
-    def firmware(caller: Reader) -> dict[str, Any]:
-        nodes = watcher.inventory() if watcher is not None else []
-        return {"nodes": [n for n in nodes if scope.sees(caller, str(n.get("node", "")))],
+    def firmware(caller: Reader, limit: Limit = 100, offset: Offset = 0) -> dict[str, Any]:
+        """A page of the nodes, by node name (a fleet has 20,000); ``total``: how many there are. Drift
+        is against the whole fleet's most common versions, whatever the page."""
+        nodes = [n for n in (watcher.inventory() if watcher is not None else [])
+                 if scope.sees(caller, str(n.get("node", "")))]
+        return {"nodes": nodes[offset:offset + limit], "total": len(nodes),
                 "bmc": "configured" if watcher is not None else "none ([repair] bmc_file)"}
 
     @r.put("/nodes/{node}/commands/{command_id}/bundle", status_code=201, response_model=BundleOut,

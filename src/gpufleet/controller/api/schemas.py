@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated
 
+from fastapi import Query
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
@@ -38,6 +39,9 @@ def _storable(v: str) -> str:
 Text = Annotated[str, AfterValidator(_storable)]
 Name = Annotated[str, StringConstraints(min_length=1, max_length=NAME_MAX), AfterValidator(_storable)]
 Ref = Annotated[str, StringConstraints(max_length=REF_MAX), AfterValidator(_storable)]
+Limit = Annotated[int, Query(ge=1, le=1000)]  # a listing's page: ?limit= (default 100 where not said)
+MAX_OFFSET = 2**31 - 1  # both databases take a 64-bit OFFSET; no listing is anywhere near this long
+Offset = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 MAX_CODE = 2**31 - 1  # the events.code column is a 32-bit integer on PostgreSQL
 
 

@@ -19,7 +19,7 @@ from gpufleet.goodput.ettr import Badput
 from gpufleet.goodput.rollup import CATEGORIES, JobInterval
 
 from .models import GoodputIntervalRow
-from .repo import Page, Store
+from .repo import Page, Store, chunks
 
 MAX_ROWS_IN_RANGE = 100_000  # the roll-up reads at most this many intervals (it says when it stopped there)
 
@@ -67,8 +67,7 @@ class GoodputStore:
         with self.session.begin() as s:
             stored: dict[tuple[str, str, datetime], JobInterval] = {}
             keys = list(batch)
-            for n in range(0, len(keys), 500):
-                chunk = keys[n:n + 500]
+            for chunk in chunks(keys):
                 q = select(GoodputIntervalRow).where(
                     tuple_(GoodputIntervalRow.job_id, GoodputIntervalRow.run, GoodputIntervalRow.start).in_(chunk))
                 for r in s.scalars(q):

@@ -6,13 +6,31 @@ entries, the audit lines, the node rows) go through :meth:`Store.commit` in ONE 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import Connection, Engine, Executable, Table, bindparam, delete, func, insert, select, text, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Engine,
+    Executable,
+    SQLColumnExpression,
+    String,
+    Table,
+    any_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
@@ -50,7 +68,9 @@ from .models import (
     TransitionRow,
 )
 
-_CHUNK = 500
+# Keys per statement wherever a caller's list can grow with the fleet (100,000 jobs, millions of events):
+# PostgreSQL binds at most 65,535 parameters to a statement, SQLite's default build 32,766.
+CHUNK = 500
 _EXACT_COUNT_UP_TO = 1_000_000  # events: count(*) below, the planner's estimate above (a status page)
 
 
@@ -85,6 +105,30 @@ class CheckEvent:
     attrs: Mapping[str, str]
 
 
+T = TypeVar("T")
+
+
+def chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
+    """``items`` in slices of at most ``size``: one statement each where the list is a caller's and can
+    be fleet-sized. The store's one chunking helper: every such ``IN`` goes through it."""
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+def one_of(dialect: str, column: SQLColumnExpression[str], values: Collection[str]) -> ColumnElement[bool]:
+    """``column IN values`` bound as ONE parameter whatever the number of values, for the filters a
+    statement cannot be split on (a page: ORDER BY .. LIMIT .. OFFSET over the whole filter), such as a
+    tenant's nodes (up to the whole fleet). PostgreSQL: ``= ANY(:array)``; SQLite: ``IN (SELECT value
+    FROM json_each(:json))``."""
+    wanted = sorted(values)
+    if dialect == "postgresql":
+        return column == any_(bindparam(None, wanted, type_=ARRAY(String)))
+    if dialect == "sqlite":
+        listed = func.json_each(bindparam(None, json.dumps(wanted), type_=String)).table_valued("value")
+        return column.in_(select(listed.c.value))
+    return column.in_(wanted)  # another database: its own limits
+
+
 @dataclass(frozen=True, slots=True)
 class Page:
     limit: int = 100
@@ -107,8 +151,7 @@ class IngestRound:
         """The stored events of these (node, id) keys, as they arrived (to tell a resend from a reuse)."""
         out: dict[EventKey, HealthEvent] = {}
         wanted = set(keys)
-        for i in range(0, len(keys), _CHUNK):
-            chunk = keys[i:i + _CHUNK]
+        for chunk in chunks(keys):
             q = select(EventRow).where(EventRow.id.in_([k[1] for k in chunk]),
                                        EventRow.node.in_(sorted({k[0] for k in chunk})))
             for row in self._s.scalars(q):
@@ -128,6 +171,9 @@ class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.session = sessionmaker(engine, expire_on_commit=False)
+
+    def _one_of(self, column: SQLColumnExpression[str], values: Collection[str]) -> ColumnElement[bool]:
+        return one_of(self.engine.dialect.name, column, values)
 
     # ---- the one write path -----------------------------------------------------------------
     def commit(
@@ -276,7 +322,7 @@ class Store:
         """``within`` (here and below): only rows of these nodes (a tenant-scoped caller's)."""
         q = select(NodeRow).order_by(NodeRow.id)
         if within is not None:
-            q = q.where(NodeRow.id.in_(list(within)))
+            q = q.where(self._one_of(NodeRow.id, within))
         if state:
             q = q.where(NodeRow.state == state)
         if rack:
@@ -336,7 +382,7 @@ class Store:
                within: Collection[str] | None = None) -> list[EventRow]:
         q = select(EventRow).order_by(EventRow.time.desc(), EventRow.seq.desc())
         if within is not None:
-            q = q.where(EventRow.node.in_(list(within)))
+            q = q.where(self._one_of(EventRow.node, within))
         if node:
             q = q.where(EventRow.node == node)
         if kind:
@@ -354,7 +400,7 @@ class Store:
     ) -> list[DecisionRow]:
         q = select(DecisionRow).order_by(DecisionRow.time.desc(), DecisionRow.id)
         if within is not None:
-            q = q.where(DecisionRow.node.in_(list(within)))
+            q = q.where(self._one_of(DecisionRow.node, within))
         if node:
             q = q.where(DecisionRow.node == node)
         if status:
@@ -368,7 +414,7 @@ class Store:
         """Outbox actions, newest first; ``since``/``until`` bound the time each was queued."""
         q = select(ActionRow).order_by(ActionRow.created.desc(), ActionRow.id)
         if within is not None:
-            q = q.where(ActionRow.node.in_(list(within)))
+            q = q.where(self._one_of(ActionRow.node, within))
         if node:
             q = q.where(ActionRow.node == node)
         if status:
@@ -384,7 +430,7 @@ class Store:
               within: Collection[str] | None = None) -> list[AuditRow]:
         q = select(AuditRow).order_by(AuditRow.seq.desc())
         if within is not None:
-            q = q.where(AuditRow.target.in_(list(within)))
+            q = q.where(self._one_of(AuditRow.target, within))
         if target:
             q = q.where(AuditRow.target == target)
         with self.session() as s:
@@ -487,19 +533,19 @@ class Store:
         return len(gone)
 
     def last_checkpoints(self, job_ids: Sequence[str]) -> dict[str, datetime]:
-        """Each job's latest reported checkpoint (jobs that never reported one are left out)."""
-        if not job_ids:
-            return {}
-        q = (select(CheckpointRow.job_id, func.max(CheckpointRow.time))
-             .where(CheckpointRow.job_id.in_(list(job_ids))).group_by(CheckpointRow.job_id))
+        """Each job's latest reported checkpoint (jobs that never reported one are left out); any number
+        of jobs (a scheduler lists 100,000), :data:`CHUNK` ids a statement."""
+        out: dict[str, datetime] = {}
         with self.session() as s:
-            return {j: t for j, t in s.execute(q) if t is not None}
+            for chunk in chunks(list(dict.fromkeys(job_ids))):
+                q = (select(CheckpointRow.job_id, func.max(CheckpointRow.time))
+                     .where(CheckpointRow.job_id.in_(chunk)).group_by(CheckpointRow.job_id))
+                out.update((j, t) for j, t in s.execute(q) if t is not None)
+        return out
 
     def last_checkpoint(self, job_ids: Sequence[str]) -> datetime | None:
-        if not job_ids:
-            return None
-        with self.session() as s:
-            return s.scalar(select(func.max(CheckpointRow.time)).where(CheckpointRow.job_id.in_(list(job_ids))))
+        """The latest checkpoint any of these jobs reported (None: none did)."""
+        return max(self.last_checkpoints(job_ids).values(), default=None)
 
 
 def _append(s: Session, model: type[Base], rows: list[Values]) -> None:
@@ -544,8 +590,7 @@ def _insert_new(conn: Connection, events: Sequence[HealthEvent], received: datet
 
 def _known_ids(conn: Connection, keys: Sequence[EventKey]) -> set[EventKey]:
     found: set[EventKey] = set()
-    for i in range(0, len(keys), _CHUNK):
-        chunk = keys[i:i + _CHUNK]
+    for chunk in chunks(keys):
         q = select(EventRow.node, EventRow.id).where(
             EventRow.id.in_([k[1] for k in chunk]), EventRow.node.in_(sorted({k[0] for k in chunk})))
         found.update((n, e) for n, e in conn.execute(q) if (n, e) in set(chunk))

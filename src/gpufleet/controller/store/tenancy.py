@@ -19,7 +19,7 @@ from gpufleet.lifecycle.plan import AuditEntry
 
 from .convert import audit_values
 from .models import AuditRow, NodeTenantRow, TenancyMoveRow
-from .repo import Store
+from .repo import Store, one_of
 
 RUNNING, DONE, FAILED = "running", "done", "failed"
 
@@ -45,6 +45,7 @@ def _move(r: TenancyMoveRow) -> Move:
 class TenancyStore:
     def __init__(self, store: Store) -> None:
         self.session = store.session
+        self._dialect = store.engine.dialect.name
 
     def owners(self) -> dict[str, str | None]:
         """The recorded owner of every node that was ever moved (None: no tenant)."""
@@ -99,7 +100,7 @@ class TenancyStore:
         if running_only:
             q = q.where(TenancyMoveRow.state == RUNNING)
         if nodes is not None:
-            q = q.where(TenancyMoveRow.node.in_(list(nodes)))
+            q = q.where(one_of(self._dialect, TenancyMoveRow.node, nodes))  # a tenant's nodes: up to the fleet
         with self.session() as s:
             return [_move(r) for r in s.scalars(q)]
 
