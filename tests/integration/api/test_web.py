@@ -185,6 +185,10 @@ def test_a_long_queue_shows_a_bounded_page_running_first_and_a_search_finds_any_
     assert len(rows) == JOBS_SHOWN and rows[0] == train.id
     assert rows[1:] == done[:JOBS_SHOWN - 1]  # then by id, numerically (the sim's ids count up: 9 before 10)
     assert f"Showing {JOBS_SHOWN} of {JOBS_SHOWN + 51} jobs (running first" in page
+    row = page[page.index(f'data-job="{train.id}"'):]
+    row = row[:row.index("</tr>")]
+    stored = ui.controller.store.node("r01-n03")  # the job's node's state, read for the shown jobs' nodes only
+    assert stored is not None and f'class="state s-{stored.state}"' in row and "s-unknown" not in row
 
     page = ui.client.get("/ui/jobs?find=TRAIN", headers=auth("viewer")).text
     assert re.findall(r'data-job="([^"]+)"', page) == [train.id]

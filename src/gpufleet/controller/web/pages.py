@@ -243,7 +243,8 @@ def jobs(c: Controller, reconciler: Reconciler | None, find: str = "", limit: in
     # running first, then by id in numeric order for numeric ids (Slurm's): 9 before 10
     shown = heapq.nsmallest(limit, matched, key=lambda j: (j.state != "running", len(j.id), j.id))
     reported = c.store.last_checkpoints([j.id for j in shown])
-    states = {n.id: n.state for n in _every_node(c)}
+    on = sorted({n for j in shown for n in j.nodes})  # the shown jobs' nodes, not the fleet's
+    states = {n.id: n.state for n in c.store.nodes(within=on, page=Page(max(1, len(on))))}
     now = c.clock.now()
     out = []
     for j in shown:
