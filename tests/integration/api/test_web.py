@@ -111,7 +111,9 @@ def test_approve_and_cancel_held_decisions_from_the_queue(ui: Api) -> None:
     held = {d["node"] for d in ui.get("/v1/decisions", status="held")}
     assert held == {"r01-n02", "r02-n01"}
     queue = ui.client.get("/ui/held", headers=auth("operator")).text
-    assert all(f'data-node="{n}"' in queue for n in held)
+    assert all(f'data-node="{n}"' in queue for n in held) and 'id="held-count"' not in queue
+    breaker = ui.client.get("/ui/breaker", headers=auth("viewer")).text
+    assert '2 held decisions</a>' in breaker
     csrf = {"csrf": csrf_token(token("operator"))}
     sign_in(ui, "operator")
     r = ui.client.post("/ui/held/approve", data=csrf | {"node": "r01-n02"}, follow_redirects=False)
@@ -227,3 +229,16 @@ def test_assets_are_served_from_the_package(ui: Api) -> None:
     assert js.status_code == 200 and "X-Gpufleet-Fragment" in js.text
     assert ui.client.get("/ui/static/style.css").status_code == 200
     assert ui.client.get("/ui/static/..%2Fsession.py").status_code == 404
+
+
+def test_more_held_decisions_than_a_page_are_counted_in_full(ui: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpufleet.controller.web import pages
+
+    fatal(ui, "r01-n01")
+    fatal(ui, "r01-n02")
+    fatal(ui, "r02-n01")
+    monkeypatch.setattr(pages, "_ALL", 1)  # the page the held queue reads (1,000 in service) holds one here
+    queue = ui.client.get("/ui/held", headers=auth("operator")).text
+    assert queue.count("data-node=") == 1 and "Showing the newest 1 of 2 held decisions" in queue
+    breaker = ui.client.get("/ui/breaker", headers=auth("viewer")).text
+    assert '2 held decisions</a>' in breaker  # counted, not the length of a page

@@ -110,9 +110,10 @@ def install(app: FastAPI, controller: Controller, reconciler: Reconciler | None)
         return {"page": shown, "ops": list(_OPS), "inventory": pages.inventory_rows(shown.inventory)}
 
     page("/ui/nodes/{node}", "node.html", "{node}", node)
-    page("/ui/held", "held.html", "held decisions", lambda: {"groups": pages.held_groups(c)})
+    page("/ui/held", "held.html", "held decisions", lambda: {"groups": pages.held_groups(c),
+                                                             "held": len(c.engine.held)})
     page("/ui/breaker", "breaker.html", "breaker and dry run", lambda: {
-        "held": len(pages.held_decisions(c)), "audit": c.store.audit(page=Page(15))})
+        "held": len(c.engine.held), "audit": c.store.audit(page=Page(15))})  # the count, not one page
     page("/ui/verdicts", "verdicts.html", "correlation verdicts", lambda: {"verdicts": pages.verdicts(c)})
     page("/ui/jobs", "jobs.html", "jobs", lambda find: {"jobs": pages.jobs(c, reconciler, find[:200]),
                                                         "goodput": goodput_views(c)}, query=("find",))
