@@ -110,6 +110,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gpufleet.configfile import below_environment, invalid_input
 from gpufleet.domain.durations import parse_duration
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.tenancy import Tenant, check_static, node_pattern, parse_pkey, tenant_name
@@ -477,14 +478,15 @@ def load_settings(path: Path | None = None, **overrides: Any) -> ControllerSetti
             raise InvalidInput("config", str(path), "an existing TOML file") from None
         except tomllib.TOMLDecodeError as err:
             raise InvalidInput("config", str(path), f"valid TOML ({err})") from None
+    doc = below_environment(doc, "GPUFLEET_")  # the environment overrides the file
     doc.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return ControllerSettings(**doc)
     except ValidationError as err:
         # A misspelt key first: "schedular = ..." should be named as such, not as a missing scheduler.
-        first = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
-        field = ".".join(str(p) for p in first["loc"])
-        if field == "scheduler":
-            value = None if first["type"] == "missing" else first.get("input")
+        bad = invalid_input(err, ControllerSettings)
+        if bad.field == "scheduler":
+            missing = any(e["type"] == "missing" and tuple(e["loc"]) == ("scheduler",) for e in err.errors())
+            value = None if missing else bad.value
             raise InvalidInput("scheduler", value, SCHEDULER_EXPECTED) from None
-        raise InvalidInput(field, first.get("input"), first["msg"]) from None
+        raise bad from None
