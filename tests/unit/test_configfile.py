@@ -77,3 +77,15 @@ def test_a_refused_token_entry_does_not_echo_the_secret(tmp_path: Path, text: st
     assert err.value.field.startswith("tokens.0")
     assert TOKEN not in str(err.value) and "short-secret" not in str(err.value) and "<hidden>" in str(err.value)
 
+
+@pytest.mark.parametrize("zero", ['0', '"0"', '"0s"', '"0ms"', '"0d"'])
+def test_a_zero_retention_is_accepted_however_it_is_written(tmp_path: Path, zero: str) -> None:
+    s = load_settings(_toml(tmp_path, f'scheduler = "sim"\n[retention]\nevents = {zero}\nbundles = {zero}'))
+    assert not s.retention.events and not s.retention.bundles
+
+
+@pytest.mark.parametrize("bad", ['"-1d"', '"soon"', "true"])
+def test_a_retention_that_is_neither_zero_nor_a_duration_is_refused(tmp_path: Path, bad: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        load_settings(_toml(tmp_path, f'scheduler = "sim"\n[retention]\nevents = {bad}'))
+    assert err.value.field == "retention.events"

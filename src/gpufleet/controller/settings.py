@@ -186,8 +186,13 @@ def _duration(value: object) -> timedelta:
 
 
 def _duration_or_zero(value: object) -> timedelta:
-    if value in (0, "0", 0.0):
-        return timedelta(0)
+    """A positive duration, or zero written any way (0, "0", "0s", "0ms": the page shows the default as "0")."""
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        try:
+            if parse_duration(value) == timedelta(0):
+                return timedelta(0)
+        except InvalidInput:
+            pass  # _duration says what was expected
     return _duration(value)
 
 
