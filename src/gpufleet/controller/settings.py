@@ -30,9 +30,9 @@ Example ``controller.toml``::
     [repair]                                    # repair executors (docs/lifecycle.md); off by default
     agent = true                               # GPU reset / reboot / fabric-manager restart by the node's agent
     ticket_url = "https://tickets.example/hooks/gpufleet"   # webhook for hardware tickets ("" = audit only)
-    ticket_token_file = ""                     # optional bearer token for the webhook
+    ticket_token_file = "/etc/gpufleet/ticket-token"  # optional: a bearer token for the webhook (unset: none)
     bmc_file = "/etc/gpufleet/bmc.toml"         # per-node BMC address + credentials (docs/bmc.md); power-cycle rung
-    bmc_ca_bundle = "/etc/gpufleet/bmc-ca.pem"  # the site CA the BMCs' certificates chain to ("" = system store)
+    bmc_ca_bundle = "/etc/gpufleet/bmc-ca.pem"  # the site CA the BMCs' certificates chain to (unset: system store)
 
     [fleet_judge]                               # fleet-relative outliers among check results (docs/checks.md)
     every = 300                                 # reconciler passes between runs; 0 = off
