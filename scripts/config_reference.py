@@ -122,7 +122,7 @@ def _value(v: Any) -> str:
     if isinstance(v, BaseModel):
         return "(table below)"
     if isinstance(v, timedelta):
-        return f'`"{format_duration(v)}"`'
+        return f'`"{format_duration(v)}"`' if v else "`0`"
     if isinstance(v, bool):
         return f"`{str(v).lower()}`"
     if isinstance(v, str | Path):

@@ -31,6 +31,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpufleet.agent.rules import Thresholds
 from gpufleet.agent.runner import Cadence
+from gpufleet.configfile import below_environment, invalid_input
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.lifecycle.maintenance import SCRIPT_NAME
 
@@ -162,13 +163,12 @@ def load_config(path: Path | None = None, **overrides: object) -> AgentConfig:
             raise InvalidInput("config", str(path), f"a readable TOML file ({err.strerror})") from None
         except tomllib.TOMLDecodeError as err:
             raise InvalidInput("config", str(path), f"valid TOML ({err})") from None
+    data = below_environment(data, "GPUFLEET_AGENT_")  # the environment overrides the file
     data.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return AgentConfig(**data)  # type: ignore[arg-type]
     except ValidationError as err:
-        e = err.errors()[0]
-        where = ".".join(str(p) for p in e["loc"]) or "config"
-        raise InvalidInput(where, e.get("input"), e["msg"]) from None
+        raise invalid_input(err, AgentConfig) from None
 
 
 def read_token(path: Path | None) -> str:

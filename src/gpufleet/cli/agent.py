@@ -10,13 +10,15 @@ from typing import Annotated
 
 import typer
 
+from gpufleet.cli.errors import configure_logging
+
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def agent(
         device: Annotated[str, typer.Option(help="GPU backend: nvml (real GPUs) or sim (simulated).")] = "nvml",
         gpus: Annotated[int | None, typer.Option(help="Simulated GPU count (--device sim).")] = None,
-        controller: Annotated[str | None, typer.Option(help="Controller base URL, e.g. http://ctl:8080.")] = None,
+        controller: Annotated[str | None, typer.Option(help="Controller base URL, e.g. http://ctl:8470.")] = None,
         token_file: Annotated[Path | None, typer.Option(help="File holding this node's controller token.")] = None,
         metrics_port: Annotated[int | None, typer.Option(help="Prometheus port (default 9400; 0 = any).")] = None,
         metrics_addr: Annotated[str | None, typer.Option(help="Address to serve /metrics on.")] = None,
@@ -74,7 +76,7 @@ def register(app: typer.Typer) -> None:
 
         if device not in ("nvml", "sim"):
             raise InvalidInput("--device", device, "nvml or sim")
-        logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        configure_logging(log_level)
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per push is noise
         cfg = load_config(
             config,

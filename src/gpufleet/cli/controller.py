@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import secrets
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+from gpufleet.cli.errors import configure_logging
 
 if TYPE_CHECKING:
     from gpufleet.controller.kubesync import GpuNodeSync
@@ -35,16 +36,17 @@ def serve(
     policy: Annotated[Path | None, typer.Option(help="policy TOML (thresholds, budgets, overrides)")] = None,
     sim_nodes: Annotated[int, typer.Option(help="with the sim scheduler: register this many simulated nodes")] = 0,
     sim_state: Annotated[Path | None, typer.Option(help="persist the sim scheduler's state to this file")] = None,
-    log_level: Annotated[str, typer.Option()] = "INFO",
+    log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR")] = "INFO",
 ) -> None:
     """Serve the HTTP API and run the reconciler until interrupted.
 
-    The config must say which scheduler to drive (``scheduler = "slurm"`` or ``"sim"``); there is no
-    default. The first line on stderr says which one it drives."""
+    The config must say which scheduler to drive (scheduler = "slurm", "kubernetes" or "sim", or
+    GPUFLEET_SCHEDULER); there is no default. The first line on stderr says which one it drives.
+    Every key of the config: docs/configuration.md."""
     from gpufleet.controller.runtime import build
     from gpufleet.controller.settings import load_settings
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(log_level)
     settings = load_settings(config, database_url=database_url, host=host, port=port, policy_file=policy)
     scheduler, fleet, driving = _scheduler(settings, sim_nodes, sim_state)
     typer.echo(f"gpufleet controller: driving {driving}", err=True)

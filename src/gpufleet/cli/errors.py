@@ -32,3 +32,16 @@ def exit_code_for(err: GpufleetError) -> int:
 
 def render_error(err: GpufleetError) -> None:
     print(f"gpufleet: error: {err}", file=sys.stderr)
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def configure_logging(level: str) -> None:
+    """``--log-level``: checked (a typo is an InvalidInput naming the option, not a ValueError traceback
+    from the logging module), then the one format every long-running command logs in."""
+    import logging
+
+    if level.upper() not in LOG_LEVELS:
+        raise InvalidInput("--log-level", level, ", ".join(LOG_LEVELS[:-1]) + f" or {LOG_LEVELS[-1]}")
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -50,12 +50,33 @@ class Client:
             raise InvalidInput("token", "(from --token-file or GPUFLEET_TOKEN)", f"a token the controller "
                                f"accepts for this ({r.status_code}: {detail})")
         if r.status_code == 404:
-            raise NotFound(path.strip("/").split("/")[0].rstrip("s") or "route", f"{path}: {detail}")
+            raise ApiNotFound(method, path, detail)
         if r.status_code == 409:
             raise Conflict(detail)
         if r.status_code == 422:
+            first = _first_field_error(r)
+            if first is not None:  # the controller named the field: say it as it did
+                raise InvalidInput(str(first.get("field")), first.get("value"), str(first.get("expected")))
             raise InvalidInput("request", path, detail)
         raise ExternalError("controller", f"{r.status_code} {detail}")
+
+
+class ApiNotFound(NotFound):
+    """A 404 from the controller, whose detail already says what was not found ("node 'x' not found")."""
+
+    def __init__(self, method: str, path: str, detail: str) -> None:
+        super().__init__(path.strip("/").split("/")[0].rstrip("s") or "route", path)
+        self.args = (f"{detail} ({method} /v1{path})",)
+
+
+def _first_field_error(r: Any) -> dict[str, Any] | None:
+    try:
+        d = r.json().get("detail")
+    except (ValueError, AttributeError):
+        return None
+    if isinstance(d, list) and d and isinstance(d[0], dict) and "field" in d[0]:
+        return d[0]
+    return None
 
 
 def _detail(r: Any) -> str:

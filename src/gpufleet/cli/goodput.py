@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
     def push(
         run_dir: Annotated[Path, typer.Argument(help="Directory holding goodput-rank<R>.jsonl files.")],
         controller: Annotated[str, typer.Option(envvar="GPUFLEET_CONTROLLER",
-                                                help="Controller URL, e.g. http://ctl:8080.")],
+                                                help="Controller URL, e.g. http://ctl:8470.")],
         token_file: Annotated[Path, typer.Option(envvar="GPUFLEET_TOKEN_FILE",
                                                  help="File holding the bearer token (agent or operator).")],
         job: Annotated[str, typer.Option(envvar="SLURM_JOB_ID",

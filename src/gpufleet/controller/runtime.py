@@ -186,7 +186,8 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
           validator: Validator | None = None, policy: PolicyFile | None = None) -> Runtime:
     engine = make_engine(settings.database_url)
     replicas = ha.elected(engine)
-    forward = forward_tls(settings, replicas=replicas)  # before anything else: a setting to fix is said at once
+    check_server_tls(settings)  # before anything else: a setting to fix is said at once
+    forward = forward_tls(settings, replicas=replicas)
     if replicas:
         ha.bound_idle_transactions(engine, settings.ha.lease_s)
     migrate(engine)
@@ -225,6 +226,29 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
                                         url=rt.advertise_url, on_gain=rt.on_gain)
     reconciler.leading = rt.leadership.leading
     return rt
+
+
+def check_server_tls(settings: ControllerSettings) -> None:
+    """``[tls]``'s files load, checked at start-up: a missing file, a certificate that does not match its
+    key (or a key that needs a passphrase) or a client_ca that is not PEM is an InvalidInput naming the
+    setting, before the database is touched; not a traceback from uvicorn after "controller on https://"."""
+    t = settings.tls
+    if not t.enabled:
+        return
+    for name, path in (("tls.certfile", t.certfile), ("tls.keyfile", t.keyfile), ("tls.client_ca", t.client_ca)):
+        if path is not None and not path.is_file():
+            raise InvalidInput(name, str(path), "an existing, readable PEM file")
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:  # a passphrase callback that gives none: an encrypted key is refused, never prompted for
+        ctx.load_cert_chain(str(t.certfile), str(t.keyfile), password=lambda: b"")
+    except (OSError, ssl.SSLError) as err:
+        raise InvalidInput("tls.certfile", str(t.certfile), f"a PEM certificate chain matching tls.keyfile "
+                                                            f"({t.keyfile}), an unencrypted PEM key: {err}") from None
+    if t.client_ca is not None:
+        try:
+            ctx.load_verify_locations(cafile=str(t.client_ca))
+        except (OSError, ssl.SSLError) as err:
+            raise InvalidInput("tls.client_ca", str(t.client_ca), f"PEM CA certificates: {err}") from None
 
 
 def forward_tls(settings: ControllerSettings, *, replicas: bool) -> ForwardTls:
@@ -309,7 +333,13 @@ def repairer(settings: ControllerSettings, controller: Controller,
     if nodes_bmc:
         executors["bmc"] = BmcExecutor(nodes_bmc, off_wait=r.bmc_off_wait)
     if r.ticket_url:
-        token = r.ticket_token_file.read_text().strip() if r.ticket_token_file else ""
+        token = ""
+        if r.ticket_token_file is not None:
+            try:
+                token = r.ticket_token_file.read_text(encoding="utf-8").strip()
+            except OSError as err:
+                raise InvalidInput("repair.ticket_token_file", str(r.ticket_token_file),
+                                   f"a readable file holding the webhook's bearer token ({err.strerror})") from None
         executors["ticket"] = TicketExecutor(r.ticket_url, timeout=r.ticket_timeout, token=token,
                                              public_url=r.public_url)
     if not executors:

@@ -30,9 +30,9 @@ Example ``controller.toml``::
     [repair]                                    # repair executors (docs/lifecycle.md); off by default
     agent = true                               # GPU reset / reboot / fabric-manager restart by the node's agent
     ticket_url = "https://tickets.example/hooks/gpufleet"   # webhook for hardware tickets ("" = audit only)
-    ticket_token_file = ""                     # optional bearer token for the webhook
+    ticket_token_file = "/etc/gpufleet/ticket-token"  # optional: a bearer token for the webhook (unset: none)
     bmc_file = "/etc/gpufleet/bmc.toml"         # per-node BMC address + credentials (docs/bmc.md); power-cycle rung
-    bmc_ca_bundle = "/etc/gpufleet/bmc-ca.pem"  # the site CA the BMCs' certificates chain to ("" = system store)
+    bmc_ca_bundle = "/etc/gpufleet/bmc-ca.pem"  # the site CA the BMCs' certificates chain to (unset: system store)
 
     [fleet_judge]                               # fleet-relative outliers among check results (docs/checks.md)
     every = 300                                 # reconciler passes between runs; 0 = off
@@ -110,6 +110,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gpufleet.configfile import below_environment, invalid_input
 from gpufleet.domain.durations import parse_duration
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.tenancy import Tenant, check_static, node_pattern, parse_pkey, tenant_name
@@ -185,8 +186,13 @@ def _duration(value: object) -> timedelta:
 
 
 def _duration_or_zero(value: object) -> timedelta:
-    if value in (0, "0", 0.0):
-        return timedelta(0)
+    """A positive duration, or zero written any way (0, "0", "0s", "0ms": the page shows the default as "0")."""
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        try:
+            if parse_duration(value) == timedelta(0):
+                return timedelta(0)
+        except InvalidInput:
+            pass  # _duration says what was expected
     return _duration(value)
 
 
@@ -477,14 +483,15 @@ def load_settings(path: Path | None = None, **overrides: Any) -> ControllerSetti
             raise InvalidInput("config", str(path), "an existing TOML file") from None
         except tomllib.TOMLDecodeError as err:
             raise InvalidInput("config", str(path), f"valid TOML ({err})") from None
+    doc = below_environment(doc, "GPUFLEET_")  # the environment overrides the file
     doc.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return ControllerSettings(**doc)
     except ValidationError as err:
         # A misspelt key first: "schedular = ..." should be named as such, not as a missing scheduler.
-        first = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
-        field = ".".join(str(p) for p in first["loc"])
-        if field == "scheduler":
-            value = None if first["type"] == "missing" else first.get("input")
+        bad = invalid_input(err, ControllerSettings)
+        if bad.field == "scheduler":
+            missing = any(e["type"] == "missing" and tuple(e["loc"]) == ("scheduler",) for e in err.errors())
+            value = None if missing else bad.value
             raise InvalidInput("scheduler", value, SCHEDULER_EXPECTED) from None
-        raise InvalidInput(field, first.get("input"), first["msg"]) from None
+        raise bad from None

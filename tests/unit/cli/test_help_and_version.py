@@ -45,3 +45,20 @@ def test_every_command_has_help() -> None:
     for sub in ("status", "nodes", "node", "drain", "resume", "retire", "approve", "cancel", "breaker", "events"):
         assert sub in _help("fleet")
         _help("fleet", sub)
+
+
+def test_a_bad_log_level_is_named_not_a_traceback() -> None:
+    from gpufleet.domain.errors import InvalidInput
+
+    for argv in (["controller", "serve", "--log-level", "LOUD"],
+                 ["agent", "--device", "sim", "--no-push", "--log-level", "LOUD"]):
+        out = runner.invoke(app, argv)
+        assert isinstance(out.exception, InvalidInput), out.output
+        assert (out.exception.field, out.exception.value) == ("--log-level", "LOUD")
+        assert "DEBUG, INFO, WARNING or ERROR" in out.exception.expected
+    assert "DEBUG, INFO, WARNING or ERROR" in _help("controller", "serve")
+
+
+def test_serve_help_names_every_scheduler() -> None:
+    text = _help("controller", "serve")
+    assert "kubernetes" in text and "``" not in text
