@@ -77,6 +77,20 @@ def test_nul_and_over_long_text_in_any_field_is_a_422_naming_it(api: Api, method
     assert api.rows() == before
 
 
+@pytest.mark.parametrize(("path", "params", "field", "names"), [
+    ("/v1/events", {"kind": "bogus"}, "kind", ("xid", "link_error")),
+    ("/v1/decisions", {"status": "approved-ish"}, "status", ("held", "applied")),
+])
+def test_an_unknown_filter_value_is_a_422_listing_the_known_ones(api: Api, path: str, params: dict[str, str],
+                                                                  field: str, names: tuple[str, ...]) -> None:
+    """Not an empty answer: a typo'd filter must not read as "nothing happened"."""
+    d = _one_422(api.client.get(path, params=params, headers=auth("viewer")))
+    assert (d["field"], d["value"]) == (field, params[field])
+    assert all(n in d["expected"] for n in names), d
+    ok = api.client.get(path, params={field: names[0]}, headers=auth("viewer"))
+    assert ok.status_code == 200, ok.text
+
+
 # ---- node-scoped identity ------------------------------------------------------------------------------
 def test_an_agent_token_must_name_its_nodes() -> None:
     with pytest.raises(ValueError, match="nodes"):

@@ -24,8 +24,10 @@ from gpufleet.controller.service import Controller, Heartbeat
 from gpufleet.controller.settings import Role, TokenConfig
 from gpufleet.controller.store.repo import ActionStatus, Page
 from gpufleet.domain.errors import Conflict, InvalidInput, NotFound
+from gpufleet.domain.events import EventKind
 from gpufleet.domain.fleet import Gpu, Nic, Node, gpu_slot, nic_slot
 from gpufleet.domain.inventory import parse_inventory
+from gpufleet.lifecycle.decisions import DecisionStatus
 from gpufleet.lifecycle.engine import OperatorOp
 from gpufleet.lifecycle.states import NodeState
 
@@ -242,16 +244,18 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         return IngestOut(accepted=r.accepted, duplicates=r.duplicates, decisions=r.decisions)
 
     @v1.get("/events", response_model=list[EventOut], summary="List events, newest first (viewer)")
-    def list_events(caller: Reader, node: Name | None = None, kind: Name | None = None,
+    def list_events(caller: Reader, node: Name | None = None, kind: EventKind | None = None,
                     since: AwareTime | None = None, limit: Limit = 100, offset: Offset = 0) -> list[EventOut]:
-        rows = store.events(node=node, kind=kind, since=since, page=Page(limit, offset), within=scope.within(caller))
+        rows = store.events(node=node, kind=kind.value if kind else None, since=since, page=Page(limit, offset),
+                            within=scope.within(caller))
         return [EventOut.model_validate(e) for e in rows]
 
     # ---- decisions, actions, audit -----------------------------------------------------------
     @v1.get("/decisions", response_model=list[DecisionOut], summary="Decisions, newest first (viewer)")
-    def list_decisions(caller: Reader, node: Name | None = None, status: Name | None = None, limit: Limit = 100,
-                       offset: Offset = 0) -> list[DecisionOut]:
-        return [DecisionOut.model_validate(d) for d in store.decisions(node=node, status=status,
+    def list_decisions(caller: Reader, node: Name | None = None, status: DecisionStatus | None = None,
+                       limit: Limit = 100, offset: Offset = 0) -> list[DecisionOut]:
+        return [DecisionOut.model_validate(d) for d in store.decisions(node=node,
+                                                                       status=status.value if status else None,
                                                                        page=Page(limit, offset),
                                                                        within=scope.within(caller))]
 
