@@ -48,7 +48,7 @@ from gpufleet.controller.store.repairs import RepairStore
 from gpufleet.controller.store.repo import Store
 from gpufleet.controller.tenancy import Tenancy
 from gpufleet.domain.errors import InvalidInput
-from gpufleet.domain.topology import load_topology
+from gpufleet.domain.topology import Topology, load_topology
 from gpufleet.lifecycle.config import PolicyFile, load_policy
 from gpufleet.schedulers.port import Scheduler
 
@@ -188,11 +188,11 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
     replicas = ha.elected(engine)
     check_server_tls(settings)  # before anything else: a setting to fix is said at once
     forward = forward_tls(settings, replicas=replicas)
+    policy = policy or load_policy(settings.policy_file)  # the files the config names, before the database
+    topology = _topology(settings.topology_file)
     if replicas:
         ha.bound_idle_transactions(engine, settings.ha.lease_s)
     migrate(engine)
-    policy = policy or load_policy(settings.policy_file)
-    topology = load_topology(settings.topology_file) if settings.topology_file else None
     controller = Controller(Store(engine), policy, clock or SystemClock(), topology=topology)
     controller.max_clock_skew = settings.limits.max_clock_skew
     fj = settings.fleet_judge
@@ -226,6 +226,16 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
                                         url=rt.advertise_url, on_gain=rt.on_gain)
     reconciler.leading = rt.leadership.leading
     return rt
+
+
+def _topology(path: Path | None) -> Topology | None:
+    """``topology_file``, loaded; a file that cannot be read is an error naming the setting."""
+    if path is None:
+        return None
+    if not path.is_file():
+        raise InvalidInput("topology_file", str(path), "an existing gpufleet.topology/v1 JSON file "
+                                                       "(gpufleet topology generate|import; docs/correlate.md)")
+    return load_topology(path)
 
 
 def check_server_tls(settings: ControllerSettings) -> None:

@@ -80,6 +80,7 @@ class Controller:
         self.identity.load(self.store.load_inventories())
         self.admission = self._admission()
         self.engine = self._load(self.admission)
+        self._warn_unplaced(self.engine.nodes, "registered")
         # The correlation window is rebuilt from the store: a restart keeps its evidence.
         self._correlator_stale = True
         self._rebuild_correlator()
@@ -102,9 +103,24 @@ class Controller:
                 added.append((self.engine.nodes[node.id], node.rack, now))
             if added:
                 self._persist(plan, new_nodes=added)
+        self._warn_unplaced([rec.node for rec, _rack, _t in added], "just registered")
         if len(added) >= heap.SETTLE_AFTER_NODES:
             heap.settle(f"registering {len(added)} nodes")
         return len(added)
+
+    def _warn_unplaced(self, nodes: Iterable[str], which: str) -> list[str]:
+        """Warn when nodes the controller manages are not in its topology: their events are judged per
+        node but never correlated (the topology must name nodes as the scheduler and agents do).
+        Returns those nodes."""
+        if self.topology is None:
+            return []
+        ids = list(nodes)
+        missing = sorted(n for n in ids if n not in self.topology.components)
+        if missing:
+            log.warning("%d of the %d nodes %s are not in the topology (%s%s): their events are never "
+                        "correlated; topology_file must name nodes as the scheduler does (docs/correlate.md)",
+                        len(missing), len(ids), which, ", ".join(missing[:5]), ", ..." if len(missing) > 5 else "")
+        return missing
 
     def register_fleet(self, fleet: Fleet, state: NodeState = NodeState.READY) -> int:
         return self.register(iter(fleet), state=state)

@@ -108,3 +108,25 @@ def test_scattered_single_node_faults_are_not_blamed_on_a_switch(tmp_path: Path,
     c.clock.advance(c.policy_file.config.correlation_hold + timedelta(seconds=1))
     c.tick()
     assert sum(c.state_of(n) in (NodeState.DRAINING, NodeState.SUSPECT) for n in behind) == 2
+
+
+def test_nodes_the_topology_does_not_name_are_warned_about_when_registered_and_at_start(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``--sim-nodes`` names r01-n001 where ``topology generate`` names r01-n01: correlation would see none
+    of those nodes, silently, without this warning."""
+    import logging
+
+    from gpufleet.domain.fleet import Node
+
+    topo = generate_hgx(4)
+    caplog.set_level(logging.WARNING, logger="gpufleet.controller.service")
+    c = controller(tmp_path, topo)  # the topology's own nodes: nothing to say
+    assert not [r for r in caplog.records if "not in the topology" in r.getMessage()]
+    c.register([Node("r01-n001", "r01"), Node("r01-n002", "r01"), Node(sorted(topo.nodes_behind("leaf-su1-r0"))[0]
+                                                                        + "-x", "r01")])
+    (warned,) = [r.getMessage() for r in caplog.records if "not in the topology" in r.getMessage()]
+    assert warned.startswith("3 of the 3 nodes just registered") and "r01-n001, r01-n002" in warned
+    caplog.clear()
+    Controller(c.store, c.policy_file, ManualClock(T0), topology=topo)  # a restart: the same, over every node
+    (warned,) = [r.getMessage() for r in caplog.records if "not in the topology" in r.getMessage()]
+    assert warned.startswith(f"3 of the {len(to_fleet(topo).nodes) + 3} nodes registered")

@@ -1,6 +1,7 @@
 """Files the controller's config names are checked when it starts, each error naming its setting:
-``[tls]`` (uvicorn used to fail with a traceback after "controller on https://...") and
-``[repair] ticket_token_file``."""
+``[tls]`` (uvicorn used to fail with a traceback after "controller on https://..."), ``topology_file`` and
+``policy_file`` (read after the database was migrated; a missing topology was a "not found" naming no
+setting) and ``[repair] ticket_token_file``."""
 
 from __future__ import annotations
 
@@ -47,3 +48,14 @@ def test_an_unreadable_ticket_token_file_is_named(tmp_path: Path, path: str) -> 
     with pytest.raises(InvalidInput) as err:
         build(_settings(tmp_path, repair=repair), SimScheduler([]))
     assert err.value.field == "repair.ticket_token_file"
+
+
+@pytest.mark.parametrize(("setting", "name"), [("topology_file", "missing-topology.json"),
+                                               ("topology_file", "."),
+                                               ("policy_file", "missing-policy.toml")])
+def test_a_missing_topology_or_policy_file_is_named_before_the_database_is_touched(tmp_path: Path, setting: str,
+                                                                                   name: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        build(_settings(tmp_path, **{setting: tmp_path / name}), SimScheduler([]))
+    assert err.value.field == setting and err.value.value == str(tmp_path / name)
+    assert not (tmp_path / "c.db").exists()
