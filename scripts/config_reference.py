@@ -46,7 +46,8 @@ is refused naming the key, the value and what was expected.
 | `agent.toml` | `gpufleet agent --config` | `GPUFLEET_AGENT_<KEY>` overrides the file; options override both |
 | `policy.toml` | the controller (`policy_file`), `gpufleet sim --policy`, `gpufleet diagnose --policy` | none |
 
-Durations are written like `30s`, `15m`, `24h`, `7d`.
+Durations are written like `30s`, `15m`, `24h`, `7d`; a setting in seconds (a number) takes one too
+(`reconcile_interval = "2s"`).
 """
 
 

@@ -89,3 +89,19 @@ def test_a_retention_that_is_neither_zero_nor_a_duration_is_refused(tmp_path: Pa
     with pytest.raises(InvalidInput) as err:
         load_settings(_toml(tmp_path, f'scheduler = "sim"\n[retention]\nevents = {bad}'))
     assert err.value.field == "retention.events"
+
+
+@pytest.mark.parametrize(("written", "seconds"), [('"90s"', 90.0), ('"1m30s"', 90.0), ('"2h"', 7200.0), ("1.5", 1.5),
+                                                  ("2", 2.0), ('"45"', 45.0)])
+def test_a_seconds_setting_takes_a_number_or_a_duration(tmp_path: Path, written: str, seconds: float) -> None:
+    f = _toml(tmp_path, f'scheduler = "sim"\nreconcile_interval = {written}\n[retention]\ninterval = {written}\n'
+                        f'[limits]\nkeep_alive_s = {written}')
+    s = load_settings(f)
+    assert (s.reconcile_interval, s.retention.interval, s.limits.keep_alive_s) == (seconds, seconds, seconds)
+
+
+@pytest.mark.parametrize("written", ['"soon"', "true", '"-5s"', "[1]"])
+def test_a_seconds_setting_names_itself_when_neither(tmp_path: Path, written: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        load_settings(_toml(tmp_path, f'scheduler = "sim"\nreconcile_interval = {written}'))
+    assert err.value.field == "reconcile_interval" and "seconds" in err.value.expected

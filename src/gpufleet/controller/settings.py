@@ -196,6 +196,23 @@ def _duration_or_zero(value: object) -> timedelta:
     return _duration(value)
 
 
+def _seconds(value: object) -> float:
+    """Seconds: a number, or a duration written like the others ("90s", "5m", "1h30m")."""
+    if isinstance(value, bool):
+        raise ValueError("a number of seconds or a duration such as 30s or 5m")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return parse_duration(value).total_seconds()
+        except InvalidInput as err:
+            raise ValueError(f"a number of seconds or {err.expected}") from None
+    raise ValueError("a number of seconds or a duration such as 30s or 5m")
+
+
+Seconds = Annotated[float, BeforeValidator(_seconds)]  # a seconds setting also takes "30s", "5m"
+
+
 class RetentionSettings(BaseModel):
     """``[retention]``: events received longer ago than ``events`` are deleted by a background thread,
     oldest first, in small transactions (controller.retention; docs/api.md#retention). Off while
@@ -205,7 +222,7 @@ class RetentionSettings(BaseModel):
     events: Annotated[timedelta, BeforeValidator(_duration_or_zero)] = timedelta(0)  # 0 = keep every event
     archive_dir: Path | None = None  # write them to events-YYYY-MM-DD.jsonl.gz here before deleting them
     batch: int = Field(default=2000, ge=1, le=100_000)  # rows per transaction (ingest waits at most for one)
-    interval: float = Field(default=300.0, gt=0)  # seconds between runs (each works off at most 50 batches)
+    interval: Seconds = Field(default=300.0, gt=0)  # seconds between runs (each works off at most 50 batches)
     # diagnostic bundles captured longer ago than this are deleted (0 = keep every bundle; at least 7d)
     bundles: Annotated[timedelta, BeforeValidator(_duration_or_zero)] = timedelta(0)
 
@@ -250,18 +267,18 @@ class RepairSettings(BaseModel):
     agent: bool = False  # queue GPU reset / reboot / fabric-manager restart for the node's agent
     ticket_url: str = Field(default="", pattern=r"^(https?://\S+)?$")  # "" = tickets are audit lines only
     ticket_token_file: Path | None = None  # file holding a bearer token sent to ticket_url
-    ticket_timeout: float = Field(default=10.0, gt=0)  # seconds to wait for the ticket webhook to answer
+    ticket_timeout: Seconds = Field(default=10.0, gt=0)  # seconds to wait for the ticket webhook to answer
     # Out-of-band (docs/bmc.md): the BMC of each node, from a secrets file (never this file)
     bmc_file: Path | None = None  # TOML: [nodes.<node>] address, username, password ("file:..."/"env:...")
     bmc_ca_bundle: Path | None = None  # PEM bundle of the site CA for the BMCs' TLS (none: the system store)
     bmc_allow_http: bool = False  # allow http:// BMC addresses (credentials in clear: labs only)
-    bmc_timeout: float = Field(default=15.0, gt=0)  # seconds per Redfish request
+    bmc_timeout: Seconds = Field(default=15.0, gt=0)  # seconds per Redfish request
     bmc_tries: int = Field(default=5, ge=1)  # tries at starting a power cycle before the ladder goes on
     bmc_retry_base: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(seconds=10)  # doubling
-    bmc_off_wait: float = Field(default=60.0, gt=0)  # seconds for the BMC to report Off after ForceOff
-    sel_interval: float = Field(default=60.0, ge=0)  # seconds between SEL reads of every BMC; 0 = off
+    bmc_off_wait: Seconds = Field(default=60.0, gt=0)  # seconds for the BMC to report Off after ForceOff
+    sel_interval: Seconds = Field(default=60.0, ge=0)  # seconds between SEL reads of every BMC; 0 = off
     sel_max_age: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(days=1)  # older entries ignored
-    firmware_interval: float = Field(default=3600.0, ge=0)  # seconds between firmware inventory reads; 0 = off
+    firmware_interval: Seconds = Field(default=3600.0, ge=0)  # seconds between firmware inventory reads; 0 = off
     # Diagnostic bundles (docs/bmc.md#diagnostic-bundles): captured by the agent when a node enters repair
     bundle: bool = True  # with agent = true: capture a bundle before the first repair step
     bundle_timeout: Annotated[timedelta, BeforeValidator(_duration)] = timedelta(minutes=10)  # then go on without
@@ -338,9 +355,9 @@ class LimitSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     max_body_bytes: int = Field(default=64 * 1024 * 1024, ge=1024)  # 413 past this (a batch of 10,000 events fits)
     max_header_bytes: int = Field(default=16 * 1024, ge=1024)  # 431 past this
-    read_timeout_s: float = Field(default=30.0, gt=0)  # to receive a request's body, first byte to last
-    header_timeout_s: float = Field(default=10.0, gt=0)  # to receive a request's line and headers (408, closed)
-    keep_alive_s: float = Field(default=75.0, gt=0)  # an idle connection is closed after this
+    read_timeout_s: Seconds = Field(default=30.0, gt=0)  # to receive a request's body, first byte to last
+    header_timeout_s: Seconds = Field(default=10.0, gt=0)  # to receive a request's line and headers (408, closed)
+    keep_alive_s: Seconds = Field(default=75.0, gt=0)  # an idle connection is closed after this
     ingest_queue_events: int = Field(default=10_000, ge=1)  # queued beyond this: 429 + Retry-After
     # agents' reports refused (429) before their body is read while more requests than this are in flight
     max_inflight_reports: int = Field(default=512, ge=1)
@@ -397,12 +414,12 @@ class HaSettings(BaseModel):
     replica and no election (these settings are not used)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
-    lease_s: float = Field(default=8.0, gt=0, le=300)  # a dead leader is replaced within lease_s + renew_s
-    renew_s: float = Field(default=2.0, gt=0)  # how often each replica asks for the lease (at most lease_s / 2)
+    lease_s: Seconds = Field(default=8.0, gt=0, le=300)  # a dead leader is replaced within lease_s + renew_s
+    renew_s: Seconds = Field(default=2.0, gt=0)  # how often each replica asks for the lease (at most lease_s / 2)
     # where this replica serves the API for the others (followers forward writes to the leader there);
     # "" = http(s)://HOST:PORT from host and port (the host name when host is 0.0.0.0 or ::)
     advertise_url: str = Field(default="", pattern=r"^(https?://\S+)?$")
-    forward_timeout_s: float = Field(default=30.0, gt=0)  # a forwarded request waits this long for the leader
+    forward_timeout_s: Seconds = Field(default=30.0, gt=0)  # a forwarded request waits this long for the leader
     forward_ca: Path | None = None  # https: the CA the leader's certificate chains to (none: the system store)
     forward_tls_name: str = ""  # https: the name in the leader's certificate when the URL is an address ("" = host)
     # with [tls] client_ca: the client certificate (PEM) a follower presents when it forwards to the leader,
@@ -430,10 +447,10 @@ class ControllerSettings(BaseSettings):
     topology_file: Path | None = None  # gpufleet.topology/v1: enables fault correlation
     host: str = "127.0.0.1"  # address the API listens on
     port: int = Field(default=8470, ge=0, le=65535)  # port the API listens on (0: any free port)
-    reconcile_interval: float = Field(default=1.0, gt=0)  # seconds between reconciler passes
+    reconcile_interval: Seconds = Field(default=1.0, gt=0)  # seconds between reconciler passes
     # Reading every node's state from the scheduler is the reconciler's biggest cost on a large fleet
     # (sinfo --json of 12,500 nodes); actions still run every pass. 0 = read on every pass.
-    scheduler_sync_interval: float = Field(default=0.0, ge=0)
+    scheduler_sync_interval: Seconds = Field(default=0.0, ge=0)
     scheduler: SchedulerKind  # required: "slurm", "kubernetes" or "sim" (SCHEDULER_EXPECTED)
     slurm_conf: Path | None = None  # with scheduler = "slurm": the slurm.conf the commands use (SLURM_CONF)
     # with scheduler = "kubernetes": in a pod the service account is used; otherwise this kubeconfig
