@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.errors import InvalidInput, validation_expected
 
 SECRET_KEYS = frozenset({"token", "password"})  # never echoed back in an error
 
@@ -68,5 +68,4 @@ def invalid_input(err: ValidationError, model: type[BaseModel]) -> InvalidInput:
         hint = f"did you mean {' or '.join(repr(c) for c in close)}?" if close else \
             "see docs/configuration.md for the keys"
         return InvalidInput(field, value, f"a known key: {where} has no {str(loc[-1])!r} ({hint})")
-    msg = str(first["msg"]).removeprefix("Value error, ")
-    return InvalidInput(field, value, msg)
+    return InvalidInput(field, value, validation_expected(str(first["msg"])))

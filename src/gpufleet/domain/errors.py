@@ -52,3 +52,12 @@ class Overloaded(ExternalError):
     def __init__(self, system: str, message: str, *, retry_after_s: float) -> None:
         super().__init__(system, message, retryable=True)
         self.retry_after_s = retry_after_s
+
+
+def validation_expected(msg: str) -> str:
+    """What a pydantic validation message says was expected, without the library's own prefix
+    ("Value error, time must include a timezone" -> "time must include a timezone")."""
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            return msg[len(prefix):]
+    return msg

@@ -34,6 +34,12 @@ def test_an_invalid_value_over_200_characters_is_a_422_showing_it_cut(api: Api) 
     assert d["value"].startswith("kkk") and d["value"].endswith("...") and len(d["value"]) < 300
 
 
+def test_a_422_says_what_was_expected_in_the_projects_words_not_the_librarys(api: Api) -> None:
+    d = _one_422(api.post("/v1/events", {"events": [api.event("e1", "r01-n01") | {"time": "2026-11-21T12:00:00"}]},
+                          "agent"))
+    assert d["field"] == "events[0].time" and d["expected"].startswith("time must include a timezone"), d
+
+
 @pytest.mark.parametrize("when", ["9999-12-31T23:00:00-05:00", "0001-01-01T00:30:00+01:00"])
 def test_a_time_outside_the_utc_calendar_is_a_422(api: Api, when: str) -> None:
     d = _one_422(api.post("/v1/events", {"events": [api.event("e1", "r01-n01") | {"time": when}]}, "agent"))

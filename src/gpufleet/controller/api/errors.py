@@ -18,7 +18,15 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 
 from gpufleet.controller.store.db import brief
-from gpufleet.domain.errors import Conflict, ExternalError, GpufleetError, InvalidInput, NotFound, Overloaded
+from gpufleet.domain.errors import (
+    Conflict,
+    ExternalError,
+    GpufleetError,
+    InvalidInput,
+    NotFound,
+    Overloaded,
+    validation_expected,
+)
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +71,8 @@ def _entry(e: Any) -> dict[str, Any]:
         why = (e.get("ctx") or {}).get("error", e["msg"])
         return {"field": "body", "value": None,
                 "expected": _cut(f"a JSON document ({why}" + (f" at character {at})" if at is not None else ")"))}
-    return {"field": _field(tuple(e["loc"])), "value": shown(e.get("input")), "expected": _cut(str(e["msg"]))}
+    return {"field": _field(tuple(e["loc"])), "value": shown(e.get("input")),
+            "expected": _cut(validation_expected(str(e["msg"])))}
 
 
 def invalid(details: list[dict[str, Any]]) -> JSONResponse:
