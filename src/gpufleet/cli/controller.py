@@ -34,7 +34,8 @@ def serve(
     = None,
     port: Annotated[int | None, typer.Option(help="port to listen on; overrides the config (default 8470)")] = None,
     policy: Annotated[Path | None, typer.Option(help="policy TOML (thresholds, budgets, overrides)")] = None,
-    sim_nodes: Annotated[int, typer.Option(help="with the sim scheduler: register this many simulated nodes")] = 0,
+    sim_nodes: Annotated[int, typer.Option(min=0, help="with the sim scheduler: register this many simulated "
+                                                      "nodes")] = 0,
     sim_state: Annotated[Path | None, typer.Option(help="persist the sim scheduler's state to this file")] = None,
     log_level: Annotated[str, typer.Option(help="DEBUG, INFO, WARNING or ERROR")] = "INFO",
 ) -> None:

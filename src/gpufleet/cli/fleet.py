@@ -119,9 +119,12 @@ def _client(ctx: typer.Context) -> Client:
             raise InvalidInput("--token-file", str(token_file), f"a readable file holding a token ({err})") from None
     else:
         token = os.environ.get("GPUFLEET_TOKEN", "").strip()
+    if token_file is not None and not token:
+        raise InvalidInput("--token-file", str(token_file), "a file holding a token (this one is empty)")
     if not token:
-        raise InvalidInput("token", token_file or "GPUFLEET_TOKEN", "--token-file FILE or the GPUFLEET_TOKEN "
-                           "environment variable (make one with `gpufleet controller token`)")
+        raise InvalidInput("GPUFLEET_TOKEN", "" if "GPUFLEET_TOKEN" in os.environ else None,
+                           "a token, or --token-file FILE (neither was given; make one with `gpufleet "
+                           "controller token`)")
     return Client(url.rstrip("/"), token)
 
 

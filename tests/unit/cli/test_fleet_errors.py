@@ -41,3 +41,20 @@ def test_a_422_without_fields_still_names_the_route(monkeypatch: pytest.MonkeyPa
     with pytest.raises(InvalidInput) as err:
         Client("http://ctl:8470", "t").call("GET", "/nodes")
     assert (err.value.field, err.value.value) == ("request", "/nodes")
+
+
+def test_no_token_says_neither_way_was_given_and_an_empty_file_is_named(tmp_path: Any) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "GPUFLEET_TOKEN"}
+    cmd = [sys.executable, "-m", "gpufleet.cli", "fleet", "--url", "http://127.0.0.1:9"]
+    res = subprocess.run([*cmd, "status"], check=False, capture_output=True, text=True, env=env, timeout=60)
+    assert res.returncode == EXIT_USAGE
+    assert "GPUFLEET_TOKEN: got None" in res.stderr and "neither was given" in res.stderr, res.stderr
+    empty = tmp_path / "token"
+    empty.write_text("\n", encoding="utf-8")
+    res = subprocess.run([*cmd, "--token-file", str(empty), "status"], check=False, capture_output=True, text=True,
+                         env=env, timeout=60)
+    assert res.returncode == EXIT_USAGE and f"--token-file: got '{empty}'" in res.stderr and "empty" in res.stderr

@@ -62,3 +62,8 @@ def test_a_bad_log_level_is_named_not_a_traceback() -> None:
 def test_serve_help_names_every_scheduler() -> None:
     text = _help("controller", "serve")
     assert "kubernetes" in text and "``" not in text
+
+
+def test_a_negative_sim_node_count_names_the_option() -> None:
+    out = runner.invoke(app, ["controller", "serve", "--sim-nodes", "-3"])
+    assert out.exit_code == 2 and "--sim-nodes" in out.output, out.output
