@@ -33,7 +33,7 @@ def client_tls(controller: str, ca_file: Path | None = None, client_cert: Path |
         for name, value in (("ca_file", ca_file), ("client_cert", client_cert)):
             if value is not None:
                 raise InvalidInput(name, str(value), f"unset, or a controller URL with https:// (it is {controller})")
-        if urlsplit(controller).hostname not in _LOOPBACK:
+        if scheme == "http" and urlsplit(controller).hostname not in _LOOPBACK:  # (not a URL: push.py says so)
             log.warning("the controller URL %s is plain HTTP: this node's bearer token crosses the network "
                         "in clear; serve the controller with [tls] and use https:// (docs/api.md#tls)", controller)
         return True

@@ -62,6 +62,7 @@ def test_a_plain_http_controller_off_this_host_is_warned_about(caplog: pytest.Lo
     with caplog.at_level(logging.WARNING, logger="gpufleet.agent.tls"):
         assert client_tls("http://ctl.example:8080") is True
         assert client_tls("http://127.0.0.1:8080") is True
+        assert client_tls("ctl:8470") is True  # not a URL at all: the agent's push refuses it, no warning first
     warned = [r.getMessage() for r in caplog.records]
     assert len(warned) == 1 and "ctl.example" in warned[0] and "in clear" in warned[0]
 
