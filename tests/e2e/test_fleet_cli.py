@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from gpufleet.domain.durations import parse_duration
 from tests.e2e.harness import ADMIN_TOKEN, BASE_POLICY, Controller, Fleet, child_env, free_port, gpufleet_argv
 
 pytestmark = pytest.mark.e2e
@@ -135,3 +136,25 @@ def test_goodput_of_the_cluster_and_its_jobs(ctl: Controller) -> None:
     assert "goodput of the cluster" in table and "j-big" in table and "j-small" in table
     assert "checkpoint_save" in table  # the largest badput category is named
     assert "--since" in cli(ctl, "goodput", "--since", "soon", expect=2)
+
+
+def test_maintenance_plan_sends_every_option_and_a_bad_one_is_named(ctl: Controller) -> None:
+    def maint(*args: str, expect: int = 0) -> str:
+        out = subprocess.run(gpufleet_argv("maintenance", "--url", ctl.url, *args), capture_output=True, text=True,
+                             env=child_env({"GPUFLEET_TOKEN": ADMIN_TOKEN}), timeout=60, check=False)
+        assert out.returncode == expect, f"{out.returncode}\n{out.stderr}{out.stdout}"
+        return out.stdout if expect == 0 else out.stderr
+
+    planned = json.loads(maint("plan", "--nodes", "n1,n3", "--action", "reboot", "--drain-timeout", "45m",
+                               "--validate-timeout", "90m", "--action-timeout", "10m", "--json"))
+    stored = ctl.api.get(f"/maintenance/{planned['id']}")  # what the controller keeps, read through the API
+    spec = {k: parse_duration(stored["spec"][k]) for k in ("drain_timeout", "validate_timeout", "action_timeout")}
+    assert spec == {"drain_timeout": timedelta(minutes=45), "validate_timeout": timedelta(minutes=90),
+                    "action_timeout": timedelta(minutes=10)}
+    assert sorted(n["node"] for n in stored["nodes"]) == ["n1", "n3"]
+    other = json.loads(maint("plan", "--nodes", "n2", "--action", "reboot", "--json"))["id"]
+    unset = parse_duration(ctl.api.get(f"/maintenance/{other}")["spec"]["drain_timeout"])
+    assert unset != timedelta(minutes=45)  # unset: the controller's default
+    err = maint("plan", "--nodes", "n2", "--action", "reboot", "--drain-timeout", "soon", expect=2)
+    assert "drain_timeout" in err and "soon" in err
+    assert "pxe" in maint("plan", "--help")

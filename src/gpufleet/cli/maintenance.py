@@ -38,7 +38,9 @@ def selector(all_nodes: bool, rack: str | None, switch: str | None, nodes: str |
 
 @maintenance_app.command()
 def plan(ctx: typer.Context,
-         action: Annotated[str, typer.Option(help="reboot, or script:NAME (named in the agents' maintenance_scripts)")],
+         action: Annotated[str, typer.Option(help="reboot, pxe (boot once from PXE through the node's BMC: a "
+                                                  "reimage), or script:NAME (named in the agents' "
+                                                  "maintenance_scripts)")],
          all_nodes: Annotated[bool, typer.Option("--all", help="every registered node")] = False,
          rack: Annotated[str | None, typer.Option(help="the nodes of this rack")] = None,
          switch: Annotated[str | None, typer.Option(help="the nodes behind this leaf switch")] = None,
@@ -48,11 +50,19 @@ def plan(ctx: typer.Context,
          on_failure: Annotated[str, typer.Option(help="stop | continue")] = "stop",
          validate: Annotated[str, typer.Option(help="validation before a node returns: full | quick")] = "full",
          action_timeout: Annotated[str, typer.Option(help="the agent's result for the action")] = "30m",
+         drain_timeout: Annotated[str | None, typer.Option(help="a node's jobs to leave it (unset: the "
+                                                           "controller's default, docs/maintenance.md)")] = None,
+         validate_timeout: Annotated[str | None, typer.Option(help="the validation job's verdict (unset: the "
+                                                              "controller's default)")] = None,
          as_json: AsJson = False) -> None:
     """Plan a rollout: prints its id and the batches it would run in now. Nothing happens until start."""
-    body = {"selector": selector(all_nodes, rack, switch, nodes), "action": action,
-            "max_unavailable": max_unavailable, "max_unavailable_domain": max_unavailable_domain,
-            "on_failure": on_failure, "validate": validate, "action_timeout": action_timeout}
+    body: dict[str, object] = {
+        "selector": selector(all_nodes, rack, switch, nodes), "action": action, "max_unavailable": max_unavailable,
+        "max_unavailable_domain": max_unavailable_domain, "on_failure": on_failure, "validate": validate,
+        "action_timeout": action_timeout}
+    for key, value in (("drain_timeout", drain_timeout), ("validate_timeout", validate_timeout)):
+        if value is not None:
+            body[key] = value
     _out(_client(ctx).call("POST", "/maintenance", body), as_json, _rollout)
 
 
