@@ -140,6 +140,9 @@ def _queries(store: Store) -> dict[str, Callable[[], object]]:
         "a node's decisions": lambda: store.decisions(node=node),
         "held decisions": lambda: store.decisions(status="held"),
         "a node's transitions": lambda: store.transitions(node=node),
+        "a 2,000-node job's events, transitions, actions of a day (GET /v1/jobs/{id}/events)":
+            lambda: store.newest_on([f"n{i:06d}" for i in range(0, 12_500, 6)][:2000], NOW - timedelta(days=1), NOW,
+                                    501),
         "pending outbox actions": lambda: store.actions(status="pending"),
         "due outbox actions (executor tick)": lambda: store.due_actions(NOW),
         "audit of one target": lambda: store.audit(target=node, page=Page(limit=100)),

@@ -20,7 +20,7 @@ def test_migrate_creates_every_table_and_is_idempotent(empty_url: str) -> None:
         assert set(first) == set(Base.metadata.tables) | {"alembic_version"}
         with engine.connect() as conn:
             versions = conn.execute(text("select version_num from alembic_version")).scalars().all()
-        assert versions == ["0012"]
+        assert versions == ["0013"]
     finally:
         engine.dispose()
 

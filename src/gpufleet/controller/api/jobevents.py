@@ -25,7 +25,6 @@ from pydantic import BaseModel
 
 from gpufleet.controller.reconciler import Reconciler
 from gpufleet.controller.service import Controller
-from gpufleet.controller.store.repo import Page
 from gpufleet.domain.errors import ExternalError, GpufleetError, InvalidInput, NotFound
 from gpufleet.schedulers.port import Job
 
@@ -106,21 +105,24 @@ def job_events_router(controller: Controller, reconciler: Reconciler | None, sco
             nodes = [n for n in job_nodes(job_id) if scope.sees(caller, n)]
             if not nodes:
                 raise NotFound("nodes of job", job_id)
+        # each source's newest limit + 1 per node in the range (one more tells whether it was cut), less
+        # those with limit + 1 newer ones: three statements whatever the number of nodes
+        events, transitions, actions = store.newest_on(nodes, lo, hi, limit + 1)
         out: list[JobEventOut] = []
-        for n in nodes:  # each source: its newest limit + 1 in the range (one more tells whether it was cut)
-            for e in store.events(node=n, since=lo, until=hi, page=Page(limit + 1)):
-                out.append(JobEventOut(time=e.time, node=n, source="event", kind=e.kind, severity=e.severity,
-                                       component=e.component, code=e.code, message=e.message,
-                                       attrs={**e.attrs, "event_id": e.id, "reported_by": e.source}))
-            for t in store.transitions(n, limit + 1, since=lo, until=hi):
-                out.append(JobEventOut(time=t.time, node=n, source="transition", kind=t.to_state, severity=None,
-                                       component=None, code=None, message=t.reason,
-                                       attrs={"from_state": t.from_state, "to_state": t.to_state,
-                                              "actor": f"{t.actor}:{t.actor_id}"}))
-            for a in store.actions(node=n, since=lo, until=hi, page=Page(limit + 1)):
-                out.append(JobEventOut(time=a.created, node=n, source="action", kind=a.kind, severity=None,
-                                       component=None, code=None, message=a.reason,
-                                       attrs={"status": a.status, "action_id": a.id}))
+        for e in events:
+            out.append(JobEventOut(time=e.time, node=e.node, source="event", kind=e.kind, severity=e.severity,
+                                   component=e.component, code=e.code, message=e.message,
+                                   attrs={**e.attrs, "event_id": e.id, "reported_by": e.source}))
+        for t in transitions:
+            out.append(JobEventOut(time=t.time, node=t.node, source="transition", kind=t.to_state, severity=None,
+                                   component=None, code=None, message=t.reason,
+                                   attrs={"from_state": t.from_state, "to_state": t.to_state,
+                                          "actor": f"{t.actor}:{t.actor_id}"}))
+        for a in actions:
+            out.append(JobEventOut(time=a.created, node=a.node, source="action", kind=a.kind, severity=None,
+                                   component=None, code=None, message=a.reason,
+                                   attrs={"status": a.status, "action_id": a.id}))
+        # (time, node, source, kind) ties keep their source's order: the sort is stable
         out.sort(key=lambda e: (e.time, e.node, e.source, e.kind), reverse=True)
         return JobEventsOut(job=job_id, nodes=nodes, since=lo, until=hi, events=out[:limit][::-1],
                             truncated=len(out) > limit)

@@ -120,6 +120,7 @@ class TransitionRow(Base):
     actor_id: Mapped[str] = mapped_column(String(128))
     evidence: Mapped[list[Any]] = mapped_column(default=list)
     decision_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    __table_args__ = (Index("ix_transitions_node_time", "node", "time"),)  # migration 0013: a job's nodes
 
 
 class ActionRow(Base):
@@ -142,6 +143,7 @@ class ActionRow(Base):
     updated: Mapped[datetime]
     # What a long-running action has done so far (strings only): see migration 0003.
     progress: Mapped[dict[str, Any] | None] = mapped_column(default=None)
+    __table_args__ = (Index("ix_actions_node_created", "node", "created"),)  # migration 0013: a job's nodes
 
 
 class AuditRow(Base):
