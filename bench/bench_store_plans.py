@@ -26,6 +26,7 @@ from sqlalchemy import Engine, event, text
 
 from bench.bench_ingest import postgres_database
 from gpufleet.controller.store.db import make_engine, migrate
+from gpufleet.controller.store.jobevents import newest_on
 from gpufleet.controller.store.repo import Page, Store
 
 NOW = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
@@ -141,7 +142,7 @@ def _queries(store: Store) -> dict[str, Callable[[], object]]:
         "held decisions": lambda: store.decisions(status="held"),
         "a node's transitions": lambda: store.transitions(node=node),
         "a 2,000-node job's events, transitions, actions of a day (GET /v1/jobs/{id}/events)":
-            lambda: store.newest_on([f"n{i:06d}" for i in range(0, 12_500, 6)][:2000], NOW - timedelta(days=1), NOW,
+            lambda: newest_on(store, [f"n{i:06d}" for i in range(0, 12_500, 6)][:2000], NOW - timedelta(days=1), NOW,
                                     501),
         "pending outbox actions": lambda: store.actions(status="pending"),
         "due outbox actions (executor tick)": lambda: store.due_actions(NOW),

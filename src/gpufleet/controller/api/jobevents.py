@@ -25,6 +25,7 @@ from pydantic import BaseModel
 
 from gpufleet.controller.reconciler import Reconciler
 from gpufleet.controller.service import Controller
+from gpufleet.controller.store.jobevents import newest_on
 from gpufleet.domain.errors import ExternalError, GpufleetError, InvalidInput, NotFound
 from gpufleet.schedulers.port import Job
 
@@ -107,7 +108,7 @@ def job_events_router(controller: Controller, reconciler: Reconciler | None, sco
                 raise NotFound("nodes of job", job_id)
         # each source's newest limit + 1 per node in the range (one more tells whether it was cut), less
         # those with limit + 1 newer ones: three statements whatever the number of nodes
-        events, transitions, actions = store.newest_on(nodes, lo, hi, limit + 1)
+        events, transitions, actions = newest_on(store, nodes, lo, hi, limit + 1)
         out: list[JobEventOut] = []
         for e in events:
             out.append(JobEventOut(time=e.time, node=e.node, source="event", kind=e.kind, severity=e.severity,

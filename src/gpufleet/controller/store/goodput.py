@@ -18,8 +18,9 @@ from gpufleet.domain.errors import Conflict
 from gpufleet.goodput.ettr import Badput
 from gpufleet.goodput.rollup import CATEGORIES, JobInterval
 
+from .keys import chunks
 from .models import GoodputIntervalRow
-from .repo import Page, Store, chunks
+from .repo import Page, Store
 
 MAX_ROWS_IN_RANGE = 100_000  # the roll-up reads at most this many intervals (it says when it stopped there)
 

@@ -6,12 +6,11 @@ entries, the audit lines, the node rows) go through :meth:`Store.commit` in ONE 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar, cast
+from typing import Any, cast
 
 from sqlalchemy import (
     ColumnElement,
@@ -19,9 +18,7 @@ from sqlalchemy import (
     Engine,
     Executable,
     SQLColumnExpression,
-    String,
     Table,
-    any_,
     bindparam,
     delete,
     func,
@@ -30,7 +27,6 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
@@ -55,6 +51,7 @@ from .convert import (
     record_of,
     transition_values,
 )
+from .keys import chunks, one_of
 from .models import (
     ActionRow,
     AuditRow,
@@ -68,9 +65,6 @@ from .models import (
     TransitionRow,
 )
 
-# Keys per statement wherever a caller's list can grow with the fleet (100,000 jobs, millions of events):
-# PostgreSQL binds at most 65,535 parameters to a statement, SQLite's default build 32,766.
-CHUNK = 500
 _EXACT_COUNT_UP_TO = 1_000_000  # events: count(*) below, the planner's estimate above (a status page)
 
 
@@ -103,44 +97,6 @@ class CheckEvent:
     node: str
     time: datetime
     attrs: Mapping[str, str]
-
-
-T = TypeVar("T")
-
-
-def chunks(items: Sequence[T], size: int = CHUNK) -> Iterator[Sequence[T]]:
-    """``items`` in slices of at most ``size``: one statement each where the list is a caller's and can
-    be fleet-sized. The store's one chunking helper: every such ``IN`` goes through it."""
-    for i in range(0, len(items), size):
-        yield items[i:i + size]
-
-
-def one_of(dialect: str, column: SQLColumnExpression[str], values: Collection[str]) -> ColumnElement[bool]:
-    """``column IN values`` bound as ONE parameter whatever the number of values, for the filters a
-    statement cannot be split on (a page: ORDER BY .. LIMIT .. OFFSET over the whole filter), such as a
-    tenant's nodes (up to the whole fleet). PostgreSQL: ``= ANY(:array)``; SQLite: ``IN (SELECT value
-    FROM json_each(:json))``."""
-    wanted = sorted(values)
-    if dialect == "postgresql":
-        return column == any_(bindparam(None, wanted, type_=ARRAY(String)))
-    if dialect == "sqlite":
-        listed = func.json_each(bindparam(None, json.dumps(wanted), type_=String)).table_valued("value")
-        return column.in_(select(listed.c.value))
-    return column.in_(wanted)  # another database: its own limits
-
-
-R = TypeVar("R", EventRow, TransitionRow, ActionRow)
-
-
-def _first_per_node(rows: Iterable[R], k: int) -> list[R]:
-    """``rows`` less each node's rows after its first ``k`` (the order is kept)."""
-    seen: dict[str, int] = {}
-    out: list[R] = []
-    for row in rows:
-        n = seen[row.node] = seen.get(row.node, 0) + 1
-        if n <= k:
-            out.append(row)
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,46 +326,6 @@ class Store:
             q = q.where(TransitionRow.time < until)
         with self.session() as s:
             return list(s.scalars(q))
-
-    def newest_on(self, nodes: Collection[str], since: datetime, until: datetime, per_node: int,
-                  ) -> tuple[list[EventRow], list[TransitionRow], list[ActionRow]]:
-        """What ``events(node=n, ...)``, ``transitions(n, ...)`` and ``actions(node=n, ...)`` with limit
-        ``per_node`` over ``[since, until)`` give for every node ``n`` of ``nodes`` (each list in its
-        method's order, one node's rows in the same order), less rows that have ``per_node`` newer rows
-        of their own table among those: a list merged from the three can then take its newest
-        ``per_node`` from here as from the node-by-node reads. Three statements whatever the number of
-        nodes (``GET /v1/jobs/{job}/events``; a node-by-node read was three statements per node).
-
-        Each statement reads the rows of its table at or after a cut and keeps each node's first
-        ``per_node`` of them: for events and actions (newest time first) the cut is the ``per_node``-th
-        newest time over all ``nodes``; for transitions (newest ``seq`` first) it is the lowest ``seq``
-        at or after the oldest time among the ``per_node`` highest ``seq``. Either way each node keeps a
-        prefix of its own order that holds its part of the table's ``per_node`` newest, and a row
-        before the cut has ``per_node`` newer ones kept. The nodes are bound as one parameter
-        (:func:`one_of`): the statements cannot be split, each orders and cuts over all of them."""
-        k = per_node
-
-        def where(node: SQLColumnExpression[str], time: SQLColumnExpression[datetime]) -> list[ColumnElement[bool]]:
-            return [self._one_of(node, nodes), time >= since, time < until]
-
-        ev, tr, ac = EventRow, TransitionRow, ActionRow
-        newest_ev = select(ev.time).where(*where(ev.node, ev.time)).order_by(ev.time.desc()).limit(k).subquery()
-        q_ev = (select(ev).where(*where(ev.node, ev.time), ev.time >= select(func.min(newest_ev.c.time))
-                                 .scalar_subquery()).order_by(ev.time.desc(), ev.seq.desc()))
-        newest_ac = (select(ac.created).where(*where(ac.node, ac.created)).order_by(ac.created.desc()).limit(k)
-                     .subquery())
-        q_ac = (select(ac).where(*where(ac.node, ac.created), ac.created >= select(func.min(newest_ac.c.created))
-                                 .scalar_subquery()).order_by(ac.created.desc(), ac.id))
-        newest_tr = select(tr.time).where(*where(tr.node, tr.time)).order_by(tr.seq.desc()).limit(k).subquery()
-        oldest_time = select(func.min(newest_tr.c.time)).scalar_subquery()
-        # seq + 0: PostgreSQL would read min(seq) as the first match walking the whole table by seq; the few
-        # rows at or after oldest_time come by ix_transitions_node_time instead
-        lowest_seq = select(func.min(tr.seq + 0)).where(*where(tr.node, tr.time), tr.time >= oldest_time)
-        q_tr = (select(tr).where(*where(tr.node, tr.time), tr.seq >= lowest_seq.scalar_subquery())
-                .order_by(tr.seq.desc()))
-        with self.session() as s:
-            return (_first_per_node(s.scalars(q_ev), k), _first_per_node(s.scalars(q_tr), k),
-                    _first_per_node(s.scalars(q_ac), k))
 
     def histories(self) -> list[NodeHistory]:
         """Every node's registration, current state and transitions (oldest first): what time to market

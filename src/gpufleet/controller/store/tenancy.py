@@ -18,8 +18,9 @@ from gpufleet.domain.errors import Conflict, NotFound
 from gpufleet.lifecycle.plan import AuditEntry
 
 from .convert import audit_values
+from .keys import one_of
 from .models import AuditRow, NodeTenantRow, TenancyMoveRow
-from .repo import Store, one_of
+from .repo import Store
 
 RUNNING, DONE, FAILED = "running", "done", "failed"
 
