@@ -59,6 +59,26 @@ def test_a_bad_plan_answers_422_naming_field_value_and_expectation(
     assert err["field"] == field and err["value"] == value and err["expected"], err
 
 
+def test_the_list_counts_each_rollouts_nodes_per_step_and_the_detail_lists_them(api: tuple[Runtime, str]) -> None:
+    _, url = api
+    ids = [call(url, OPERATOR, "POST", "/maintenance", {"selector": sel, "action": "reboot"}).json()["id"]
+           for sel in ("all", f"nodes:{N2}", f"nodes:{N1}")]
+    call(url, OPERATOR, "POST", f"/maintenance/{ids[1]}/abort", {"reason": "not now"})
+    listed = call(url, VIEWER, "GET", "/maintenance").json()
+    assert [x["id"] for x in listed] == ids[::-1]  # newest first
+    assert all("nodes" not in x and "batches" not in x for x in listed)  # a whole fleet's rollout stays small
+    by = {x["id"]: x for x in listed}
+    for rid in ids:  # the counts are those of the rollout's own nodes, as its detail lists them
+        detail = call(url, VIEWER, "GET", f"/maintenance/{rid}").json()
+        steps: dict[str, int] = {}
+        for n in detail["nodes"]:
+            steps[n["step"]] = steps.get(n["step"], 0) + 1
+        assert by[rid]["counts"] == steps and by[rid]["state"] == detail["state"] and by[rid]["spec"] == detail["spec"]
+    assert by[ids[0]]["counts"] == {"pending": 2}
+    assert [x["id"] for x in call(url, VIEWER, "GET", "/maintenance?limit=2").json()] == ids[:0:-1]
+    assert call(url, VIEWER, "GET", "/maintenance?limit=0").status_code == 422
+
+
 def test_roles_plan_and_state_conflicts(api: tuple[Runtime, str]) -> None:
     _, url = api
     body = {"selector": "all", "action": "script:fw", "max_unavailable": 1}

@@ -27,3 +27,15 @@ def test_a_rollout_resumes_after_a_restart_and_runs_each_action_once(db_url: str
         w.m.start(rid, "op")  # a finished rollout cannot be started again
     with pytest.raises(NotFound):
         w.m.store.get("m-nope")
+
+
+def test_the_summaries_count_nodes_per_step_and_keep_a_tenants_own_rollouts_only(db_url: str) -> None:
+    w = World(db_url, nodes=4, racks=2)
+    r01 = w.m.plan({"selector": "rack:r01", "action": "reboot"}, "op").id
+    rack1 = frozenset(w.steps(r01))
+    everyone = w.m.plan({"selector": "all", "action": "reboot"}, "op").id
+    counts = {s.id: s.counts for s in w.m.store.summaries()}
+    assert counts == {r01: {"pending": len(rack1)}, everyone: {"pending": 4}} and len(rack1) == 2
+    assert [s.id for s in w.m.store.summaries(within=rack1)] == [r01]  # a tenant owning rack r01's nodes
+    assert w.m.store.summaries(within=frozenset()) == []
+    assert len(w.m.store.summaries(limit=1)) == 1

@@ -5,8 +5,9 @@
   "on_failure": "stop" | "continue", "validate": "full" | "quick", "drain_timeout": "2h",
   "action_timeout": "30m", "validate_timeout": "3h"}``. Nothing happens until it is started; the answer
   shows the batches it would run in now.
-* ``GET /v1/maintenance`` (viewer) — the rollouts, newest first; ``GET /v1/maintenance/{id}`` — one,
-  with each node's step, why pending nodes wait, and the batches still to come.
+* ``GET /v1/maintenance?limit=`` (viewer) — the rollouts, newest first (100 unless said), each with its
+  nodes counted per step; ``GET /v1/maintenance/{id}`` — one, with each node's step, why pending nodes
+  wait, and the batches still to come.
 * ``POST /v1/maintenance/{id}/start`` | ``/pause`` | ``/abort`` (operator; optional ``{"reason"}``).
 
 A bad field answers 422 naming the field, the value and what was expected; a state that does not
@@ -26,7 +27,7 @@ from gpufleet.controller.store.maintenance import Rollout
 from gpufleet.domain.errors import NotFound
 
 from .auth import OPERATE, READ, Caller, require
-from .schemas import Name, ReasonIn
+from .schemas import Limit, Name, ReasonIn
 from .scope import Scope
 
 Reader = Annotated[Caller, Depends(require(READ))]
@@ -53,6 +54,19 @@ class NodeStepOut(BaseModel):
     detail: str
     command: str
     waiting: str = ""  # pending: why it has not started (the last pass)
+
+
+class RolloutSummaryOut(BaseModel):
+    """A rollout in the list: its nodes counted per step (``GET /v1/maintenance/{id}`` lists them)."""
+
+    id: str
+    state: str
+    reason: str
+    spec: dict[str, object]
+    actor: str
+    created: datetime
+    updated: datetime
+    counts: dict[str, int]
 
 
 class RolloutOut(BaseModel):
@@ -93,9 +107,13 @@ def maintenance_router(maintenance: Maintenance, scope: Scope) -> APIRouter:
         scope.fleet(caller, "planning maintenance")
         return out(m.plan(body.model_dump(exclude_none=True, by_alias=True), who(caller)))
 
-    @r.get("/maintenance", response_model=list[RolloutOut], summary="Maintenance rollouts, newest first (viewer)")
-    def rollouts(caller: Reader) -> list[RolloutOut]:  # a tenant: the rollouts of its own nodes only
-        return [out(x) for x in m.store.list() if all(scope.sees(caller, n.node) for n in x.nodes)]
+    @r.get("/maintenance", response_model=list[RolloutSummaryOut],
+           summary="Maintenance rollouts, newest first, their nodes counted per step (viewer)")
+    def rollouts(caller: Reader, limit: Limit = 100) -> list[RolloutSummaryOut]:
+        # a tenant: the rollouts of its own nodes only
+        return [RolloutSummaryOut(id=x.id, state=x.state.value, reason=x.reason, spec=x.spec.as_dict(), actor=x.actor,
+                                  created=x.created, updated=x.updated, counts=x.counts)
+                for x in m.store.summaries(limit=limit, within=scope.within(caller))]
 
     @r.get("/maintenance/{rollout}", response_model=RolloutOut, summary="One maintenance rollout (viewer)")
     def status(rollout: Name, caller: Reader) -> RolloutOut:

@@ -7,11 +7,11 @@ even across a crash.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from gpufleet.domain.errors import Conflict, NotFound
@@ -19,6 +19,7 @@ from gpufleet.lifecycle.maintenance import ACTIVE, FINISHED, IN_FLIGHT, RolloutS
 from gpufleet.lifecycle.plan import AuditEntry
 
 from .convert import audit_values
+from .keys import one_of
 from .models import AuditRow, MaintenanceNodeRow, MaintenanceRow
 from .repo import Store
 
@@ -54,6 +55,20 @@ class Rollout:
         return [n for n in self.nodes if n.step in steps]
 
 
+@dataclass(frozen=True, slots=True)
+class RolloutSummary:
+    """A rollout without its nodes: how many are at each step (the list of rollouts)."""
+
+    id: str
+    state: RolloutState
+    spec: Spec
+    actor: str
+    reason: str
+    created: datetime
+    updated: datetime
+    counts: dict[str, int]
+
+
 def _rollout(r: MaintenanceRow, nodes: Sequence[MaintenanceNodeRow]) -> Rollout:
     return Rollout(r.id, RolloutState(r.state), Spec.of_dict(r.spec), r.actor, r.reason, r.created, r.updated,
                    tuple(NodeStep(n.node, n.seq, Step(n.step), n.since, n.detail, n.command)
@@ -76,6 +91,24 @@ class MaintenanceStore:
                                          detail="", command=""))
             s.add(AuditRow(**audit_values(audit)))
         return self.get(rid)
+
+    def summaries(self, *, limit: int = 100, within: Collection[str] | None = None) -> list[RolloutSummary]:
+        """The newest ``limit`` rollouts with their nodes counted per step, not listed (a rollout of the
+        whole fleet has 20,000); ``within``: only rollouts all of whose nodes are in it (a tenant's)."""
+        m, n = MaintenanceRow, MaintenanceNodeRow
+        with self.session() as s:
+            rows = list(s.scalars(select(m).order_by(m.created.desc(), m.id).limit(limit)))
+            ids = [r.id for r in rows]  # at most limit: a plain IN
+            counts: dict[str, dict[str, int]] = {}
+            for rid, step, count in s.execute(select(n.rollout, n.step, func.count()).where(n.rollout.in_(ids))
+                                              .group_by(n.rollout, n.step)):
+                counts.setdefault(rid, {})[step] = count
+            hidden: set[str] = set()
+            if within is not None and ids:
+                outside = ~one_of(s.get_bind().dialect.name, n.node, within)
+                hidden = set(s.scalars(select(n.rollout).where(n.rollout.in_(ids), outside).distinct()))
+        return [RolloutSummary(r.id, RolloutState(r.state), Spec.of_dict(r.spec), r.actor, r.reason, r.created,
+                               r.updated, counts.get(r.id, {})) for r in rows if r.id not in hidden]
 
     def get(self, rid: str) -> Rollout:
         with self.session() as s:
