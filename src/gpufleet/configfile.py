@@ -1,15 +1,17 @@
 """What the TOML settings loaders (controller.toml, agent.toml) share: the environment's place between
-the file and the command line, and one bad value turned into an error an operator can act on."""
+the file and the command line, one bad value turned into an error an operator can act on, and the
+seconds settings' type (a number, or a duration like any other)."""
 
 from __future__ import annotations
 
 import difflib
 import os
 import typing
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, BeforeValidator, ValidationError
 
+from gpufleet.domain.durations import parse_duration
 from gpufleet.domain.errors import InvalidInput, validation_expected
 
 SECRET_KEYS = frozenset({"token", "password"})  # never echoed back in an error
@@ -69,3 +71,20 @@ def invalid_input(err: ValidationError, model: type[BaseModel]) -> InvalidInput:
             "see docs/configuration.md for the keys"
         return InvalidInput(field, value, f"a known key: {where} has no {str(loc[-1])!r} ({hint})")
     return InvalidInput(field, value, validation_expected(str(first["msg"])))
+
+
+def _seconds(value: object) -> float:
+    """Seconds: a number, or a duration written like the others ("90s", "5m", "1h30m")."""
+    if isinstance(value, bool):
+        raise ValueError("a number of seconds or a duration such as 30s or 5m")
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return parse_duration(value).total_seconds()
+        except InvalidInput as err:
+            raise ValueError(f"a number of seconds or {err.expected}") from None
+    raise ValueError("a number of seconds or a duration such as 30s or 5m")
+
+
+Seconds = Annotated[float, BeforeValidator(_seconds)]  # a seconds setting also takes "30s", "5m"

@@ -105,3 +105,15 @@ def test_a_seconds_setting_names_itself_when_neither(tmp_path: Path, written: st
     with pytest.raises(InvalidInput) as err:
         load_settings(_toml(tmp_path, f'scheduler = "sim"\nreconcile_interval = {written}'))
     assert err.value.field == "reconcile_interval" and "seconds" in err.value.expected
+
+
+def test_an_agent_seconds_setting_takes_a_duration_from_the_file_and_the_environment(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = _toml(tmp_path, 'device = "sim"\nheartbeat_s = "1m"\nreboot_wait_s = "15m"', "agent.toml")
+    c = load_config(f)
+    assert (c.heartbeat_s, c.reboot_wait_s) == (60.0, 900.0)
+    with pytest.raises(InvalidInput) as err:
+        load_config(_toml(tmp_path, 'device = "sim"\nheartbeat_s = "often"', "bad.toml"))
+    assert err.value.field == "heartbeat_s" and "seconds" in err.value.expected
+    monkeypatch.setenv("GPUFLEET_AGENT_HEARTBEAT_S", "45s")
+    assert load_config(f).heartbeat_s == 45.0

@@ -31,7 +31,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpufleet.agent.rules import Thresholds
 from gpufleet.agent.runner import Cadence
-from gpufleet.configfile import below_environment, invalid_input
+from gpufleet.configfile import Seconds, below_environment, invalid_input
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.lifecycle.maintenance import SCRIPT_NAME
 
@@ -47,10 +47,10 @@ _T = _defaults(Thresholds)
 
 class CadenceModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    fast_s: float = Field(_C["fast_s"], gt=0)
-    slow_s: float = Field(_C["slow_s"], gt=0)
-    ib_s: float = Field(_C["ib_s"], gt=0)
-    host_s: float = Field(_C["host_s"], gt=0)
+    fast_s: Seconds = Field(_C["fast_s"], gt=0)
+    slow_s: Seconds = Field(_C["slow_s"], gt=0)
+    ib_s: Seconds = Field(_C["ib_s"], gt=0)
+    host_s: Seconds = Field(_C["host_s"], gt=0)
 
     def build(self) -> Cadence:
         return Cadence(self.fast_s, self.slow_s, self.ib_s, self.host_s)
@@ -67,7 +67,7 @@ class ThresholdsModel(BaseModel):
     pcie_replay_increase: int = Field(_T["pcie_replay_increase"], ge=1)
     pcie_gen_min_util: float = Field(_T["pcie_gen_min_util"], ge=0, le=100)
     nvlink_error_increase: int = Field(_T["nvlink_error_increase"], ge=1)
-    ib_window_s: float = Field(_T["ib_window_s"], gt=0)
+    ib_window_s: Seconds = Field(_T["ib_window_s"], gt=0)
     ib_symbol_error_per_min: float = Field(_T["ib_symbol_error_per_min"], ge=0)
     ib_rcv_error_per_min: float = Field(_T["ib_rcv_error_per_min"], ge=0)
     ib_expected_rate_gbps: float | None = Field(_T["ib_expected_rate_gbps"])
@@ -97,9 +97,9 @@ class AgentConfig(BaseSettings):
     client_key: Path | None = None  # the key of client_cert (PEM); both or neither
     push: bool = True  # send events to the controller (false: expose metrics and write the status file only)
     push_batch: int = Field(500, ge=1, le=10_000)  # events per POST /v1/events
-    heartbeat_s: float = Field(30.0, gt=0)  # seconds between heartbeats (the controller's liveness signal)
-    push_backoff_base_s: float = Field(1.0, gt=0)  # first retry delay after a failed push; doubles per failure
-    push_backoff_cap_s: float = Field(60.0, gt=0)  # longest retry delay (a 429's Retry-After is honoured)
+    heartbeat_s: Seconds = Field(30.0, gt=0)  # seconds between heartbeats (the controller's liveness signal)
+    push_backoff_base_s: Seconds = Field(1.0, gt=0)  # first retry delay after a failed push; doubles per failure
+    push_backoff_cap_s: Seconds = Field(60.0, gt=0)  # longest retry delay (a 429's Retry-After is honoured)
     metrics_port: int = Field(9400, ge=0, le=65535)  # Prometheus /metrics port (0: any free port, logged)
     metrics_addr: str = "0.0.0.0"  # address the metrics endpoint listens on
     state_dir: Path = Path("/var/lib/gpufleet-agent")  # spool, command journal, status file, kernel-log position
@@ -119,23 +119,23 @@ class AgentConfig(BaseSettings):
     mounts: dict[str, str] = Field(default_factory=dict)
     # a GPU allocated to a Slurm job (its processes' SLURM_JOB_GPUS / CUDA_VISIBLE_DEVICES) at or under
     # idle_gpu_max_util_pct this long is reported once as gpu_idle (agent/idlegpu.py); 0 turns it off
-    idle_gpu_after_s: float = Field(1800.0, ge=0)
+    idle_gpu_after_s: Seconds = Field(1800.0, ge=0)
     idle_gpu_max_util_pct: float = Field(5.0, ge=0, lt=100)  # utilisation counted as idle, %
     # The node status file for Slurm's HealthCheckProgram (agent/nodestatus.py); None = <state_dir>/node-status.json.
     status_file: Path | None = None
-    status_interval_s: float = Field(10.0, gt=0)  # seconds between rewrites of the status file (a new fault: at once)
-    status_hold_s: float = Field(600.0, gt=0)  # an observation stays in the status file this many seconds
+    status_interval_s: Seconds = Field(10.0, gt=0)  # seconds between rewrites of the status file (a new fault: at once)
+    status_hold_s: Seconds = Field(600.0, gt=0)  # an observation stays in the status file this many seconds
     # Repair commands from the controller (agent/commands.py; with push only).
     commands: bool = True  # carry out repair commands the controller queues for this node
-    command_poll_s: float = Field(10.0, gt=0)  # seconds between polls of GET /v1/nodes/{node}/commands
+    command_poll_s: Seconds = Field(10.0, gt=0)  # seconds between polls of GET /v1/nodes/{node}/commands
     reboot_command: list[str] = Field(default_factory=lambda: ["systemctl", "reboot"], min_length=1)  # argv of a reboot
-    reboot_wait_s: float = Field(900.0, gt=0)  # after reboot_command exits 0: boot id unchanged this long = failed
+    reboot_wait_s: Seconds = Field(900.0, gt=0)  # after reboot_command exits 0: boot id unchanged this long = failed
     fabric_manager_command: list[str] = Field(  # argv that restarts NVIDIA Fabric Manager
         default_factory=lambda: ["systemctl", "restart", "nvidia-fabricmanager"], min_length=1)
     # Maintenance rollouts (agent/maintenance.py, docs/maintenance.md): name -> argv of the scripts a rollout
     # may run here as its action (script:<name>); the controller only ever sends a name from this table
     maintenance_scripts: dict[str, list[str]] = Field(default_factory=dict)
-    maintenance_timeout_s: float = Field(3600.0, gt=0)  # a maintenance script still running after this failed
+    maintenance_timeout_s: Seconds = Field(3600.0, gt=0)  # a maintenance script still running after this failed
     cadence: CadenceModel = Field(default_factory=CadenceModel)  # see [cadence]: how often each source is read
     thresholds: ThresholdsModel = Field(default_factory=ThresholdsModel)  # see [thresholds]: when a reading is reported
 

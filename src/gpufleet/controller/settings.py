@@ -110,7 +110,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from gpufleet.configfile import below_environment, invalid_input
+from gpufleet.configfile import Seconds, below_environment, invalid_input
 from gpufleet.domain.durations import parse_duration
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.tenancy import Tenant, check_static, node_pattern, parse_pkey, tenant_name
@@ -194,23 +194,6 @@ def _duration_or_zero(value: object) -> timedelta:
         except InvalidInput:
             pass  # _duration says what was expected
     return _duration(value)
-
-
-def _seconds(value: object) -> float:
-    """Seconds: a number, or a duration written like the others ("90s", "5m", "1h30m")."""
-    if isinstance(value, bool):
-        raise ValueError("a number of seconds or a duration such as 30s or 5m")
-    if isinstance(value, int | float):
-        return float(value)
-    if isinstance(value, str):
-        try:
-            return parse_duration(value).total_seconds()
-        except InvalidInput as err:
-            raise ValueError(f"a number of seconds or {err.expected}") from None
-    raise ValueError("a number of seconds or a duration such as 30s or 5m")
-
-
-Seconds = Annotated[float, BeforeValidator(_seconds)]  # a seconds setting also takes "30s", "5m"
 
 
 class RetentionSettings(BaseModel):
