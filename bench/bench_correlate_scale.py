@@ -6,7 +6,9 @@ Streams: every HGX fault type once with realistic noise and once with heavy nois
 engine per stream, as in ``bench_correlate``'s bare loop. Two passes over the same streams: the first
 starts with nothing memoised for the topology (exposures, kinds, units, placements: shared by engines
 on one topology, see gpufleet.correlate.index), the second finds what the first left there, as a
-long-running engine would. ``python -m bench correlate_scale`` (a few minutes at full size);
+long-running engine would; a third pass runs as the second with the controller's collector thresholds
+(``gpufleet.controller.heap.tune``: young collections every 10,000 allocations, not 700), which is how
+``controller serve`` runs the engine. ``python -m bench correlate_scale`` (a few minutes at full size);
 ``bench_correlate`` runs this comparison too, but only after its other parts warmed the topology.
 """
 
@@ -16,6 +18,7 @@ import gc
 import statistics
 import time
 
+from gpufleet.controller import heap
 from gpufleet.correlate.engine import Engine
 from gpufleet.correlate.scenarios import FAULTS, Noise, TopologyKind, generate
 from gpufleet.domain.topology_gen import generate_hgx
@@ -35,7 +38,10 @@ def run(quick: bool) -> dict[str, object]:
     gc.freeze()  # the inputs too (the CLI streams them from a file)
     events = sum(len(s) for s in streams)
     out: dict[str, object] = {"gpus": nodes * 8, "streams": len(streams), "events": events}
-    for phase in ("first_pass", "second_pass"):
+    default = gc.get_threshold()
+    for phase in ("first_pass", "second_pass", "controller_collector"):
+        if phase == "controller_collector":  # the controller's collector settings (controller.heap.tune)
+            heap.tune()
         rates: dict[bool, list[float]] = {False: [], True: []}
         cpu = {False: 0.0, True: 0.0}
         for evs in streams:
@@ -54,5 +60,6 @@ def run(quick: bool) -> dict[str, object]:
             "v2_median_of_streams": round(statistics.median(rates[True])),
             "v1_median_of_streams": round(statistics.median(rates[False])),
         }
+    gc.set_threshold(*default)
     gc.unfreeze()
     return out

@@ -218,6 +218,7 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
     if rs.events or rs.bundles:
         retention = Retention(controller.store, controller.clock, rs.events, batch=rs.batch,
                               archive_dir=rs.archive_dir, bundles=rs.bundles)
+    heap.tune()
     heap.settle("start-up")
     watcher = BmcWatcher(controller, node_bmcs, sel_max_age=settings.repair.sel_max_age) if node_bmcs else None
     rt = Runtime(settings, controller, reconciler, retention=retention, bmc=watcher,
