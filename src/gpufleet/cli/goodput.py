@@ -60,12 +60,21 @@ def register(app: typer.Typer) -> None:
         """Send the run's final goodput intervals and straggler findings to the controller (one round;
         re-sending is safe). Exit 1 when a post failed."""
         from gpufleet.domain.errors import InvalidInput
+        from gpufleet.goodput.durable import read_run
         from gpufleet.goodput.push import GoodputPusher
 
+        if not controller.startswith(("http://", "https://")):
+            raise InvalidInput("--controller", controller, "an http:// or https:// URL (or $GPUFLEET_CONTROLLER)")
         try:
             token = token_file.read_text("utf-8").strip()
         except OSError as err:
             raise InvalidInput("--token-file", str(token_file), f"a readable token file ({err.strerror})") from None
+        # one round by hand: a run directory that cannot be read, or no job to post to, is an error here
+        # (the background pusher only logs them and tries again next round)
+        logs = read_run(run_dir)
+        lead = min(logs, key=lambda lg: lg.rank)
+        if not job and not any(a.job for a in lead.attempts):
+            raise InvalidInput("--job", job, "the job id the controller knows (or $SLURM_JOB_ID; the run log has none)")
         pusher = GoodputPusher(run_dir, controller, token, job=job, run=run)
         counts = pusher.push_once()
         typer.echo(json.dumps(vars(counts)))

@@ -60,3 +60,22 @@ def test_export_needs_exactly_one_tracker_and_a_token_with_a_controller(tmp_path
     out = CliRunner().invoke(app, ["goodput", "export", str(tmp_path), "--wandb", "--controller", "http://ctl:8080"],
                              env={"GPUFLEET_TOKEN_FILE": ""})
     assert isinstance(out.exception, InvalidInput) and out.exception.field == "--token-file", out.output
+
+
+def test_push_by_hand_fails_on_a_run_dir_it_cannot_read_or_without_a_job(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("t")
+    base = ["--controller", "http://127.0.0.1:1", "--token-file", str(token)]
+    env = {"SLURM_JOB_ID": "", "GPUFLEET_CONTROLLER": "", "GPUFLEET_TOKEN_FILE": ""}
+    out = CliRunner().invoke(app, ["goodput", "push", str(tmp_path / "nope"), *base, "--job", "7"], env=env)
+    assert isinstance(out.exception, NotFound) and exit_code_for(out.exception) != 0, out.output
+    run = tmp_path / "run"
+    run.mkdir()
+    out = CliRunner().invoke(app, ["goodput", "push", str(run), *base, "--job", "7"], env=env)
+    assert isinstance(out.exception, InvalidInput) and out.exception.field == "RUN_DIR", out.output
+    _crash_and_resume(run)  # records no job id
+    out = CliRunner().invoke(app, ["goodput", "push", str(run), *base], env=env)
+    assert isinstance(out.exception, InvalidInput) and out.exception.field == "--job", out.output
+    out = CliRunner().invoke(app, ["goodput", "push", str(run), "--controller", "ctl:8470", "--token-file",
+                                   str(token), "--job", "7"], env=env)
+    assert isinstance(out.exception, InvalidInput) and out.exception.field == "--controller", out.output
