@@ -4,7 +4,15 @@
     gpufleet goodput report runs/t1
 
 Kill it (or `scancel --signal=USR1` it for a checkpoint now) and run the same command again: it resumes
-from the latest complete checkpoint and the report counts the restart. CPU (gloo) or GPU (nccl).
+from the latest complete checkpoint and the report counts the restart. CPU (gloo) or GPU (nccl); on a CPU
+the defaults (200 steps, d_model 64) take about 10 s, most of it importing torch. Needs gpufleet and torch
+importable by torchrun's Python (e.g. the project's venv). MFU is reported only with `--peak-flops`.
+Start each experiment in a new `--run-dir`: a relaunch into a finished run's directory appends to it.
+A crash and a straggler on purpose (docs/goodput.md shows the report):
+
+    A="--run-dir runs/t2 --steps 70 --ckpt-every 10 --slow-rank 1 --slow-from 25 --slow-factor 3"
+    torchrun --nproc-per-node 2 examples/tiny_gpt/train.py $A --crash-at 34   # exits non-zero
+    torchrun --nproc-per-node 2 examples/tiny_gpt/train.py $A                 # resumes from step 30
 """
 
 from __future__ import annotations

@@ -60,12 +60,21 @@ def register(app: typer.Typer) -> None:
         """Send the run's final goodput intervals and straggler findings to the controller (one round;
         re-sending is safe). Exit 1 when a post failed."""
         from gpufleet.domain.errors import InvalidInput
+        from gpufleet.goodput.durable import read_run
         from gpufleet.goodput.push import GoodputPusher
 
+        if not controller.startswith(("http://", "https://")):
+            raise InvalidInput("--controller", controller, "an http:// or https:// URL (or $GPUFLEET_CONTROLLER)")
         try:
             token = token_file.read_text("utf-8").strip()
         except OSError as err:
             raise InvalidInput("--token-file", str(token_file), f"a readable token file ({err.strerror})") from None
+        # one round by hand: a run directory that cannot be read, or no job to post to, is an error here
+        # (the background pusher only logs them and tries again next round)
+        logs = read_run(run_dir)
+        lead = min(logs, key=lambda lg: lg.rank)
+        if not job and not any(a.job for a in lead.attempts):
+            raise InvalidInput("--job", job, "the job id the controller knows (or $SLURM_JOB_ID; the run log has none)")
         pusher = GoodputPusher(run_dir, controller, token, job=job, run=run)
         counts = pusher.push_once()
         typer.echo(json.dumps(vars(counts)))
@@ -98,7 +107,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Log the run's goodput series (ETTR, MFU, badput per interval), totals and the infrastructure
         events on its nodes (drains, XIDs, AER, checkpoint requests, stragglers) to MLflow or W&B."""
-        from gpufleet.domain.errors import InvalidInput
+        from gpufleet.domain.errors import ExternalError, GpufleetError, InvalidInput
         from gpufleet.goodput.durable import read_run
         from gpufleet.goodput.push import controller_token, fetch_job_events
         from gpufleet.goodput.runreport import run_report
@@ -106,6 +115,12 @@ def register(app: typer.Typer) -> None:
 
         if (mlflow is None) == (not wandb):
             raise InvalidInput("--mlflow/--wandb", f"mlflow={mlflow!r}, wandb={wandb}", "exactly one tracker")
+        if wandb_mode is not None and wandb_mode not in ("online", "offline", "disabled"):
+            raise InvalidInput("--wandb-mode", wandb_mode, "online, offline or disabled")
+        if after < 0:
+            raise InvalidInput("--after", after, "seconds >= 0")
+        if controller and not controller.startswith(("http://", "https://")):
+            raise InvalidInput("--controller", controller, "an http:// or https:// URL (or $GPUFLEET_CONTROLLER)")
         logs = read_run(run_dir)
         r = run_report(logs)
         fetched: list[InfraEvent] = []
@@ -115,26 +130,39 @@ def register(app: typer.Typer) -> None:
             hosts = node or sorted({a.host for lg in logs for a in lg.attempts if a.host})
             lead = min(logs, key=lambda lg: lg.rank)
             since = lead.attempts[0].launched if lead.attempts else None
-            if after < 0:
-                raise InvalidInput("--after", after, "seconds >= 0")
+            if not (job or r.job):
+                raise InvalidInput("--job", job, "the job id the controller knows (the run log recorded none)")
             until = (r.intervals[-1].end + after) if r.intervals else None
-            fetched, cut = fetch_job_events(controller, controller_token(token_file), job or r.job, nodes=hosts,
-                                            since=since, until=until)
+            try:
+                token = controller_token(token_file)
+            except InvalidInput as err:
+                raise InvalidInput("--token-file", err.value, err.expected) from None
+            fetched, cut = fetch_job_events(controller, token, job or r.job, nodes=hosts, since=since, until=until)
             if cut:
                 typer.echo("note: the controller listed only the newest 1000 events", err=True)
         events = merge_events(fetched, run_events(r, logs))
         run_name = name or run_dir.resolve().name
         exporter: TrackerExporter
-        if mlflow is not None:
-            from gpufleet.goodput.mlflow_export import MlflowExporter
+        tracker = "mlflow" if mlflow is not None else "wandb"
+        try:
+            if mlflow is not None:
+                from gpufleet.goodput.mlflow_export import MlflowExporter
 
-            exporter = MlflowExporter(mlflow, run_id=mlflow_run, experiment=experiment, run_name=run_name)
-        else:
-            from gpufleet.goodput.wandb_export import WandbExporter
+                exporter = MlflowExporter(mlflow, run_id=mlflow_run, experiment=experiment, run_name=run_name)
+            else:
+                from gpufleet.goodput.wandb_export import WandbExporter
 
-            exporter = WandbExporter(project=project, name=run_name, mode=wandb_mode)
-        points = export_run(r, exporter, events)
-        exporter.close()
+                exporter = WandbExporter(project=project, name=run_name, mode=wandb_mode)
+            points = export_run(r, exporter, events)
+            exporter.close()
+        except ImportError as err:  # the extra is not installed: the message names it
+            raise InvalidInput(f"--{tracker}", mlflow if mlflow is not None else True,
+                               f"the {tracker} package installed ({err})") from None
+        except GpufleetError:
+            raise
+        except Exception as err:  # the tracker's own errors (server down, refused, bad URI): no traceback
+            at = f" at {mlflow}" if mlflow is not None else ""
+            raise ExternalError(tracker, f"logging to {tracker}{at} failed: {type(err).__name__}: {err}") from None
         where = getattr(exporter, "run_id", None) or getattr(getattr(exporter, "run", None), "id", "")
-        typer.echo(json.dumps({"tracker": "mlflow" if mlflow is not None else "wandb", "run": where,
+        typer.echo(json.dumps({"tracker": tracker, "run": where,
                                "points": points, "events": len(events), "ettr": r.goodput.ettr}))

@@ -26,6 +26,7 @@ time from ``/proc``; record times are the wall clock read once, advanced by ``ti
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import subprocess
@@ -63,6 +64,8 @@ class RunRecorder:
         if self.rank < 0 or self.world < 1 or self.rank >= self.world:
             raise InvalidInput("rank", self.rank, f"0 <= rank < world ({self.world})")
         self._fsync = fsync
+        starts_pusher = self.rank == 0 and bool(push or (push is None and os.environ.get("GPUFLEET_CONTROLLER")))
+        push_period = _push_period() if starts_pusher else ""  # checked before anything is written
         self._mono = monotonic
         self._anchor = (wall(), monotonic())
         self._lock = threading.Lock()
@@ -85,8 +88,8 @@ class RunRecorder:
             header["local_rank"] = int(os.environ["LOCAL_RANK"])
         self._write(header)
         self._pusher: subprocess.Popen[bytes] | None = None
-        if self.rank == 0 and (push or (push is None and os.environ.get("GPUFLEET_CONTROLLER"))):
-            self._pusher = _start_pusher(self.path.parent)
+        if starts_pusher:
+            self._pusher = _start_pusher(self.path.parent, push_period)
 
     # ---- the clock ----------------------------------------------------------------------------
     def now(self) -> float:
@@ -194,10 +197,22 @@ class RunRecorder:
                 os.fsync(self._fd)
 
 
-def _start_pusher(run_dir: Path) -> subprocess.Popen[bytes]:
+def _push_period() -> str:
+    """``$GPUFLEET_GOODPUT_PUSH_PERIOD`` (default 60), checked here: the push process would otherwise
+    die on a typo where nobody looks, or push in a tight loop on 0."""
+    raw = os.environ.get("GPUFLEET_GOODPUT_PUSH_PERIOD", "") or "60"
+    try:
+        ok = math.isfinite(float(raw)) and float(raw) > 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise InvalidInput("GPUFLEET_GOODPUT_PUSH_PERIOD", raw, "seconds > 0 between pushes (default 60)")
+    return raw
+
+
+def _start_pusher(run_dir: Path, period: str = "60") -> subprocess.Popen[bytes]:
     """The controller push as its own process (:mod:`gpufleet.goodput.push`): its reads, parsing and HTTP
     never take the training process's CPU or GIL, and it outlives a crash of it for one last push."""
-    period = os.environ.get("GPUFLEET_GOODPUT_PUSH_PERIOD", "60")
     return subprocess.Popen([sys.executable, "-m", "gpufleet.goodput.push", str(run_dir), "--follow",
                              "--parent", str(os.getpid()), "--period", period],
                             stdin=subprocess.DEVNULL, start_new_session=True)

@@ -85,10 +85,18 @@ class TrackerLoop:
 
         from gpufleet.goodput.push import controller_token
 
+        raw = os.environ.get("GPUFLEET_TRACKER_PERIOD", "")
+        if raw:
+            try:
+                period_s = float(raw)
+            except ValueError:
+                raise InvalidInput("GPUFLEET_TRACKER_PERIOD", raw, "seconds > 0 between rounds") from None
+            if not period_s > 0:
+                raise InvalidInput("GPUFLEET_TRACKER_PERIOD", raw, "seconds > 0 between rounds")
         url = os.environ.get("GPUFLEET_CONTROLLER", "")
         token = controller_token(os.environ.get("GPUFLEET_TOKEN_FILE", "")) if url else ""
         return cls(run_dir, exporter, controller=url, token=token, job=os.environ.get("SLURM_JOB_ID", ""),
-                   period_s=float(os.environ.get("GPUFLEET_TRACKER_PERIOD", period_s)))
+                   period_s=period_s)
 
     def start(self) -> TrackerLoop:
         if self._thread is None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+from typing import Any
 
 from typer.testing import CliRunner
 
@@ -60,3 +62,48 @@ def test_export_needs_exactly_one_tracker_and_a_token_with_a_controller(tmp_path
     out = CliRunner().invoke(app, ["goodput", "export", str(tmp_path), "--wandb", "--controller", "http://ctl:8080"],
                              env={"GPUFLEET_TOKEN_FILE": ""})
     assert isinstance(out.exception, InvalidInput) and out.exception.field == "--token-file", out.output
+
+
+def test_push_by_hand_fails_on_a_run_dir_it_cannot_read_or_without_a_job(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("t")
+    base = ["--controller", "http://127.0.0.1:1", "--token-file", str(token)]
+    env = {"SLURM_JOB_ID": "", "GPUFLEET_CONTROLLER": "", "GPUFLEET_TOKEN_FILE": ""}
+    out = CliRunner().invoke(app, ["goodput", "push", str(tmp_path / "nope"), *base, "--job", "7"], env=env)
+    assert isinstance(out.exception, NotFound) and exit_code_for(out.exception) != 0, out.output
+    run = tmp_path / "run"
+    run.mkdir()
+    out = CliRunner().invoke(app, ["goodput", "push", str(run), *base, "--job", "7"], env=env)
+    assert isinstance(out.exception, InvalidInput) and out.exception.field == "RUN_DIR", out.output
+    _crash_and_resume(run)  # records no job id
+    out = CliRunner().invoke(app, ["goodput", "push", str(run), *base], env=env)
+    assert isinstance(out.exception, InvalidInput) and out.exception.field == "--job", out.output
+    out = CliRunner().invoke(app, ["goodput", "push", str(run), "--controller", "ctl:8470", "--token-file",
+                                   str(token), "--job", "7"], env=env)
+    assert isinstance(out.exception, InvalidInput) and out.exception.field == "--controller", out.output
+
+
+def test_export_errors_name_the_option_and_never_end_in_a_traceback(tmp_path: Path, monkeypatch: Any) -> None:
+    from gpufleet.domain.errors import ExternalError
+
+    _crash_and_resume(tmp_path)  # records no job id
+    token = tmp_path / "token"
+    token.write_text("t")
+    env = {"GPUFLEET_CONTROLLER": "", "GPUFLEET_TOKEN_FILE": ""}
+
+    def export(*args: str) -> Any:
+        return CliRunner().invoke(app, ["goodput", "export", str(tmp_path), *args], env=env).exception
+
+    for args, field in ((["--wandb", "--wandb-mode", "offfline"], "--wandb-mode"),
+                        (["--wandb", "--controller", "ctl:8470", "--token-file", str(token)], "--controller"),
+                        (["--wandb", "--controller", "http://127.0.0.1:1", "--token-file", str(token)], "--job"),
+                        (["--wandb", "--controller", "http://127.0.0.1:1", "--token-file", str(tmp_path / "no"),
+                          "--job", "7"], "--token-file")):
+        err = export(*args)
+        assert isinstance(err, InvalidInput) and err.field == field, (args, err)
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # not installed: import mlflow raises ImportError
+    err = export("--mlflow", "http://127.0.0.1:1")
+    assert isinstance(err, InvalidInput) and err.field == "--mlflow" and "gpufleet[mlflow]" in str(err), err
+    monkeypatch.delitem(sys.modules, "mlflow")
+    err = export("--mlflow", "nosuchscheme://x")  # the tracker itself fails: the system is named, exit 5
+    assert isinstance(err, ExternalError) and err.system == "mlflow" and "nosuchscheme://x" in str(err), err

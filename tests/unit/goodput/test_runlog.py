@@ -175,3 +175,30 @@ def test_an_input_wait_is_data_wait_badput_not_training(tmp_path: Path) -> None:
     # the first wait precedes the first step: start-up; the next two are data waits
     assert (g.badput.startup, g.badput.data_wait, g.productive) == pytest.approx((0.25, 0.5, 3.0))
     assert g.productive + g.badput.total == pytest.approx(g.elapsed)
+
+
+@pytest.mark.parametrize("period", ["0", "-5", "1m", "nan"])
+def test_a_bad_push_period_is_refused_before_anything_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             period: str) -> None:
+    """0 made the push process post in a tight loop; a typo killed it where nobody looks."""
+    import subprocess
+
+    monkeypatch.setenv("GPUFLEET_GOODPUT_PUSH_PERIOD", period)
+    started: list[object] = []
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: started.append(a))
+    with pytest.raises(InvalidInput) as err:
+        RunRecorder(tmp_path, rank=0, world=1, push=True)
+    assert err.value.field == "GPUFLEET_GOODPUT_PUSH_PERIOD" and not started
+    assert not (tmp_path / "goodput-rank0.jsonl").exists()
+
+
+def test_the_push_process_refuses_a_period_that_is_not_positive(tmp_path: Path) -> None:
+    from gpufleet.goodput.push import GoodputPusher, main
+
+    with pytest.raises(SystemExit) as exit_:
+        main([str(tmp_path), "--follow", "--period", "0"])
+    assert exit_.value.code == 2
+    import threading
+
+    with pytest.raises(InvalidInput):
+        GoodputPusher(tmp_path, "http://127.0.0.1:1", "t").follow(threading.Event(), period_s=0)

@@ -134,3 +134,14 @@ def test_a_controller_that_is_down_is_counted_and_the_series_still_goes(run: Pat
 def test_bad_loop_settings_are_named(run: Path, kw: dict[str, Any], field: str) -> None:
     with pytest.raises(Exception, match=rf"^{field}: got"):
         TrackerLoop(run, FlakyTracker(0), **kw)
+
+
+@pytest.mark.parametrize("period", ["1m", "0", "-1"])
+def test_from_env_names_a_bad_tracker_period(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, period: str) -> None:
+    from gpufleet.domain.errors import InvalidInput
+
+    monkeypatch.setenv("GPUFLEET_TRACKER_PERIOD", period)
+    monkeypatch.delenv("GPUFLEET_CONTROLLER", raising=False)
+    with pytest.raises(InvalidInput) as err:
+        TrackerLoop.from_env(tmp_path, FlakyTracker(0))
+    assert err.value.field == "GPUFLEET_TRACKER_PERIOD"
