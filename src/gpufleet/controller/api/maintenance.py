@@ -69,15 +69,7 @@ class RolloutSummaryOut(BaseModel):
     counts: dict[str, int]
 
 
-class RolloutOut(BaseModel):
-    id: str
-    state: str
-    reason: str
-    spec: dict[str, object]
-    actor: str
-    created: datetime
-    updated: datetime
-    counts: dict[str, int]
+class RolloutOut(RolloutSummaryOut):
     nodes: list[NodeStepOut]
     batches: list[list[str]]  # the pending nodes' batches if nothing else changed
     last_pass: datetime | None

@@ -35,7 +35,9 @@ class NodeStep:
 
 
 @dataclass(frozen=True, slots=True)
-class Rollout:
+class RolloutHead:
+    """What a rollout is, without its nodes."""
+
     id: str
     state: RolloutState
     spec: Spec
@@ -43,6 +45,10 @@ class Rollout:
     reason: str
     created: datetime
     updated: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Rollout(RolloutHead):
     nodes: tuple[NodeStep, ...]
 
     def node(self, name: str) -> NodeStep:
@@ -56,16 +62,9 @@ class Rollout:
 
 
 @dataclass(frozen=True, slots=True)
-class RolloutSummary:
+class RolloutSummary(RolloutHead):
     """A rollout without its nodes: how many are at each step (the list of rollouts)."""
 
-    id: str
-    state: RolloutState
-    spec: Spec
-    actor: str
-    reason: str
-    created: datetime
-    updated: datetime
     counts: dict[str, int]
 
 
