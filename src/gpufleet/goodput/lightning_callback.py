@@ -23,7 +23,8 @@ and the end of the run. An exception in ``fit`` is recorded as a failure before 
 :class:`~gpufleet.goodput.tracker_loop.TrackerLoop` feeds it the goodput series and, with
 ``$GPUFLEET_CONTROLLER`` set, the infrastructure events on the job's nodes, until the fit ends.
 
-Lightning is an optional dependency (``pip install lightning``); importing this module without it raises
+Lightning is an optional dependency (``pip install 'gpufleet[lightning]'``); importing this module without it
+raises
 an ``ImportError`` that says so.
 """
 
@@ -36,7 +37,9 @@ from typing import Any
 try:
     import lightning.pytorch as pl
 except ImportError as err:  # pragma: no cover - exercised only without lightning
-    raise ImportError("gpufleet.goodput.lightning_callback needs Lightning: pip install lightning") from err
+    from gpufleet.goodput.trackers import missing_extra
+
+    raise missing_extra("Lightning", "lightning", err) from err
 
 from gpufleet.goodput.durable import RunRecorder
 from gpufleet.goodput.tracker_loop import TrackerLoop
