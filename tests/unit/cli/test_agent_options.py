@@ -39,6 +39,7 @@ def test_device_and_push_from_the_environment_are_not_overridden(
 
 
 def test_options_given_still_win_over_the_config(tmp_path: Path) -> None:
-    code, out, exc = _inventory(tmp_path, 'node = "r01-n01"\ndevice = "nvml"\ngpus = 2\n', "--device", "sim", "--no-push")
+    toml = 'node = "r01-n01"\ndevice = "nvml"\ngpus = 2\n'
+    code, out, exc = _inventory(tmp_path, toml, "--device", "sim", "--no-push")
     assert code == 0, exc
     assert len(json.loads(out)["gpus"]) == 2
