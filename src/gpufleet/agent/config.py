@@ -26,7 +26,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpufleet.agent.rules import Thresholds
@@ -70,9 +70,17 @@ class ThresholdsModel(BaseModel):
     ib_window_s: Seconds = Field(_T["ib_window_s"], gt=0)
     ib_symbol_error_per_min: float = Field(_T["ib_symbol_error_per_min"], ge=0)
     ib_rcv_error_per_min: float = Field(_T["ib_rcv_error_per_min"], ge=0)
-    ib_expected_rate_gbps: float | None = Field(_T["ib_expected_rate_gbps"])
+    ib_expected_rate_gbps: float | None = Field(_T["ib_expected_rate_gbps"], gt=0)
     edac_ue_increase: int = Field(_T["edac_ue_increase"], ge=1)
     mount_min_free_fraction: float = Field(_T["mount_min_free_fraction"], ge=0, le=1)
+
+    @field_validator("thermal_clear_c")
+    @classmethod
+    def _below_thermal(cls, v: float, info: ValidationInfo) -> float:
+        limit = info.data.get("thermal_c")
+        if limit is not None and v > limit:  # between the two the rule re-arms and fires again every fast tick
+            raise ValueError(f"a temperature at most thermal_c ({limit:g}): the thermal rule re-arms below it")
+        return v
 
     def build(self) -> Thresholds:
         return Thresholds(**self.model_dump())

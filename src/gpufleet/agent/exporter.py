@@ -14,6 +14,8 @@ global state) and builds series only when scraped: the 1 s tick costs nothing he
 
 from __future__ import annotations
 
+import errno
+import socket
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
@@ -24,6 +26,7 @@ from gpufleet import __version__
 from gpufleet.agent.collectors.infiniband import COUNTERS
 from gpufleet.agent.devices.port import FastReading, SlowReading, ThrottleReason
 from gpufleet.agent.telemetry import Telemetry
+from gpufleet.domain.errors import InvalidInput
 
 if TYPE_CHECKING:
     from gpufleet.agent.push import Pusher
@@ -362,8 +365,19 @@ def make_registry(telemetry: Telemetry, spool: Spool | None = None, pusher: Push
 
 
 def serve(registry: CollectorRegistry, port: int, addr: str = "0.0.0.0") -> tuple[Callable[[], None], int]:
-    """Serve ``/metrics`` on ``addr:port`` in a daemon thread; returns (stop function, bound port)."""
-    server, thread = start_http_server(port, addr=addr, registry=registry)
+    """Serve ``/metrics`` on ``addr:port`` in a daemon thread; returns (stop function, bound port).
+
+    A port already taken (dcgm-exporter's default is 9400 too) or an address this host does not have is
+    an InvalidInput naming the setting, not a traceback."""
+    try:
+        server, thread = start_http_server(port, addr=addr, registry=registry)
+    except socket.gaierror as err:
+        raise InvalidInput("metrics_addr", addr, f"an IP address or host name of this node ({err.strerror})") from None
+    except OSError as err:
+        if err.errno == errno.EADDRINUSE:
+            expected = f"a port no other process listens on at {addr} ({err.strerror}; 0 = any free port)"
+            raise InvalidInput("metrics_port", port, expected) from None
+        raise InvalidInput("metrics_addr", addr, f"an address of this node ({err.strerror})") from None
 
     def stop() -> None:
         server.shutdown()

@@ -29,7 +29,7 @@ from gpufleet.domain.fleet import gpu_slot, nic_slot
 @dataclass(frozen=True, slots=True)
 class Thresholds:
     thermal_c: float = 87.0  # GPU core limit, C (rule gpu_thermal); H100 SXM slows down around 87-90 C
-    thermal_clear_c: float = 82.0  # hysteresis: re-arm below this
+    thermal_clear_c: float = 82.0  # hysteresis: re-arm below this (at most thermal_c)
     hbm_thermal_c: float = 95.0  # HBM temperature limit, C (rule hbm_thermal)
     sbe_increase: int = 100  # new correctable ECC errors within one slow interval (rule sbe_burst)
     dbe_increase: int = 1  # new uncorrectable ECC errors (rule dbe_increase)

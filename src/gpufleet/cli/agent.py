@@ -16,13 +16,19 @@ from gpufleet.cli.errors import configure_logging
 def register(app: typer.Typer) -> None:
     @app.command()
     def agent(
-        device: Annotated[str, typer.Option(help="GPU backend: nvml (real GPUs) or sim (simulated).")] = "nvml",
+        device: Annotated[
+            str | None,
+            typer.Option(help="GPU backend: nvml (real GPUs) or sim (simulated). Default: the config's, else nvml."),
+        ] = None,
         gpus: Annotated[int | None, typer.Option(help="Simulated GPU count (--device sim).")] = None,
         controller: Annotated[str | None, typer.Option(help="Controller base URL, e.g. http://ctl:8470.")] = None,
         token_file: Annotated[Path | None, typer.Option(help="File holding this node's controller token.")] = None,
         metrics_port: Annotated[int | None, typer.Option(help="Prometheus port (default 9400; 0 = any).")] = None,
         metrics_addr: Annotated[str | None, typer.Option(help="Address to serve /metrics on.")] = None,
-        push: Annotated[bool, typer.Option("--push/--no-push", help="Push events to the controller.")] = True,
+        push: Annotated[
+            bool | None,
+            typer.Option("--push/--no-push", help="Push events to the controller (default: the config's, else push)."),
+        ] = None,
         node: Annotated[str | None, typer.Option(help="Node name (default: hostname).")] = None,
         config: Annotated[Path | None, typer.Option(help="TOML config file (see docs/agent.md).")] = None,
         state_dir: Annotated[Path | None, typer.Option(help="Spool and kernel-log position directory.")] = None,
@@ -74,7 +80,7 @@ def register(app: typer.Typer) -> None:
         from gpufleet.agent.inventory import inventory_json
         from gpufleet.domain.errors import InvalidInput
 
-        if device not in ("nvml", "sim"):
+        if device is not None and device not in ("nvml", "sim"):
             raise InvalidInput("--device", device, "nvml or sim")
         configure_logging(log_level)
         logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per push is noise

@@ -97,6 +97,15 @@ def register(app: typer.Typer) -> None:
             raise InvalidInput("--device", device, "auto, cuda or cpu")
         if controller and token_file is None:
             raise InvalidInput("--token-file", None, "a token file when --controller is given")
+        if tolerance is not None and not 0 < tolerance < 1:
+            raise InvalidInput("--tolerance", tolerance, "a fraction between 0 and 1 (0.25: a pair may be 25 % slower)")
+        token = None
+        if controller and token_file is not None:  # before minutes of checks, not after them
+            from gpufleet.checks.poster import read_token
+
+            if not controller.startswith(("http://", "https://")):
+                raise InvalidInput("--controller", controller, "an http:// or https:// URL")
+            token = read_token(token_file)
         started = datetime.now(UTC)
         bars = load_baselines(baselines)
         soak_s = None if soak is None else parse_duration(soak, "--soak").total_seconds()
@@ -133,16 +142,16 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(report.to_json(), indent=2))
         else:
             _table(report)
-        if controller and token_file is not None:
+        if controller and token is not None:
             from gpufleet.checks.events import result_to_event
-            from gpufleet.checks.poster import post_events, read_token
+            from gpufleet.checks.poster import post_events
 
             run_id = f"{started.strftime('%Y%m%dT%H%M%SZ')}-{secrets.token_hex(3)}"
             events = [
                 result_to_event(r, node=report.node, run_id=run_id, time=started, sku=report.sku)
                 for r in report.results
             ]
-            sent = post_events(controller, read_token(token_file), events, retry_for_s=retry_s)
+            sent = post_events(controller, token, events, retry_for_s=retry_s)
             typer.echo(f"posted {sent} check events to {controller} (run {run_id})", err=True)
         raise typer.Exit(1 if report.status is Status.FAIL else 0)
 

@@ -1,3 +1,6 @@
+from pathlib import Path
+
+import pytest
 
 
 def test_the_config_file_defaults_are_the_domain_defaults() -> None:
@@ -11,3 +14,23 @@ def test_the_config_file_defaults_are_the_domain_defaults() -> None:
     for model, cls in ((ThresholdsModel, Thresholds), (CadenceModel, Cadence)):
         assert set(model.model_fields) == {f.name for f in fields(cls)}
         assert model().build() == cls()
+
+
+def test_thresholds_that_cannot_work_are_refused_naming_the_key(tmp_path: Path) -> None:
+    """A re-arm point above the limit would report a GPU between the two every second; a negative
+    expected InfiniBand rate would judge nothing."""
+    from gpufleet.agent.config import load_config
+    from gpufleet.domain.errors import InvalidInput
+
+    cfg = tmp_path / "agent.toml"
+    for toml, field in (
+        ("[thresholds]\nthermal_c = 80\nthermal_clear_c = 90\n", "thresholds.thermal_clear_c"),
+        ("[thresholds]\nthermal_clear_c = 88\n", "thresholds.thermal_clear_c"),  # above the default 87
+        ("[thresholds]\nib_expected_rate_gbps = -400\n", "thresholds.ib_expected_rate_gbps"),
+    ):
+        cfg.write_text(toml)
+        with pytest.raises(InvalidInput) as err:
+            load_config(cfg)
+        assert err.value.field == field, toml
+    cfg.write_text("[thresholds]\nthermal_c = 90\nthermal_clear_c = 85\nib_expected_rate_gbps = 400\n")
+    assert load_config(cfg).thresholds.build().thermal_clear_c == 85

@@ -133,3 +133,27 @@ def test_openmetrics_exposition_is_valid(tmp_path: Path) -> None:
     fams = {f.name: f for f in parse_openmetrics(text)}
     assert fams["gpufleet_gpu_xid_errors"].type == "counter"
     assert fams["DCGM_FI_DEV_GPU_UTIL"].type == "gauge"
+
+
+def test_a_port_already_taken_or_a_foreign_address_is_invalid_input_naming_the_setting() -> None:
+    import socket
+
+    import pytest
+
+    from gpufleet.agent.exporter import make_registry, serve
+    from gpufleet.agent.telemetry import Telemetry
+    from gpufleet.domain.errors import InvalidInput
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        port = taken.getsockname()[1]
+        with pytest.raises(InvalidInput) as err:
+            serve(make_registry(Telemetry(hostname="n1")), port, "127.0.0.1")
+        assert err.value.field == "metrics_port" and err.value.value == port
+    finally:
+        taken.close()
+    with pytest.raises(InvalidInput) as err:
+        serve(make_registry(Telemetry(hostname="n1")), 0, "not an address")
+    assert err.value.field == "metrics_addr"
