@@ -41,6 +41,10 @@ class DiagnoseDecoder:
         self._when.clear()
         return out
 
+    @property
+    def undecoded(self) -> int:
+        return self._decoder.stats.undecoded
+
     def _events(self, findings: Iterable[Finding], when: datetime | None) -> list[tuple[int, HealthEvent]]:
         out: list[tuple[int, HealthEvent]] = []
         for f in findings:

@@ -197,6 +197,9 @@ class AgentCollector:
         src.add_metric([t.kmsg_source], 1.0)
         yield src
         yield CounterMetricFamily("gpufleet_agent_kmsg_lines", "Kernel-log lines read.", value=float(t.kmsg_lines))
+        yield CounterMetricFamily("gpufleet_agent_kmsg_undecoded",
+                                  "Kernel-log lines naming an Xid or SXid that could not be read (no or a bad "
+                                  "code: a driver format to report).", value=float(t.kmsg_undecoded))
         if self.spool is not None:
             yield GaugeMetricFamily(
                 "gpufleet_agent_spool_events", "Events waiting in the spool.", value=float(len(self.spool))

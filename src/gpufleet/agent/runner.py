@@ -156,6 +156,7 @@ class Agent:
             if self.kmsg is not None:
                 events += self._local(self._guard("kmsg", self.kmsg.poll) or [])
                 t.kmsg_lines = self.kmsg.lines
+                t.kmsg_undecoded = self.kmsg.decoder.undecoded
         if self._due("slow", mono, self.cadence.slow_s) and self.status.ok:
             for i in self._indices:
                 r2 = self._guard("gpu_slow", self.device.read_slow, i)

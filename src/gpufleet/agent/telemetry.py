@@ -31,6 +31,7 @@ class Telemetry:
     collector_errors: dict[str, int] = field(default_factory=dict)  # collector -> unexpected failures
     kmsg_source: str = "none"
     kmsg_lines: int = 0
+    kmsg_undecoded: int = 0  # lines naming an Xid/SXid the decoder could not read
     ticks: int = 0
     idle_gpu: dict[tuple[int, str], float] = field(default_factory=dict)  # (gpu index, job) -> idle seconds
 

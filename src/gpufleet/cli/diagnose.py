@@ -84,7 +84,8 @@ def register(app: typer.Typer) -> None:
             typer.echo(render_json(report))
             st = report.stats
             notes = {"binary_lines": st.binary, "invalid_utf8_lines": st.invalid_utf8,
-                     "truncated_lines": st.truncated, "repeated_findings_not_kept": report.suppressed}
+                     "truncated_lines": st.truncated, "xid_lines_not_understood": st.undecoded,
+                     "repeated_findings_not_kept": report.suppressed}
             if any(notes.values()):
                 typer.echo("gpufleet diagnose: input: " + ", ".join(f"{k}={v}" for k, v in notes.items()),
                            err=True)

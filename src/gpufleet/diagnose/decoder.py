@@ -34,6 +34,7 @@ MAX_LINE = 16_384  # characters kept of one line; the rest is cut (and counted)
 MAX_RAW = 4_096  # characters of joined raw text kept per finding
 _NONFATAL = ("Non-fatal", "Nonfatal")
 _HUMAN_HEADER = re.compile(rb"(?m)^\[[A-Z][a-z]{2}\s?\d{1,2} \d\d:\d\d\]")
+_NAMES_XID = re.compile(r"\b(?:NVRM: Xid|SXid)\b")  # a line that says it reports an Xid/SXid
 _CAP = 4_096  # entries kept in the decoder's small lookup tables (GPU UUIDs, link states)
 
 
@@ -48,6 +49,7 @@ class DecoderStats:
     binary: int = 0  # lines containing NUL bytes
     invalid_utf8: int = 0  # lines that were not valid UTF-8
     truncated: int = 0  # lines longer than MAX_LINE (cut), or cut off at end of input
+    undecoded: int = 0  # lines naming an Xid or SXid that no rule could read (no code, a bad code)
 
     def to_dict(self) -> dict[str, int]:
         return {k: getattr(self, k) for k in self.__slots__}
@@ -172,6 +174,8 @@ class Decoder:
                 return out
             st.candidates += 1
             pend = self._recognise(parsed.message, n)
+            if pend is None:
+                self._undecoded(text)
         else:
             if not candidate:
                 if self._prefix.relative_mode or (text[:1] == "[" and text[1:2].isalpha()):
@@ -181,6 +185,8 @@ class Decoder:
             # prefix only for a hit: most candidate lines are benign driver chatter.
             st.candidates += 1
             pend = self._recognise(text, n)
+            if pend is None:
+                self._undecoded(text)
             if pend is None or isinstance(pend, rules_host.LinkUp):  # no event: skip the prefix
                 if self._prefix.relative_mode:
                     self._prefix.relative_delta(text)
@@ -216,6 +222,12 @@ class Decoder:
         return self._close() + self._close_sxids()
 
     # -- internals -------------------------------------------------------------------------------
+
+    def _undecoded(self, text: str) -> None:
+        """Count a line that names an Xid/SXid none of the rules could read: a report must not pass
+        over a fault line it did not understand as if there were nothing there."""
+        if _NAMES_XID.search(text):
+            self.stats.undecoded += 1
 
     def _feed_sxid(self, text: str, n: int, key: tuple[str, int], detail: bool) -> list[Finding]:
         """An NVSwitch SXid line: a detail line joins its own switch's open header, whatever other

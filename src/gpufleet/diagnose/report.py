@@ -128,7 +128,9 @@ def render_table(report: Report, source: str = "", width: int | None = None, zon
     ]
     notes = [f"{n} {what}" for n, what in (
         (st.binary, "binary lines"), (st.invalid_utf8, "invalid UTF-8 lines"),
-        (st.truncated, "truncated lines"), (report.suppressed, "repeated findings not kept"),
+        (st.truncated, "truncated lines"),
+        (st.undecoded, "Xid/SXid lines not understood (no code or a bad one)"),
+        (report.suppressed, "repeated findings not kept"),
     ) if n]
     if notes:
         lines.append("input: " + ", ".join(notes))

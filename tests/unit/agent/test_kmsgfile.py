@@ -106,3 +106,25 @@ def test_a_missing_file_names_the_option(tmp_path: Path, proc: Path) -> None:
     with pytest.raises(InvalidInput) as err:
         r.start()
     assert err.value.field == "--kmsg-file" and err.value.value == str(tmp_path / "nope.log")
+
+
+def test_an_xid_line_the_decoder_cannot_read_is_counted_on_the_agents_metrics(tmp_path: Path, proc: Path) -> None:
+    """A driver printing an Xid in a form no rule reads must not pass as a quiet log."""
+    from prometheus_client import generate_latest
+
+    from gpufleet.agent.exporter import make_registry
+
+    log = tmp_path / "dmesg.log"
+    log.write_text("[ 10.000001] NVRM: Xid (PCI:0000:5d:00): abc, pid=1\n"
+                   "[ 11.000001] NVRM: Xid (PCI:0000:5d:00): 79, pid=2, GPU has fallen off the bus.\n"
+                   "[ 12.000001] NVRM: Xid 48\n"
+                   "[ 13.000001] NVRM: loading NVIDIA UNIX x86_64 Kernel Module\n")
+    clock = FakeClock()
+    events: list[HealthEvent] = []
+    agent = Agent("n1", SimDevice(1, clock=clock), clock, kmsg=replay(log, proc, clock), on_events=events.extend)
+    agent.open()
+    agent.tick()
+    assert [e.code for e in events if e.kind is EventKind.XID] == [79]  # the readable one is still an event
+    text = generate_latest(make_registry(agent.telemetry, None)).decode()
+    assert "gpufleet_agent_kmsg_undecoded_total 2.0" in text, text
+    assert "gpufleet_agent_kmsg_lines_total 4.0" in text

@@ -129,3 +129,19 @@ def test_flush_completes_an_event_waiting_for_continuation_lines() -> None:
     dec = Decoder(CATALOG)
     assert dec.feed(XID) == [] and dec.has_open_event  # an Xid may still be followed by dump lines
     assert [f.code for f in dec.flush()] == [79] and not dec.has_open_event
+
+
+def test_xid_and_sxid_lines_no_rule_can_read_are_counted_and_said() -> None:
+    from gpufleet.diagnose.report import analyse, render_table
+
+    dec = Decoder(CATALOG)
+    log = (b"[ 1.0] NVRM: Xid (PCI:0000:3b:00): abc, pid=1\n"
+           b"[ 2.0] NVRM: Xid 48\n"
+           b"[ 3.0] nvidia-nvswitch0: SXid (PCI:0000:05:00.0): garbage\n"
+           + XID +
+           b"[ 5.0] NVRM: loading NVIDIA UNIX x86_64 Kernel Module\n")
+    found = list(decode_stream(io.BytesIO(log), dec))
+    assert [f.code for f in found] == [79]
+    assert dec.stats.undecoded == 3 and dec.stats.to_dict()["undecoded"] == 3
+    report = analyse(found, CATALOG, dec.stats)
+    assert "input: 3 Xid/SXid lines not understood" in render_table(report, "log")

@@ -58,12 +58,18 @@ class LogDecoder(Protocol):
 
     def flush(self) -> list[tuple[int, HealthEvent]]: ...
 
+    @property
+    def undecoded(self) -> int:
+        """Lines naming an Xid/SXid that the decoder could not read (no code, a bad one), so far."""
+        ...
+
 
 class KernelLog(Protocol):
     """What the runner needs of a kernel-log source: :class:`KmsgFollower` (the live log) or
     :class:`~gpufleet.agent.collectors.kmsgfile.KmsgFileReplay` (a recorded one)."""
 
     lines: int  # messages read so far
+    decoder: LogDecoder
 
     def start(self) -> str:
         """Open the source; returns its name for the ``gpufleet_agent_kmsg_source`` metric."""
@@ -91,6 +97,10 @@ class LineDecoder:
 
     def flush(self) -> list[tuple[int, HealthEvent]]:
         return []
+
+    @property
+    def undecoded(self) -> int:
+        return 0  # a plain function says nothing of what it could not read
 
 
 _READ_SIZE = 8192
