@@ -110,6 +110,9 @@ def register(app: typer.Typer) -> None:
         bars = load_baselines(baselines)
         soak_s = None if soak is None else parse_duration(soak, "--soak").total_seconds()
         retry_s = parse_duration(retry_for, "--retry-for").total_seconds()
+        if known_good.strip() and lvl is not Level.MULTINODE:
+            raise InvalidInput("--known-good", known_good, "only with --level multinode (the partners of a "
+                               "fabric check)")
         name = node or socket.gethostname()
         progress = _progress_printer(quiet=json_out and not sys.stderr.isatty())
         rank = 0

@@ -70,6 +70,8 @@ def register(app: typer.Typer) -> None:
                 cat = cat.with_overrides(doc, source=str(catalog))
             inv = load_inventory(inventory) if inventory is not None else None
             ports = load_nvlink_remote(nvlink) if nvlink is not None else None
+            if year is not None and not 1970 <= year <= 9999:
+                raise InvalidInput("--year", year, "a year from 1970 to 9999 (of timestamps written without one)")
             stream = open_log(file, sys.stdin.buffer)
             if year is None:
                 mtime = Path(file).stat().st_mtime if file != "-" else None

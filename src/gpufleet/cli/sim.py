@@ -125,6 +125,8 @@ def register(app: typer.Typer) -> None:
             raise InvalidInput("control", control, "lifecycle or fixed")
         policy_file = load_policy(policy) if policy is not None else None
 
+        if trace_nodes is not None and trace is None:
+            raise InvalidInput("--trace-nodes", trace_nodes, "only with --trace (the servers the trace covers)")
         fault_trace = None
         if trace is not None:
             fault_trace = load_trace(trace, nodes=trace_nodes)

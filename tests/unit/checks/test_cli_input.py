@@ -27,6 +27,7 @@ def _never(*_a: object, **_k: object) -> None:
         (["--controller", "http://ctl:8470", "--token-file", "EMPTY"], "--token-file"),
         (["--level", "multinode", "--tolerance", "-0.5"], "--tolerance"),
         (["--level", "multinode", "--tolerance", "1.5"], "--tolerance"),
+        (["--level", "quick", "--known-good", "n1,n2"], "--known-good"),  # only multinode has partners
     ],
 )
 def test_refused_before_the_checks_run(

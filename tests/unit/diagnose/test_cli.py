@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from gpufleet.cli import app
@@ -175,3 +176,9 @@ def test_a_gathered_syslog_is_judged_per_host_and_names_each_finding_s_host(tmp_
     inv.write_text('node = "r01-n07"\n[[gpu]]\nindex = 3\npci = "0000:18:00.0"\n')
     named = json.loads(runner.invoke(app, ["diagnose", "--json", "--inventory", str(inv), str(log)]).stdout)
     assert {r["node"] for r in named} == {"r01-n07"}
+
+
+@pytest.mark.parametrize("year", ["0", "-3", "20250"])
+def test_a_year_no_log_can_have_is_named(year: str) -> None:
+    res = runner.invoke(app, ["diagnose", str(FIXTURES / "benign.log"), "--year", year])
+    assert res.exit_code == 2 and f"--year: got {year}, expected a year from 1970" in res.output, res.output

@@ -159,3 +159,8 @@ def test_cli_report_writes_the_page_and_plots(tmp_path: Path) -> None:
         assert png in page
     assert "daly interval" in page and "hot spares" in page
     assert json.loads((out / "summary.json").read_text())[0]["label"] == "base"
+
+
+def test_trace_nodes_without_a_trace_is_named_not_ignored() -> None:
+    res = runner.invoke(app, ["sim", "--gpus", "64", "--days", "1", "--replicas", "1", "--trace-nodes", "400"])
+    assert isinstance(res.exception, InvalidInput) and res.exception.field == "--trace-nodes", res.output
