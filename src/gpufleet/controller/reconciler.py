@@ -24,8 +24,8 @@ from gpufleet.domain.events import EventKind, HealthEvent, Severity
 from gpufleet.lifecycle.checkpoint import CheckpointWait, job_gpus
 from gpufleet.lifecycle.decisions import ActionKind
 from gpufleet.lifecycle.engine import SchedObservation
-from gpufleet.lifecycle.plan import OutboxAction
-from gpufleet.lifecycle.states import NodeState
+from gpufleet.lifecycle.plan import AuditEntry, OutboxAction, Plan
+from gpufleet.lifecycle.states import Actor, NodeState
 from gpufleet.lifecycle.validation import plan_validation
 from gpufleet.schedulers.port import Job, SchedNode, SchedNodeState, Scheduler, drain_reason
 
@@ -342,9 +342,16 @@ class Reconciler:
         gpus = sum(job_gpus(j.gpus, len(j.nodes), self.cfg.gpus_per_node) for j in jobs)
         wait = CheckpointWait(row.created, now, tuple(j.id for j in jobs), gpus, basis, self.cfg.checkpoint_risk_budget,
                               self.cfg.checkpoint_grace, self.cfg.checkpoint_wait_timeout)
+        # The request is audited with the wait it starts, in one transaction, before any signal: a
+        # controller killed right after the signal still has both (the outcome follows, best effort).
+        intent = AuditEntry(now, Actor.SYSTEM, "reconciler", "checkpoint_request", row.action.node,
+                            f"asking job(s) {_ids(jobs)} to checkpoint: {gpus} GPUs, {wait.at_risk(now):.1f} "
+                            f"GPU-hours at risk, budget {wait.budget_gpu_hours:g}; drain at "
+                            f"{wait.deadline.isoformat()} at the latest")
         self.controller.store.update_action(row.id, status=ActionStatus.WAITING, now=now, next_attempt=now,
                                             progress=wait.progress(now),
-                                            result=f"asking job(s) {_ids(jobs)} to checkpoint")
+                                            result=f"asking job(s) {_ids(jobs)} to checkpoint",
+                                            plan=Plan(audit=[intent]))
         sent: dict[str, str] = {}  # job -> the signal it was sent ("" = it declared none: not asked)
         try:
             for job in jobs:
@@ -361,9 +368,7 @@ class Reconciler:
         asked = "; ".join(f"asked job {j} to checkpoint (SIG{s})" if s else
                           f"job {j} declared no checkpoint signal: not asked, drained at the deadline"
                           for j, s in sent.items()) or f"job(s) {_ids(jobs)} ended meanwhile"
-        self.controller.audit(row.action.node, "checkpoint_request", f"{asked}: {gpus} GPUs, "
-                              f"{wait.at_risk(now):.1f} GPU-hours at risk, budget {wait.budget_gpu_hours:g}; "
-                              f"drain at {wait.deadline.isoformat()} at the latest")
+        self.controller.audit(row.action.node, "checkpoint_signal", asked)
         return wait
 
     def _drain_and_requeue(self, node: str, reason: str, jobs: Sequence[Job], why: str) -> str:

@@ -144,8 +144,34 @@ def test_a_job_that_did_not_opt_in_is_not_signalled_and_is_drained_at_the_deadli
     a = w.action(n)
     assert a.status == "waiting" and a.progress["signal"] == "" and w.s.checkpoint_requests(job.id) == 0
     asked = [x for x in w.c.store.audit(target=n, page=Page(50)) if x.action == "checkpoint_request"]
-    assert len(asked) == 1 and f"job {job.id} declared no checkpoint signal: not asked" in asked[0].detail
+    (signal,) = [x for x in w.c.store.audit(target=n, page=Page(50)) if x.action == "checkpoint_signal"]
+    assert len(asked) == 1 and f"job {job.id} declared no checkpoint signal: not asked" in signal.detail
     w.step((T0 + timedelta(hours=8) - w.clock.now()).total_seconds() + 30)
     a = w.action(n)
     assert a.status == "done" and a.result.endswith(f"requeued {job.id}"), a.result
     assert w.s.node(n).state == SchedNodeState.DRAINED and w.s.checkpoint_requests(job.id) == 0
+
+
+def test_the_request_is_audited_with_its_wait_before_the_signal_is_sent(tmp_path: Path) -> None:
+    """A controller killed right after the signal (tests/e2e/test_loop_crash.py) must still have the
+    audit line saying it asked: the line is written with the wait, before any signal."""
+    w = World(tmp_path)
+    n = w.ids[0]
+    job = w.s.submit("train", [n], start=T0, checkpoint_signal="USR1")
+    seen_at_signal: list[list[str]] = []
+    send = w.s.request_checkpoint
+
+    def observed(job_id: str) -> str:  # what the store holds at the moment the signal goes out
+        seen_at_signal.append([x.action for x in w.c.store.audit(target=n, page=Page(50))])
+        return send(job_id)
+
+    w.s.request_checkpoint = observed  # type: ignore[method-assign]
+    w.step(3600)
+    w.degrade(n)
+    for _ in range(3):
+        w.step(30)
+    assert w.s.checkpoint_requests(job.id) == 1
+    (at_signal,) = seen_at_signal
+    assert "checkpoint_request" in at_signal and "checkpoint_signal" not in at_signal
+    after = [x.action for x in w.c.store.audit(target=n, page=Page(50))]
+    assert after.count("checkpoint_request") == 1 and after.count("checkpoint_signal") == 1

@@ -54,8 +54,10 @@ def test_degraded_node_job_is_asked_to_checkpoint_then_drained_and_requeued(
         assert float(progress["budget_gpu_hours"]) == 64.0
         assert "DRAIN" in sched.slurm_node("n2").flags
         wait_for(lambda: sched.job(job).restarts == 1, "job requeued from the checkpoint it wrote")
-        asked = [x for x in ctl.audit("n2") if x["action"] == "checkpoint_request"]
-        assert len(asked) == 1 and f"asked job {job} to checkpoint (SIGUSR1)" in asked[0]["detail"]
+        asked = [x for x in ctl.audit("n2") if x["action"] == "checkpoint_request"]  # before the signal
+        assert len(asked) == 1 and f"asking job(s) {job} to checkpoint" in asked[0]["detail"]
+        (signal,) = [x for x in ctl.audit("n2") if x["action"] == "checkpoint_signal"]  # what was sent
+        assert f"asked job {job} to checkpoint (SIGUSR1)" in signal["detail"]
     finally:
         ctl.stop()
 
@@ -97,7 +99,8 @@ def test_a_job_that_did_not_opt_in_is_not_signalled_and_survives_until_the_deadl
         assert str(a["result"]).endswith(f"requeued {job}"), a
         wait_for(lambda: sched.job(job).restarts == 1, "the job survived and was requeued at the deadline")
         asked = [x for x in ctl.audit("n1") if x["action"] == "checkpoint_request"]
-        assert len(asked) == 1 and "declared no checkpoint signal: not asked" in asked[0]["detail"]
+        (signal,) = [x for x in ctl.audit("n1") if x["action"] == "checkpoint_signal"]
+        assert len(asked) == 1 and "declared no checkpoint signal: not asked" in signal["detail"]
     finally:
         ctl.stop()
 

@@ -194,7 +194,8 @@ def test_a_rollout_in_batches_checkpoints_the_running_job_first_and_returns_ever
     audit = env.ctl.audit("n2")[::-1]  # oldest first
     order = [a["action"] for a in audit]
     assert order.index("checkpoint_request") < order.index("maintenance_action"), order
-    assert f"asked job {job} to checkpoint (SIGUSR1)" in audit[order.index("checkpoint_request")]["detail"]
+    assert order.index("checkpoint_request") < order.index("checkpoint_signal")  # recorded before it is sent
+    assert f"asked job {job} to checkpoint (SIGUSR1)" in audit[order.index("checkpoint_signal")]["detail"]
     drain = env.ctl.action("n2", "drain_after_checkpoint")
     assert drain is not None and str(drain["result"]).startswith("drained after checkpoint at"), drain
     # requeued once, from the checkpoint it wrote, and it continues: Slurm holds a requeued job back for
