@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
 
@@ -51,3 +52,17 @@ def format_duration(td: timedelta) -> str:
             out.append(f"{rest // size}{unit}")
             rest %= size
     return "".join(out[:2])
+
+
+def positive_seconds(text: str | float | int, field: str) -> float:
+    """A period that must be positive and finite (a loop's interval): a number of seconds or a
+    duration such as ``"30s"`` or ``"5m"``. Raises InvalidInput naming ``field`` otherwise (0 would spin)."""
+    try:
+        seconds = parse_duration(text, field).total_seconds()
+    except (OverflowError, ValueError):  # "inf", "nan"
+        seconds = math.nan
+    except InvalidInput:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise InvalidInput(field, text, "seconds > 0, or a duration such as 30s or 5m")
+    return seconds

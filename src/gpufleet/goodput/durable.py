@@ -26,7 +26,6 @@ time from ``/proc``; record times are the wall clock read once, advanced by ``ti
 from __future__ import annotations
 
 import json
-import math
 import os
 import socket
 import subprocess
@@ -39,6 +38,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Literal
 
+from gpufleet.domain.durations import positive_seconds
 from gpufleet.domain.errors import InvalidInput, NotFound
 from gpufleet.goodput.runlog import FORMAT, RankLog, parse_rank_log
 
@@ -201,13 +201,7 @@ def _push_period() -> str:
     """``$GPUFLEET_GOODPUT_PUSH_PERIOD`` (default 60), checked here: the push process would otherwise
     die on a typo where nobody looks, or push in a tight loop on 0."""
     raw = os.environ.get("GPUFLEET_GOODPUT_PUSH_PERIOD", "") or "60"
-    try:
-        ok = math.isfinite(float(raw)) and float(raw) > 0
-    except ValueError:
-        ok = False
-    if not ok:
-        raise InvalidInput("GPUFLEET_GOODPUT_PUSH_PERIOD", raw, "seconds > 0 between pushes (default 60)")
-    return raw
+    return str(positive_seconds(raw, "GPUFLEET_GOODPUT_PUSH_PERIOD"))
 
 
 def _start_pusher(run_dir: Path, period: str = "60") -> subprocess.Popen[bytes]:

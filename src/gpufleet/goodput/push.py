@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import signal
 import threading
@@ -35,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from gpufleet.domain.durations import positive_seconds
 from gpufleet.domain.errors import ExternalError, GpufleetError, InvalidInput
 from gpufleet.goodput.durable import read_run
 from gpufleet.goodput.intervals import Interval, run_intervals
@@ -176,8 +176,7 @@ class GoodputPusher:
     def follow(self, stop: threading.Event, *, period_s: float = 60.0, parent_pid: int | None = None,
                poll_s: float = 1.0) -> None:
         """Push every ``period_s`` until ``stop`` is set or ``parent_pid`` has exited, then once more."""
-        if not (period_s > 0 and math.isfinite(period_s)):
-            raise InvalidInput("period_s", period_s, "seconds > 0 between pushes")
+        positive_seconds(period_s, "period_s")
         next_at = time.monotonic() + period_s
         while not stop.wait(min(poll_s, period_s)):
             if parent_pid is not None and not _alive(parent_pid):
@@ -245,8 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parent", type=int, default=None)
     p.add_argument("--period", type=float, default=60.0)
     a = p.parse_args(argv)
-    if not (a.period > 0 and math.isfinite(a.period)):
-        p.error(f"argument --period: got {a.period}, expected seconds > 0")  # 0 would push in a tight loop
+    try:
+        positive_seconds(a.period, "--period")  # 0 would push in a tight loop
+    except InvalidInput as err:
+        p.error(str(err))
     logging.basicConfig(level=logging.INFO, format="%(asctime)s goodput-push %(levelname)s %(message)s")
     pusher = GoodputPusher.from_env(a.run_dir)
     if pusher is None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
+from gpufleet.domain.durations import positive_seconds
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.goodput.durable import read_run
 from gpufleet.goodput.push import fetch_job_events
@@ -87,12 +88,7 @@ class TrackerLoop:
 
         raw = os.environ.get("GPUFLEET_TRACKER_PERIOD", "")
         if raw:
-            try:
-                period_s = float(raw)
-            except ValueError:
-                raise InvalidInput("GPUFLEET_TRACKER_PERIOD", raw, "seconds > 0 between rounds") from None
-            if not period_s > 0:
-                raise InvalidInput("GPUFLEET_TRACKER_PERIOD", raw, "seconds > 0 between rounds")
+            period_s = positive_seconds(raw, "GPUFLEET_TRACKER_PERIOD")
         url = os.environ.get("GPUFLEET_CONTROLLER", "")
         token = controller_token(os.environ.get("GPUFLEET_TOKEN_FILE", "")) if url else ""
         return cls(run_dir, exporter, controller=url, token=token, job=os.environ.get("SLURM_JOB_ID", ""),

@@ -136,7 +136,7 @@ def test_bad_loop_settings_are_named(run: Path, kw: dict[str, Any], field: str) 
         TrackerLoop(run, FlakyTracker(0), **kw)
 
 
-@pytest.mark.parametrize("period", ["1m", "0", "-1"])
+@pytest.mark.parametrize("period", ["often", "0", "-1"])
 def test_from_env_names_a_bad_tracker_period(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, period: str) -> None:
     from gpufleet.domain.errors import InvalidInput
 
@@ -145,3 +145,11 @@ def test_from_env_names_a_bad_tracker_period(tmp_path: Path, monkeypatch: pytest
     with pytest.raises(InvalidInput) as err:
         TrackerLoop.from_env(tmp_path, FlakyTracker(0))
     assert err.value.field == "GPUFLEET_TRACKER_PERIOD"
+
+
+def test_from_env_takes_the_tracker_period_as_seconds_or_a_duration(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GPUFLEET_CONTROLLER", raising=False)
+    for written, seconds in (("90", 90.0), ("2m", 120.0)):
+        monkeypatch.setenv("GPUFLEET_TRACKER_PERIOD", written)
+        assert TrackerLoop.from_env(tmp_path, FlakyTracker(0)).period_s == seconds
