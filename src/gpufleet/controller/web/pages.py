@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -231,17 +231,21 @@ def jobs(c: Controller, reconciler: Reconciler | None, find: str = "", limit: in
     if reconciler is None:
         return Jobs(error="no scheduler is configured", find=find)
     needle = find.strip().lower()
-    total = 0
-    matched: list[Job] = []
-    try:
-        for j in reconciler.scheduler.list_jobs():  # streamed: only the matches are kept
-            total += 1
+    seen = [0, 0]  # jobs listed, of which matched
+
+    def matching() -> Iterator[Job]:
+        for j in reconciler.scheduler.list_jobs():
+            seen[0] += 1
             if not needle or needle in j.id.lower() or needle in (j.name or "").lower():
-                matched.append(j)
+                seen[1] += 1
+                yield j
+
+    try:  # the queue is streamed (decision 0102): only the ``limit`` shown are kept
+        # running first, then by id in numeric order for numeric ids (Slurm's): 9 before 10
+        shown = heapq.nsmallest(limit, matching(), key=lambda j: (j.state != "running", len(j.id), j.id))
     except GpufleetError as err:
         return Jobs(error=f"the scheduler did not answer: {err}", find=find)
-    # running first, then by id in numeric order for numeric ids (Slurm's): 9 before 10
-    shown = heapq.nsmallest(limit, matched, key=lambda j: (j.state != "running", len(j.id), j.id))
+    total, matched = seen
     reported = c.store.last_checkpoints([j.id for j in shown])
     on = sorted({n for j in shown for n in j.nodes})  # the shown jobs' nodes, not the fleet's
     states = {n.id: n.state for n in c.store.nodes(within=on, page=Page(max(1, len(on))))}
@@ -251,7 +255,7 @@ def jobs(c: Controller, reconciler: Reconciler | None, find: str = "", limit: in
         times = [t for t in (j.last_checkpoint, reported.get(j.id)) if t is not None]
         last = max(times) if times else None
         out.append(JobView(j, last, now - last if last else None, {n: states.get(n, "unknown") for n in j.nodes}))
-    return Jobs(out, total=total, matched=len(matched), find=find)
+    return Jobs(out, total=total, matched=matched, find=find)
 
 
 def inventory_rows(inv: NodeInventory | None) -> dict[str, list[dict[str, Any]]]:
