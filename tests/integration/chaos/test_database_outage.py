@@ -81,9 +81,11 @@ def _retrying(tally: Tally, stop: threading.Event, call: Callable[[], httpx.Resp
     raise AssertionError("never answered")
 
 
-def _agent(base: str, nodes: list[str], tally: Tally, stop: threading.Event) -> None:
+def _agent(base: str, nodes: list[str], tally: Tally, stop: threading.Event, outage: threading.Event) -> None:
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {AGENT}"}, timeout=30) as http:
         for b in range(BATCHES):
+            if b == BATCHES // 3:  # the rest of the burst goes out once the outage is in effect: "mid burst"
+                outage.wait(180)  # however fast ingest got (it once finished before the lock was taken)
             events = [_event(n, b * PER_BATCH + j, fatal=(b == BATCHES // 2 and n == nodes[0] and j == 0))
                       for j in range(PER_BATCH) for n in nodes[j % len(nodes):j % len(nodes) + 1]]
             _retrying(tally, stop, lambda ev=events: http.post("/v1/events", json={"events": ev}), {202})
@@ -197,7 +199,9 @@ def test_a_database_outage_mid_burst_loses_nothing_and_runs_nothing_twice(backen
                 errors.append(err)
         return threading.Thread(target=target)
 
-    threads = [run(_agent, base, NODES[a * NODES_EACH:(a + 1) * NODES_EACH], tally, stop) for a in range(AGENTS)]
+    outage = threading.Event()
+    threads = [run(_agent, base, NODES[a * NODES_EACH:(a + 1) * NODES_EACH], tally, stop, outage)
+               for a in range(AGENTS)]
     threads.append(run(_operator, base, tally, stop))
     try:
         for t in threads:
@@ -205,6 +209,7 @@ def test_a_database_outage_mid_burst_loses_nothing_and_runs_nothing_twice(backen
         total = AGENTS * NODES_EACH * BATCHES * PER_BATCH // NODES_EACH
         wait_for(lambda: len(tally.accepted) >= total // 4, "a quarter of the burst accepted")
         backend.outage.begin()
+        outage.set()
         # refused posts (SQLite: each waits out the 30 s busy timeout first)
         wait_for(lambda: tally.failed >= 5, "posts refused while the database is away", timeout_s=120)
         backend.outage.end()
