@@ -310,8 +310,11 @@ def _account(ev: tuple[TimelineEvent, ...]) -> _Acc:
                 a.ignored += 1
         elif k is K.CHECKPOINT_SAVE_START:
             if ph is _Phase.TRAINING:
-                a.snaps[e.checkpoint] = a.work
-                a.pending[e.checkpoint] = a.mark(e.time)
+                if e.checkpoint is None or e.checkpoint not in a.snaps:
+                    a.snaps[e.checkpoint] = a.work
+                    a.pending[e.checkpoint] = a.mark(e.time)
+                # else: a second stall of an asynchronous checkpoint not yet durable (waiting for its
+                # upload at the end): the snapshot and its settled point stay those of the first
                 a.phase = _Phase.SAVING
             else:
                 a.ignored += 1

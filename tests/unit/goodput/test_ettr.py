@@ -166,3 +166,19 @@ def test_adding_a_failure_never_raises_ettr(t: JobTimeline, where: float, planne
     kind = K.MAINTENANCE if planned else K.FAILURE
     worse = compute(t.with_event(TimelineEvent(at, kind, cause="added")))
     assert worse.ettr <= compute(t).ettr + 1e-12
+
+
+def test_waiting_again_for_an_async_checkpoint_is_its_stall_not_a_new_snapshot() -> None:
+    # async save of checkpoint 7: 50-52 staging; training 52-100; at the end the job waits 100-106 for
+    # its upload (a second start of the same checkpoint), durable at 105. The snapshot stays at 50: a
+    # failure before 105 would lose the training since 50, and the settled point is 50, not 100.
+    from gpufleet.goodput.ettr import settled
+
+    t = tl((0, K.START), (10, K.INITIALISED), (50, K.CHECKPOINT_SAVE_START, "", 7),
+           (52, K.CHECKPOINT_SAVE_END, "", 7), (100, K.CHECKPOINT_SAVE_START, "", 7),
+           (105, K.CHECKPOINT_PERSISTED, "", 7), (106, K.CHECKPOINT_SAVE_END, "", 7), (106, K.END))
+    r = compute(t)
+    assert r.checkpoints == 1
+    assert r.badput.checkpoint_save == pytest.approx(2 + 6)
+    assert r.productive == pytest.approx(40 + 48)
+    assert [p.time for p in settled(t)] == [0, 50, 106]
