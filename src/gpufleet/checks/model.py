@@ -7,8 +7,13 @@ see *why* a result failed without re-running anything.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+from gpufleet.domain.errors import InvalidInput
+
+REPORT_FORMAT = "gpufleet.check/v1"  # what ``gpufleet check --json`` prints
 
 
 class Level(StrEnum):
@@ -102,7 +107,7 @@ class Report:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "format": "gpufleet.check/v1",
+            "format": REPORT_FORMAT,
             "node": self.node,
             "level": str(self.level),
             "device": self.device,
@@ -113,3 +118,26 @@ class Report:
             "skipped": list(self.skipped),
             "results": [r.to_json() for r in self.results],
         }
+
+
+
+def measured_gemm_flops(doc: object, dtype: str) -> float:
+    """A node's measured dense GEMM ceiling, FLOP/s per GPU, at ``dtype`` (bf16, fp16, tf32, fp8, fp32),
+    from a report ``gpufleet check --json`` printed: the median over its GPUs of the ``gemm_<dtype>``
+    check's value (TFLOPS). The goodput report divides a run's achieved FLOP/s by it."""
+    if not isinstance(doc, dict) or doc.get("format") != REPORT_FORMAT:
+        got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+        raise InvalidInput("format", got, f"{REPORT_FORMAT} (the output of gpufleet check --json)")
+    results = doc.get("results")
+    if not isinstance(results, list):
+        raise InvalidInput("results", results, "a list of check results")
+    name = f"gemm_{dtype}"
+    values = [r["value"] for r in results if isinstance(r, dict) and r.get("check") == name
+              and isinstance(r.get("value"), int | float) and not isinstance(r.get("value"), bool)
+              and r["value"] > 0]
+    if not values:
+        ran = sorted({str(r.get("check")) for r in results if isinstance(r, dict)
+                      and str(r.get("check", "")).startswith("gemm_")})
+        raise InvalidInput("results", f"no {name} value (gemm checks present: {', '.join(ran) or 'none'})",
+                           f"a {name} result: the dtype the run trains in, measured on its GPU type")
+    return float(statistics.median(values)) * 1e12

@@ -6,9 +6,39 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from gpufleet.goodput.runreport import RunReport
+
+
+def _with_ceiling(r: RunReport, path: Path, dtype: str) -> RunReport:
+    """``r`` with the measured GEMM ceiling from a ``gpufleet check --json`` file (errors name the option)."""
+    from dataclasses import replace
+
+    from gpufleet.checks.model import measured_gemm_flops
+    from gpufleet.domain.errors import InvalidInput
+
+    if r.mfu is None:
+        raise InvalidInput("--ceiling", str(path), "a run with an MFU: it declares no FLOPs per step or no peak "
+                           "(rec.model(flops_per_step, peak_flops=...))")
+    dtype = dtype or r.mfu.dtype
+    if not dtype:
+        raise InvalidInput("--ceiling-dtype", dtype, "the GEMM to compare with, since the run declared no dtype: "
+                           "bf16, fp16, tf32, fp8 or fp32")
+    try:
+        doc = json.loads(path.read_text("utf-8"))
+    except OSError as err:
+        raise InvalidInput("--ceiling", str(path), f"a readable file ({err.strerror})") from None
+    except ValueError as err:
+        raise InvalidInput("--ceiling", str(path), f"the JSON gpufleet check --json prints ({err})") from None
+    try:
+        flops = measured_gemm_flops(doc, dtype)
+    except InvalidInput as err:
+        raise InvalidInput(f"--ceiling {path}: {err.field}", err.value, err.expected) from None
+    return replace(r, mfu=replace(r.mfu, ceiling_flops=flops))
 
 
 def register(app: typer.Typer) -> None:
@@ -23,6 +53,12 @@ def register(app: typer.Typer) -> None:
             "--html", help="Also write a self-contained HTML report with charts here (needs matplotlib).")] = None,
         price: Annotated[float | None, typer.Option(
             "--price-per-gpu-hour", help="TCO: what a GPU-hour costs; adds the price of a useful GPU-hour.")] = None,
+        ceiling: Annotated[Path | None, typer.Option(
+            "--ceiling", help="A `gpufleet check --json` report from the run's GPU type: adds MFU against "
+                              "its measured GEMM ceiling beside the datasheet peak.")] = None,
+        ceiling_dtype: Annotated[str, typer.Option(
+            "--ceiling-dtype", help="The GEMM to compare with (bf16, fp16, tf32, fp8, fp32; "
+                                    "default: the dtype the run declared).")] = "",
     ) -> None:
         """ETTR, MTTF, badput breakdown, restarts, MFU, stragglers (and TCO) of one run."""
         from gpufleet.goodput.durable import read_run
@@ -30,6 +66,8 @@ def register(app: typer.Typer) -> None:
         from gpufleet.goodput.tco import tco
 
         r = run_report(read_run(run_dir))
+        if ceiling is not None:
+            r = _with_ceiling(r, ceiling, ceiling_dtype)
         cost = None if price is None else tco(price, max(r.world, 1), r.goodput.elapsed, r.goodput.ettr,
                                               r.mfu.training if r.mfu is not None else None)
         if html is not None:

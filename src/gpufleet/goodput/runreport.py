@@ -35,6 +35,14 @@ class Mfu:
     effective: float
     lost_to_restarts: float
     lost_to_stragglers: float = 0.0
+    dtype: str = ""  # as the run declared it
+    # the GPU's measured GEMM ceiling per GPU (gpufleet.checks.model.measured_gemm_flops), when given
+    ceiling_flops: float | None = None
+
+    @property
+    def of_ceiling(self) -> float | None:
+        """The steps' achieved FLOP/s over the measured ceiling: how close to what this GPU can do."""
+        return None if not self.ceiling_flops else self.training * self.peak_flops / self.ceiling_flops
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +82,8 @@ class RunReport:
             "mfu": None if self.mfu is None else {
                 "flops_per_step": self.mfu.flops_per_step, "peak_flops": self.mfu.peak_flops,
                 "training": self.mfu.training, "effective": self.mfu.effective,
-                "lost_to_restarts": self.mfu.lost_to_restarts, "lost_to_stragglers": self.mfu.lost_to_stragglers},
+                "lost_to_restarts": self.mfu.lost_to_restarts, "lost_to_stragglers": self.mfu.lost_to_stragglers,
+                "dtype": self.mfu.dtype, "ceiling_flops": self.mfu.ceiling_flops, "of_ceiling": self.mfu.of_ceiling},
             "straggler_delay_s": self.straggler_delay_s,
             "intervals": [{"start": i.start, "end": i.end, "productive_s": i.productive, "steps": i.steps,
                            "step_s": i.step_s, "mfu": i.mfu,
@@ -112,7 +121,8 @@ def run_report(logs: list[RankLog]) -> RunReport:
         training = fps * len(durs) / (sum(durs) * peak)
         without = fps * len(durs) / ((sum(durs) - delay) * peak) if sum(durs) > delay else training
         mfu = Mfu(fps, peak, training=training, effective=fps * len(last_exec) / (report.elapsed * peak),
-                  lost_to_restarts=fps * redone / (report.elapsed * peak), lost_to_stragglers=without - training)
+                  lost_to_restarts=fps * redone / (report.elapsed * peak), lost_to_stragglers=without - training,
+                  dtype=next((a.dtype for a in reversed(lead.attempts) if a.dtype), ""))
     return RunReport(
         goodput=report, ranks=tuple(lg.rank for lg in logs), world=att.world, job=att.job,
         restarts=run.restarts, steps_run=len(steps), steps_kept=len(last_exec), steps_redone=redone,
@@ -148,6 +158,10 @@ def render_text(r: RunReport, cost: Tco | None = None) -> str:
         out.append(f"MFU           {100 * r.mfu.training:.1f} % in steps, {100 * r.mfu.effective:.1f} % "
                    f"end to end ({100 * r.mfu.lost_to_restarts:.2f} % redone after restarts, "
                    f"{100 * r.mfu.lost_to_stragglers:.2f} % lost to stragglers)")
+        if r.mfu.of_ceiling is not None and r.mfu.ceiling_flops:
+            out.append(f"              {100 * r.mfu.of_ceiling:.1f} % of this GPU's measured GEMM ceiling "
+                       f"({r.mfu.ceiling_flops / 1e12:.4g} TFLOP/s; the datasheet peak is "
+                       f"{r.mfu.peak_flops / 1e12:.4g})")
     out.append("badput")
     for k, v in g.badput.as_dict().items():
         if v:

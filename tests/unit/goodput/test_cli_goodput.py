@@ -107,3 +107,64 @@ def test_export_errors_name_the_option_and_never_end_in_a_traceback(tmp_path: Pa
     monkeypatch.delitem(sys.modules, "mlflow")
     err = export("--mlflow", "nosuchscheme://x")  # the tracker itself fails: the system is named, exit 5
     assert isinstance(err, ExternalError) and err.system == "mlflow" and "nosuchscheme://x" in str(err), err
+
+
+def _declared_run(run: Path, *, model: bool = True) -> None:
+    """Four steps of exactly 1 s each doing 2 TFLOP (2 TFLOP/s achieved); peak 10 TFLOP/s, bf16."""
+    from gpufleet.goodput.durable import RunRecorder
+
+    t = [1000.0]
+    rec = RunRecorder(run, rank=0, world=1, launched=t[0], monotonic=lambda: t[0], wall=lambda: t[0],
+                      fsync="never")
+    if model:
+        rec.model(2e12, peak_flops=10e12, dtype="bf16")
+    for step in range(4):
+        t[0] += 1.0
+        rec.step_done(step, 1.0)
+    rec.end()
+    rec.close()
+
+
+def _check_file(path: Path, fmt: str = "gpufleet.check/v1") -> Path:
+    rows = [{"check": "gemm_bf16", "gpu": g, "value": v, "unit": "TFLOPS"} for g, v in enumerate((3.0, 5.0, 4.0))]
+    rows.append({"check": "gemm_fp16", "gpu": 0, "value": 8.0, "unit": "TFLOPS"})
+    rows.append({"check": "hbm_copy", "gpu": 0, "value": 3000.0, "unit": "GB/s"})
+    path.write_text(json.dumps({"format": fmt, "node": "n1", "results": rows}))
+    return path
+
+
+def test_mfu_against_the_gpus_measured_ceiling_from_a_check_report(tmp_path: Path) -> None:
+    # 2 TFLOP/s achieved; the check measured bf16 GEMMs of 3, 5 and 4 TFLOP/s on three GPUs (median 4)
+    # and fp16 at 8: half the bf16 ceiling, a quarter of the fp16 one; 20 % of the 10 TFLOP/s peak either way
+    _declared_run(tmp_path / "run")
+    check = _check_file(tmp_path / "check.json")
+    doc = json.loads(CliRunner().invoke(app, ["goodput", "report", str(tmp_path / "run"), "--json",
+                                              "--ceiling", str(check)]).output)
+    assert doc["mfu"]["training"] == 0.2
+    assert doc["mfu"]["dtype"] == "bf16" and doc["mfu"]["ceiling_flops"] == 4e12
+    assert doc["mfu"]["of_ceiling"] == 0.5
+    text = CliRunner().invoke(app, ["goodput", "report", str(tmp_path / "run"), "--ceiling", str(check),
+                                    "--ceiling-dtype", "fp16"])
+    assert text.exit_code == 0, text.output
+    assert "25.0 % of this GPU's measured GEMM ceiling (8 TFLOP/s" in text.output
+    plain = json.loads(CliRunner().invoke(app, ["goodput", "report", str(tmp_path / "run"), "--json"]).output)
+    assert plain["mfu"]["ceiling_flops"] is None and plain["mfu"]["of_ceiling"] is None
+
+
+def test_a_ceiling_that_cannot_be_used_is_named(tmp_path: Path) -> None:
+    _declared_run(tmp_path / "run")
+    _declared_run(tmp_path / "bare", model=False)
+    good = _check_file(tmp_path / "check.json")
+    cases = [
+        (["run", "--ceiling", str(tmp_path / "none.json")], "--ceiling", "readable"),
+        (["run", "--ceiling", str(_check_file(tmp_path / "old.json", fmt="other/v0"))], "format", "gpufleet.check/v1"),
+        (["run", "--ceiling", str(good), "--ceiling-dtype", "fp8"], "results", "gemm_bf16, gemm_fp16"),
+        (["bare", "--ceiling", str(good)], "--ceiling", "declares no FLOPs"),
+    ]
+    (tmp_path / "bad.json").write_text("{not json")
+    cases.append((["run", "--ceiling", str(tmp_path / "bad.json")], "--ceiling", "JSON"))
+    for (run, *args), field, words in cases:
+        out = CliRunner().invoke(app, ["goodput", "report", str(tmp_path / run), *args])
+        assert isinstance(out.exception, InvalidInput), (args, out.output)
+        assert field in out.exception.field and words in str(out.exception), (args, str(out.exception))
+        assert exit_code_for(out.exception) == 2
