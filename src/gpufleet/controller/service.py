@@ -13,7 +13,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence, Set
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from gpufleet.correlate.engine import Engine
@@ -41,6 +41,9 @@ from .store.namings import NamingStore
 from .store.repo import EventKey, IngestRound, Round, Store
 
 MAX_CLOCK_SKEW = timedelta(minutes=5)
+# An agent clock this far off ours (at its last heartbeat) has its events' times corrected before they are
+# judged; below it the difference is network latency and NTP jitter, left alone.
+SKEW_CORRECTED_S = 1.0
 _NO_DRAIN = frozenset({SuspectAction.OBSERVE, SuspectAction.ISOLATE_SWITCH})
 # Findings the per-node policy cannot reach from one node's events: weak signals only (each event is
 # informational), a pattern that followed its unit or stayed at its slot across a move.
@@ -87,6 +90,7 @@ class Controller:
         self.on_plan: list[Callable[[Plan], None]] = []  # observers (the demo's live view)
         self.max_clock_skew = MAX_CLOCK_SKEW  # how far ahead of our clock a reported time may be
         self.clock_skew: dict[str, float] = {}  # node -> its agent's clock minus ours at its last heartbeat (s)
+        self._skewed: dict[str, timedelta] = {}  # the nodes whose skew is corrected (>= SKEW_CORRECTED_S)
         # Nodes a maintenance rollout holds (controller.maintenance keeps it; the time-driven rules skip them).
         self.under_maintenance: set[str] = set()
 
@@ -195,7 +199,7 @@ class Controller:
                     new.difference_update((e.node, e.id) for e in fresh)  # a later batch repeating it: duplicate
                     decided = len(plan.decisions)
                     if fresh:
-                        admitted = self.admission.admit(fresh, now)
+                        admitted = self.admission.admit(self._on_our_clock(fresh), now)
                         merged += [(m.node, m.id, m.fault_of) for m in admitted.merged]
                         if self.correlator is not None:
                             plan.extend(self._correlate(admitted.counted, now))
@@ -299,6 +303,10 @@ class Controller:
                     log.warning("%s: agent clock is %+.0f s off the controller's; liveness uses the controller's "
                                 "receive time (check NTP on the node)", b.node, skew)
                 self.clock_skew[b.node] = skew
+                if abs(skew) >= SKEW_CORRECTED_S:
+                    self._skewed[b.node] = timedelta(seconds=skew)
+                else:
+                    self._skewed.pop(b.node, None)
             try:
                 self.store.record_heartbeats([(b.node, now, b.version) for b in known])
             except Exception as err:
@@ -371,6 +379,17 @@ class Controller:
             return plan
 
     # ---- time and the scheduler -------------------------------------------------------------
+    def _on_our_clock(self, events: list[HealthEvent]) -> list[HealthEvent]:
+        """``events`` as the policy and correlation judge them: each stamped on the controller's clock,
+        its agent's time less that node's skew measured at its last heartbeat (:attr:`clock_skew`). The
+        store keeps what the agent reported. Without this a node whose clock is an hour behind had every
+        new fault judged older than its last transition: stale, never acted on. A fault that really is old
+        (a spool that held it, a replayed log) stays old on either clock."""
+        skewed = self._skewed
+        if not skewed:
+            return events
+        return [e if e.node not in skewed else replace(e, time=e.time - skewed[e.node]) for e in events]
+
     def tick(self) -> Plan:
         """Time-driven work: auto-repair, auto-burn-in, link events whose correlation hold ended, and
         heartbeat-loss detection."""
@@ -421,6 +440,7 @@ class Controller:
             engine = self._load(admission)
             self.admission, self.engine = admission, engine
             self.clock_skew.clear()
+            self._skewed.clear()
             self._correlator_stale = True
             self._rebuild_correlator()
         heap.settle("rebuilding state for a new leader epoch")

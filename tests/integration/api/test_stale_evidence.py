@@ -34,3 +34,29 @@ def test_late_faults_are_audited_and_counted_not_acted_on(api: Api) -> None:
     assert r.status_code == 202, r.text
     assert api.states()["r01-n02"] in ("draining", "drained")
     assert _audit(api, "r01-n02") == [] and _stale_total(api) == 2
+
+
+def test_a_fault_from_a_node_whose_clock_is_behind_is_judged_on_the_controllers_clock(api: Api) -> None:
+    # Issue #16: the node's agent clock is an hour behind (measured at its heartbeat). Its fresh XID 79 is
+    # stamped an hour "ago", before the node was registered ready; judged by the agent's stamp it was stale
+    # and the node stayed in service with a fatal fault. On the controller's clock it is new: drain.
+    behind = timedelta(hours=1)
+    for node in ("r01-n01", "r01-n02"):
+        beat = api.post(f"/v1/nodes/{node}/heartbeat", {"time": (api.clock.now() - behind).isoformat()}, "agent")
+        assert beat.status_code == 200, beat.text
+    api.tick(timedelta(minutes=10))
+    r = api.post("/v1/events", {"events": [api.event("skewed-79", "r01-n01",
+                                                     time=(api.clock.now() - behind).isoformat())]}, "agent")
+    assert r.status_code == 202, r.text
+    assert api.states()["r01-n01"] in ("draining", "drained")
+    assert _audit(api, "r01-n01") == []
+    # what the agent reported is what the store keeps
+    (stored,) = [e for e in api.get("/v1/events", node="r01-n01") if e["id"] == "skewed-79"]
+    assert stored["time"].startswith((api.clock.now() - behind).isoformat()[:19])
+    # a fault that really is old stays old on either clock: stamped two hours before the agent's now
+    # (three before ours), it predates the node's last transition
+    old = (api.clock.now() - behind - timedelta(hours=2)).isoformat()
+    r = api.post("/v1/events", {"events": [api.event("spooled-79", "r01-n02", time=old)]}, "agent")
+    assert r.status_code == 202, r.text
+    assert api.states()["r01-n02"] == "ready"
+    assert len(_audit(api, "r01-n02")) == 1
