@@ -163,8 +163,8 @@ def run_agent(
         ib=InfinibandCollector(surfaces.ib_root),
         host=HostCollector(cfg.sys_root, cfg.mounts),
         inject=inject,
-        idle=IdleGpus(cfg.node, timedelta(seconds=cfg.idle_gpu_after_s), cfg.idle_gpu_max_util_pct, cfg.proc_root)
-        if cfg.idle_gpu_after_s else None,
+        idle=IdleGpus(cfg.node, timedelta(seconds=cfg.idle_gpu_after_s), cfg.idle_gpu_max_util_pct, cfg.proc_root,
+                      cfg.idle_gpu_max_memory_mib) if cfg.idle_gpu_after_s else None,
     )
     status = agent.open()
     inventory = collect_inventory(cfg.node, device, ib_root=surfaces.ib_root, sys_root=surfaces.sys_root)

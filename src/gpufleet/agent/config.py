@@ -129,6 +129,9 @@ class AgentConfig(BaseSettings):
     # idle_gpu_max_util_pct this long is reported once as gpu_idle (agent/idlegpu.py); 0 turns it off
     idle_gpu_after_s: Seconds = Field(1800.0, ge=0)
     idle_gpu_max_util_pct: float = Field(5.0, ge=0, lt=100)  # utilisation counted as idle, %
+    # set: an idle GPU counts only while it also holds at most this much memory, MiB (unset: memory does not
+    # decide; the most it held is reported either way)
+    idle_gpu_max_memory_mib: float | None = Field(None, ge=0, allow_inf_nan=False)
     # The node status file for Slurm's HealthCheckProgram (agent/nodestatus.py); None = <state_dir>/node-status.json.
     status_file: Path | None = None
     status_interval_s: Seconds = Field(10.0, gt=0)  # seconds between rewrites of the status file (a new fault: at once)
@@ -146,6 +149,13 @@ class AgentConfig(BaseSettings):
     maintenance_timeout_s: Seconds = Field(3600.0, gt=0)  # a maintenance script still running after this failed
     cadence: CadenceModel = Field(default_factory=CadenceModel)  # see [cadence]: how often each source is read
     thresholds: ThresholdsModel = Field(default_factory=ThresholdsModel)  # see [thresholds]: when a reading is reported
+
+    @field_validator("idle_gpu_max_memory_mib", mode="before")
+    @classmethod
+    def _memory_not_a_switch(cls, v: object) -> object:
+        if isinstance(v, bool):  # `= true` would silently mean 1 MiB: no GPU would ever count as idle
+            raise ValueError("MiB of GPU memory (a number >= 0), or the key left out to let memory not decide")
+        return v
 
     @field_validator("maintenance_scripts")
     @classmethod

@@ -157,11 +157,11 @@ class AgentCollector:
                 lost.add_metric(lab, 1.0 if r.lost else 0.0)
         yield lost
         idle = GaugeMetricFamily("gpufleet_gpu_idle_seconds", "Seconds a GPU allocated to a Slurm job has been "
-                                 "idle (agent/idlegpu.py); absent when not allocated or busy.",
-                                 labels=[*GPU_LABELS, "job"])
+                                 "idle (agent/idlegpu.py); absent when not allocated or busy. user: the job's "
+                                 "owner, for routing a notice.", labels=[*GPU_LABELS, "job", "user"])
         for (gpu, job), seconds in sorted(self.t.idle_gpu.items()):
             if 0 <= gpu < len(labels):
-                idle.add_metric([*labels[gpu], job], seconds)
+                idle.add_metric([*labels[gpu], job, self.t.idle_gpu_user.get((gpu, job), "")], seconds)
         yield idle
         yield from self._ib()
         yield from self._host()

@@ -24,7 +24,7 @@ from gpufleet.agent.collectors.host import HostCollector
 from gpufleet.agent.collectors.infiniband import InfinibandCollector
 from gpufleet.agent.collectors.kmsg import KernelLog
 from gpufleet.agent.devices.port import Device, DeviceStatus, XidEvent
-from gpufleet.agent.idlegpu import IdleGpus
+from gpufleet.agent.idlegpu import MIB, IdleGpus
 from gpufleet.agent.rules import PassiveChecks
 from gpufleet.agent.spool import Spool
 from gpufleet.agent.telemetry import Telemetry
@@ -167,9 +167,12 @@ class Agent:
                     events += self._local(found, "nvml", i)
             if self.idle is not None:
                 util = {i: (f.util_gpu_pct if (f := t.fast[i]) is not None else None) for i in self._indices}
-                for e in self._guard("idle_gpu", self.idle.observe, now, util) or []:
+                mem = {i: (f.mem_used_bytes / MIB if (f := t.fast[i]) is not None and f.mem_used_bytes is not None
+                           else None) for i in self._indices}
+                for e in self._guard("idle_gpu", self.idle.observe, now, util, None, mem) or []:
                     events += self._local([e], "nvml", int(e.attr("gpu")))  # pci named as for every GPU event
                 t.idle_gpu = self.idle.idle_seconds(now)
+                t.idle_gpu_user = dict(self.idle.owners)
         if self.ib is not None and self._due("ib", mono, self.cadence.ib_s):
             ports = self._guard("infiniband", self.ib.read)
             if ports is not None:

@@ -34,6 +34,7 @@ class Telemetry:
     kmsg_undecoded: int = 0  # lines naming an Xid/SXid the decoder could not read
     ticks: int = 0
     idle_gpu: dict[tuple[int, str], float] = field(default_factory=dict)  # (gpu index, job) -> idle seconds
+    idle_gpu_user: dict[tuple[int, str], str] = field(default_factory=dict)  # (gpu index, job) -> the job's owner
 
     def set_gpus(self, gpus: tuple[GpuInfo, ...]) -> None:
         self.gpus = gpus
