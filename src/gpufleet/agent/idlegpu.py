@@ -24,7 +24,7 @@ judged ``info`` by the catalog: a usage finding for the job's owner and the oper
 and never a drain. It re-arms when the GPU works again (or holds more than ``max_memory_mib``) or the
 job ends. ``gpufleet_gpu_idle_seconds{gpu,job,user}`` shows how long each allocated GPU has been idle.
 Nothing is killed: a notice to the owner, if wanted, is a site's alert rule on that metric (routed on
-its ``user`` label) or a webhook on the event.
+its ``user`` label) or a poll of ``GET /v1/events?kind=gpu_idle`` (docs/operations.md).
 """
 
 from __future__ import annotations
