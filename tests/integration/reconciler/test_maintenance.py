@@ -220,3 +220,30 @@ def test_an_unreadable_scheduler_starts_nothing_and_the_rollout_goes_on_once_it_
     assert w.m.waiting[rid][w.ids[0]].startswith("scheduler unreadable"), "fail closed, and it says why"
     w.s.set_reachable(True)
     assert w.run(rid) == "done" and [n for n, _ in w.ran] == [w.ids[0]]
+
+
+def test_the_per_domain_limit_holds_when_it_is_tighter_than_the_fleet_limit(world: World) -> None:
+    # 6 nodes in 2 racks; the fleet may lose 4 at once but each rack only 1: never two of a rack out,
+    # so at most 2 out in all, and the rollout takes 3 rounds instead of 2.
+    w = world
+    domains = {n: w.c.engine.nodes[n].domains for n in w.ids}
+    assert len(set().union(*domains.values())) >= 2, "the fleet spans several domains"
+    rid = w.m.plan({"selector": "all", "action": "reboot", "max_unavailable": 4, "max_unavailable_domain": 1},
+                   "op").id
+    w.m.start(rid, "op")
+    worst: dict[str, int] = {}
+    for _ in range(80):
+        w.step()
+        w.agents()
+        w.validations()
+        out = w.c.engine.unavailable() | {n.name for n in w.s.list_nodes() if n.state not in
+                                          (SchedNodeState.IDLE, SchedNodeState.ALLOCATED)}
+        for d in set().union(*domains.values()):
+            worst[d] = max(worst.get(d, 0), sum(1 for n in out if d in domains[n]))
+        if w.m.store.get(rid).state == "done":
+            break
+    assert w.m.store.get(rid).state == "done"
+    assert set(w.steps(rid).values()) == {"done"}
+    racks = {d: v for d, v in worst.items() if sum(1 for n in w.ids if d in domains[n]) < len(w.ids)}
+    assert racks and max(racks.values()) == 1, worst
+    assert w.max_out == 2
