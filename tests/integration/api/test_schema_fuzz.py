@@ -1,5 +1,6 @@
-"""Schemathesis against the real app, on SQLite and on the real PostgreSQL: no request gets a 5xx, and
-every 422 names the field, the value and what was expected.
+"""Schemathesis against the real app, on SQLite and on the real PostgreSQL: no request gets a 5xx, every
+422 names the field, the value and what was expected, every other 4xx says why, and a 404 names what it
+did not find and its value.
 
 Bounded and repeatable: a fixed number of generated requests per operation (valid and invalid ones),
 derandomised, so a CI run is the same run every time (issue #16: 13,000 such requests found the 500s
@@ -9,6 +10,7 @@ and the SQL in a 503 body that the regression tests in test_bad_input.py pin dow
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,8 @@ def problems(status: int, body: bytes, what: str) -> list[str]:
     """What is wrong with one answer (empty: nothing)."""
     if status >= 500:
         return [f"{what}: {status} {body[:300]!r}"]
+    if 400 <= status < 500 and status != 422:
+        return _named(status, body, what)
     if status != 422:
         return []
     try:
@@ -60,6 +64,20 @@ def problems(status: int, body: bytes, what: str) -> list[str]:
     bad = [d for d in details if not (isinstance(d, dict) and set(d) == {"field", "value", "expected"}
                                       and d["field"] and d["expected"])]
     return [f"{what}: 422 entry without field/value/expected: {bad[:2]}"] if bad or not details else []
+
+
+def _named(status: int, body: bytes, what: str) -> list[str]:
+    """A 4xx other than 422 says what was wrong in ``detail``; a 404 names what it did not find and its
+    value (``node 'r09-n09' not found``)."""
+    try:
+        detail = json.loads(body)["detail"]
+    except (ValueError, KeyError, TypeError):
+        return [f"{what}: {status} whose body is not {{'detail': ...}}: {body[:300]!r}"]
+    if not isinstance(detail, str) or not detail.strip():
+        return [f"{what}: {status} without a message: {body[:300]!r}"]
+    if status == 404 and not re.fullmatch(r"""\S.* (['"]).*\1 not found""", detail, re.DOTALL):
+        return [f"{what}: 404 that does not name what and which: {detail[:300]!r}"]
+    return []
 
 
 def _check(api: Api, op: Any, mode: GenerationMode, found: list[str]) -> None:
