@@ -4,9 +4,9 @@ Two kinds of series, one registry per controller (no global state, so tests and 
 several controllers in one process):
 
 - **state**, read when scraped (a custom collector, like the agent's exporter): nodes by state, held
-  decisions, the breaker, dry-run, the ingest queue, merged observations, standing correlation
-  suspects, the scheduler's reachability. Nothing is kept twice: the collector reads the engine's and
-  the committer's own numbers under the controller's lock.
+  decisions, the breaker, dry-run, the ingest queue, the agents' largest clock skew, merged
+  observations, standing correlation suspects, the scheduler's reachability. Nothing is kept twice:
+  the collector reads the engine's and the committer's own numbers under the controller's lock.
 - **happenings**, counted as they happen through the observer hooks the controller and the reconciler
   already offer (``Controller.on_plan``, ``Reconciler.on_pass`` / ``on_action``): decisions by rule and
   status, transitions, breaker trips, actions by kind and outcome, reconciler pass time, the time from
@@ -187,6 +187,7 @@ class _StateCollector:
                 key = (s.kind, s.action.value)
                 suspects[key] = suspects.get(key, 0) + 1
             goodput_jobs = list(self.m.goodput_jobs.items())
+            skew = c.largest_clock_skew()
         info = GaugeMetricFamily(f"{PREFIX}controller_info", "The controller's version (always 1).",
                                  labels=["version"])
         info.add_metric([__version__], 1)
@@ -214,6 +215,9 @@ class _StateCollector:
         for (kind, action), n in sorted(suspects.items()):
             verdicts.add_metric([kind, action], n)
         yield verdicts
+        yield GaugeMetricFamily(f"{PREFIX}agent_clock_skew_max_seconds", "The largest |agent clock - controller "
+                                "clock| at the agents' last heartbeats (0 before any; liveness uses the "
+                                "controller's receive time, this is for NTP alerts).", value=skew)
         yield from self._ingest()
         ettr = GaugeMetricFamily(f"{PREFIX}goodput_job_ettr", "A job's ETTR over everything it reported (the "
                                  f"{MAX_GOODPUT_JOBS} jobs that reported most recently since the controller "

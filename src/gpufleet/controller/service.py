@@ -314,6 +314,12 @@ class Controller:
                 return [failed if e is None else e for e in out]
             return out
 
+    def largest_clock_skew(self) -> float:
+        """The largest |agent clock - controller clock| in seconds at the agents' last heartbeats (0 before
+        any): ``/v1/status``'s ``max_clock_skew_s`` and the ``gpufleet_agent_clock_skew_max_seconds`` gauge."""
+        with self.lock:
+            return max(map(abs, self.clock_skew.values()), default=0.0)
+
     def audit(self, target: str, action: str, detail: str, actor_id: str = "reconciler") -> None:
         """Record a system observation (e.g. scheduler drift) in the audit log."""
         entry = AuditEntry(self.clock.now(), Actor.SYSTEM, actor_id, action, target, detail)

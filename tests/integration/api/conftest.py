@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, event, func, make_url, select
 
 from gpufleet.controller.api.app import create_app
 from gpufleet.controller.clock import ManualClock
@@ -26,6 +27,8 @@ from gpufleet.controller.tenancy import Tenancy
 from gpufleet.domain.tenancy import Tenant
 from gpufleet.lifecycle.config import load_policy
 from gpufleet.schedulers.sim import SimScheduler
+from tests.conftest import require_service
+from tests.integration.store.backends import WHAT, Postgres
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # starlette's note about httpx2 in its test client
@@ -125,3 +128,57 @@ def api(tmp_path: Path) -> Iterator[Api]:
     yield a
     a.client.close()
     a.engine.dispose()
+
+
+# ---- the same API on either database --------------------------------------------------------------------
+BACKENDS = [pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres", marks=pytest.mark.postgres)]
+
+
+@contextmanager
+def api_on(backend: str, tmp_path: Path, *, lock_wait_ms: int | None = None) -> Iterator[Api]:
+    """:func:`make_api` on a SQLite file or on a throwaway schema of the real PostgreSQL
+    (``GPUFLEET_TEST_POSTGRES_URL``; skipped locally, failed in CI, without it).
+
+    ``lock_wait_ms``: how long a statement waits for a lock another connection holds before the
+    database refuses it (SQLite's ``busy_timeout``, PostgreSQL's ``lock_timeout``) — the controller's
+    own 30 s SQLite wait, and none on PostgreSQL, would hold a test that much longer.
+    """
+    if backend == "sqlite":
+        api = make_api(tmp_path)
+        if lock_wait_ms is not None:
+            def _busy(dbapi_conn: Any, _record: Any) -> None:
+                dbapi_conn.execute(f"PRAGMA busy_timeout={int(lock_wait_ms)}")
+
+            event.listen(api.engine, "connect", _busy)  # after the engine's own pragmas, so it wins
+            api.engine.dispose()  # pooled connections reconnect with it
+        try:
+            yield api
+        finally:
+            api.client.close()
+            api.engine.dispose()
+        return
+    pg = Postgres.from_env()
+    require_service(pg is not None, WHAT)
+    assert pg is not None
+    try:
+        with pg.database(migrated=True) as schema_url:
+            url = schema_url
+            if lock_wait_ms is not None:
+                u = make_url(schema_url)
+                options = f"{u.query.get('options', '')} -clock_timeout={int(lock_wait_ms)}".strip()
+                url = u.update_query_dict({"options": options}).render_as_string(hide_password=False)
+            api = make_api(tmp_path, database_url=url)
+            try:
+                yield api
+            finally:
+                api.client.close()
+                api.engine.dispose()
+    finally:
+        pg.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def db_api(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Api]:
+    """The API on SQLite and on the real PostgreSQL (see :func:`api_on`)."""
+    with api_on(request.param, tmp_path) as api:
+        yield api

@@ -5,16 +5,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from gpufleet.controller.api.app import create_app
 from gpufleet.controller.api.limits import Limits
 from gpufleet.controller.settings import Role, TokenConfig
-from tests.integration.api.conftest import TOKENS, Api, auth, make_api
+from gpufleet.controller.store.db import tables
+from tests.integration.api.conftest import BACKENDS, TOKENS, Api, api_on, auth, make_api
 
 JSON = {"content-type": "application/json"}
 
@@ -74,13 +79,57 @@ def test_a_code_that_is_not_an_integer_json_can_carry_is_a_4xx_never_a_5xx(api: 
     ("POST", "/v1/nodes", {"nodes": [{"id": "r05-n01", "rack": "r" * 129}]}, "nodes[0].rack"),
     ("PUT", "/v1/nodes/r01-n01/inventory", {"node": "r01-n01", "serial": "S" * 201}, "inventory.serial"),
 ])
-def test_nul_and_over_long_text_in_any_field_is_a_422_naming_it(api: Api, method: str, path: str, body: Any,
+def test_nul_and_over_long_text_in_any_field_is_a_422_naming_it(db_api: Api, method: str, path: str, body: Any,
                                                                    field: str) -> None:
-    before = api.rows()
+    """On both databases (issue #16: on PostgreSQL only, these got 500/503 from the database)."""
+    before = db_api.rows()
     content = None if body is None else json.dumps(body).encode()
-    d = _one_422(api.client.request(method, path, content=content, headers=auth("admin") | JSON))
+    d = _one_422(db_api.client.request(method, path, content=content, headers=auth("admin") | JSON))
     assert d["field"] == field
-    assert api.rows() == before
+    assert db_api.rows() == before
+
+
+@contextmanager
+def _write_lock(api: Api, backend: str) -> Iterator[None]:
+    """Another connection holds the database's write lock, as a backup tool, a migration or a stray
+    ``sqlite3``/``psql`` shell would: reads go on, every write waits for the lock and is refused."""
+    if backend == "sqlite":
+        assert api.engine.url.database is not None
+        holder = sqlite3.connect(api.engine.url.database, isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")  # WAL mode: other connections can read, none can write
+        try:
+            yield
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        return
+    with api.engine.connect() as conn, conn.begin():
+        names = ", ".join(f'"{t}"' for t in tables(api.engine))
+        conn.execute(text(f"LOCK TABLE {names} IN EXCLUSIVE MODE"))  # plain reads still go on
+        yield
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_write_the_database_refuses_is_a_503_without_the_sql_or_what_was_sent(tmp_path: Path,
+                                                                                backend: str) -> None:
+    """Issue #16: a 503 body carried the SQL statement and its parameters (SQLAlchemy appends both to its
+    errors' text). The failure here is the database's own: its write lock is held by another connection."""
+    secret = "ticket-SECRET-7f3a"
+    with api_on(backend, tmp_path, lock_wait_ms=300) as api:
+        event = api.event("e1", "r01-n01", kind="ecc_sbe", code=None, message=secret, component=secret)
+        with _write_lock(api, backend):
+            answers = {"event post": api.post("/v1/events", {"events": [event]}, "agent"),
+                       "drain": api.post("/v1/nodes/r01-n02/drain", {"reason": secret}, "operator")}
+        for what, r in answers.items():
+            assert r.status_code == 503, (what, r.text)
+            detail = r.json()["detail"]
+            assert detail.startswith("database") and "lock" in detail.lower(), (what, detail)  # the driver's reason
+            for leak in ("[SQL:", "INSERT", "UPDATE", "parameters", secret, "r01-n01"):
+                assert leak not in r.text, (what, leak, r.text)
+        assert api.rows()["events"] == 0
+        # the lock gone, the same requests go through: it was the lock that refused them
+        assert api.post("/v1/events", {"events": [event]}, "agent").status_code == 202
+        assert api.post("/v1/nodes/r01-n02/drain", {"reason": secret}, "operator").status_code == 200
 
 
 @pytest.mark.parametrize(("path", "params", "field", "names"), [

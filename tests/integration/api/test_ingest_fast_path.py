@@ -7,12 +7,18 @@ every answer (status and body) and the rows each stores must be the same.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi import Request, Response
+from fastapi.responses import JSONResponse
+from fastapi.testclient import TestClient
+from starlette.types import ASGIApp, Receive, Send
+from starlette.types import Scope as ASGIScope
 
+from gpufleet.controller.api.app import create_app
 from tests.integration.api.conftest import TOKENS, Api, auth, make_api
 
 JSON = {"content-type": "application/json"}
@@ -158,3 +164,49 @@ def test_heartbeats_fast_and_framework_answer_alike(pair: tuple[Api, Api]) -> No
         assert node["agent_version"] == "1.2.3"
         assert node["last_heartbeat"] is not None
     assert fast.get("/v1/nodes/r01-n02")["node"] == plain.get("/v1/nodes/r01-n02")["node"]
+
+
+def test_a_middleware_added_after_the_fast_path_still_sees_its_requests(tmp_path: Path) -> None:
+    """Issue #16 feared the fast path "bypasses any middleware added later". Starlette puts each later
+    ``add_middleware`` (and FastAPI's ``@app.middleware("http")``) outside the ones before it, so a
+    middleware added to the finished app wraps the fast path: it sees, and may refuse, what the fast path
+    serves."""
+    api = make_api(tmp_path)
+    app = create_app(api.controller, tuple(TOKENS.values()), api.reconciler)  # fast path on, not started yet
+    seen: list[tuple[str, str]] = []
+
+    class Audit:  # a pure ASGI middleware
+        def __init__(self, inner: ASGIApp) -> None:
+            self.inner = inner
+
+        async def __call__(self, scope: ASGIScope, receive: Receive, send: Send) -> None:
+            if scope["type"] == "http":
+                seen.append((scope["method"], scope["path"]))
+            await self.inner(scope, receive, send)
+
+    app.add_middleware(Audit)
+
+    @app.middleware("http")
+    async def tag(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        if request.headers.get("x-refuse") == "1":
+            return JSONResponse({"detail": "refused by a later middleware"}, status_code=418)
+        response = await call_next(request)
+        response.headers["x-seen-by"] = "later-middleware"
+        return response
+
+    now = api.clock.now().isoformat()
+    with TestClient(app) as client:
+        counts = app.state.fast_ingest
+        event = {"events": [{"id": "m1", "node": "r01-n01", "kind": "ecc_sbe", "time": now}]}
+        r = client.post("/v1/events", json=event, headers=auth("agent"))
+        beat = client.post("/v1/nodes/r01-n02/heartbeat", json={"time": now}, headers=auth("agent"))
+        assert (r.status_code, beat.status_code) == (202, 200), (r.text, beat.text)
+        assert counts.served == 2 and counts.passed_on == 0  # both answered by the fast path ...
+        assert r.headers["x-seen-by"] == beat.headers["x-seen-by"] == "later-middleware"  # ... inside the later ones
+        assert seen == [("POST", "/v1/events"), ("POST", "/v1/nodes/r01-n02/heartbeat")]
+        again = dict(event, events=[dict(event["events"][0], id="m2")])
+        refused = client.post("/v1/events", json=again, headers=auth("agent") | {"x-refuse": "1"})
+        assert refused.status_code == 418 and counts.served == 2  # refused before the fast path saw it
+    assert api.rows()["events"] == 1
+    api.client.close()
+    api.engine.dispose()

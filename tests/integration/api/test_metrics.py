@@ -143,3 +143,23 @@ def test_goodput_series_match_what_jobs_reported_and_per_job_gauges_are_bounded(
         assert api.post(f"/v1/jobs/j{n}/goodput", {"intervals": [iv(0, 10, 600)]}, "operator").status_code == 202
     jobs = {k for k in scrape(api) if k.startswith("gpufleet_goodput_job_ettr{")}
     assert len(jobs) == MAX_GOODPUT_JOBS and "gpufleet_goodput_job_ettr{job=j0}" not in jobs  # the oldest left
+
+
+def test_the_agents_clock_skew_is_exported_as_in_the_status(api: Api) -> None:
+    """Issue #16: skew measured and exported — the gauge and ``/v1/status`` say the same, and it follows
+    the agents' latest heartbeats (a fixed clock drops out of it)."""
+
+    def both() -> tuple[float, float]:
+        return api.get("/v1/status")["max_clock_skew_s"], scrape(api)["gpufleet_agent_clock_skew_max_seconds{}"]
+
+    def beat(node: str, off: timedelta) -> None:
+        r = api.post(f"/v1/nodes/{node}/heartbeat", {"time": (api.clock.now() + off).isoformat()}, "agent")
+        assert r.status_code == 200, r.text
+
+    assert both() == (0.0, 0.0)
+    beat("r01-n01", -timedelta(hours=1))
+    beat("r01-n02", timedelta(seconds=90))
+    assert both() == (3600.0, 3600.0)
+    api.tick()
+    beat("r01-n01", timedelta(0))  # its NTP fixed
+    assert both() == (90.0, 90.0)

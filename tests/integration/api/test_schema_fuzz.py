@@ -4,7 +4,7 @@ did not find and its value.
 
 Bounded and repeatable: a fixed number of generated requests per operation (valid and invalid ones),
 derandomised, so a CI run is the same run every time (issue #16: 13,000 such requests found the 500s
-and the SQL in a 503 body that the regression tests in test_bad_input.py pin down).
+and the SQL in a 503 body that the regression tests in test_hardening.py pin down).
 """
 
 from __future__ import annotations

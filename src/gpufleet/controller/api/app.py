@@ -147,7 +147,7 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
                          dry_run=c.dry_run, scheduler_reachable=reconciler.scheduler_ok if reconciler else True,
                          ingest_queued=committer.queued,
                          refused=dict(app.state.refused) | {"overloaded": committer.refused},
-                         max_clock_skew_s=max(map(abs, c.clock_skew.values()), default=0.0))
+                         max_clock_skew_s=c.largest_clock_skew())
 
     # ---- nodes -------------------------------------------------------------------------------
     @v1.get("/nodes", response_model=list[NodeOut], summary="List nodes, filtered (viewer)")

@@ -10,6 +10,11 @@ exactly what the FastAPI route would answer. Anything else (a missing or wrong t
 does not validate, a chunked or very large body, another route) goes on to the framework unchanged,
 with the body it already read replayed, so every error is still produced by one piece of code, and
 the routes stay in the OpenAPI document.
+
+A middleware added after this one (``app.add_middleware``, ``@app.middleware("http")``) wraps it and
+sees every request it serves, as Starlette puts each later middleware outside the earlier ones
+(test_ingest_fast_path.py); an app- or router-level dependency, which runs at routing, never runs
+for the requests answered here, so a check every report must pass belongs in a middleware.
 """
 
 from __future__ import annotations
