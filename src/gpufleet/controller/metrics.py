@@ -169,6 +169,7 @@ class _StateCollector:
 
     def collect(self) -> Iterator[Metric]:
         yield from self._leader()
+        yield self._refused()  # this replica's own refusals, a follower's too (its limits, tokens, admission)
         lead = self.m.leadership
         if lead is not None and not lead.leading():
             return  # a follower's memory is not the fleet's state: the leader reports it (one fact, one place)
@@ -255,6 +256,18 @@ class _StateCollector:
             forwards.add_metric([outcome], n)
         yield forwards
 
+    def _refused(self) -> Metric:
+        com = self.m.committer
+        refused = CounterMetricFamily(f"{PREFIX}requests_refused", "Requests refused by the limits, the token "
+                                      "check or the full ingest queue, by reason (body_too_large, read_timeout, "
+                                      "header_timeout, header_too_large, inflight, unauthenticated, forbidden, "
+                                      "overloaded).",
+                                      labels=["reason"])
+        full = {"overloaded": com.refused} if com is not None else {}
+        for reason, n in sorted((dict(self.m.refused) | full).items()):
+            refused.add_metric([reason], n)
+        return refused
+
     def _ingest(self) -> Iterator[Metric]:
         com = self.m.committer
         if com is None:
@@ -269,11 +282,3 @@ class _StateCollector:
         yield CounterMetricFamily(f"{PREFIX}ingest_batches_refused", "Event batches refused whole (invalid, "
                                   "or the write failed).", value=com.batches_refused)
         yield CounterMetricFamily(f"{PREFIX}ingest_rounds", "Group-commit transactions written.", value=com.rounds)
-        refused = CounterMetricFamily(f"{PREFIX}requests_refused", "Requests refused by the limits, the token "
-                                      "check or the full ingest queue, by reason (body_too_large, read_timeout, "
-                                      "header_timeout, header_too_large, inflight, unauthenticated, forbidden, "
-                                      "overloaded).",
-                                      labels=["reason"])
-        for reason, n in sorted((dict(self.m.refused) | {"overloaded": com.refused}).items()):
-            refused.add_metric([reason], n)
-        yield refused

@@ -5,7 +5,8 @@ The production runtime (``runtime.build``: election, fence, reconciler thread, H
 PostgreSQL, with a simulated scheduler whose state every replica shares through DIR/scheduler.json (each
 call reads it under a file lock, so the scheduler is one, as a real one is). Writes the bound port to
 DIR/NAME.port once it serves. The fleet is registered by whichever replica leads first. SETTINGS.toml, when
-given, adds its ``[tls]`` and ``[ha]`` keys and its ``[[tokens]]`` to the replica's settings.
+given, adds its ``[tls]``, ``[ha]`` and ``[limits]`` keys, its ``[[tokens]]`` and its ``[[tenant]]`` pools to the
+replica's settings.
 """
 
 from __future__ import annotations
@@ -20,7 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.controller.runtime import build
-from gpufleet.controller.settings import ControllerSettings, HaSettings, Role, SchedulerKind, TlsSettings, TokenConfig
+from gpufleet.controller.settings import (
+    ControllerSettings,
+    HaSettings,
+    LimitSettings,
+    Role,
+    SchedulerKind,
+    TenantConfig,
+    TlsSettings,
+    TokenConfig,
+)
 from gpufleet.domain.fleet import simulated_fleet
 from gpufleet.lifecycle.config import parse_policy
 from gpufleet.lifecycle.states import NodeState
@@ -68,6 +78,8 @@ def main(workdir: Path, name: str, url: str, lease_s: float, renew_s: float, ext
     settings = ControllerSettings(database_url=url, port=0, scheduler=SchedulerKind.SIM,
                                   ha=HaSettings(lease_s=lease_s, renew_s=renew_s, **more.get("ha", {})),
                                   tls=TlsSettings(**more.get("tls", {})),
+                                  limits=LimitSettings(**more.get("limits", {})),
+                                  tenant=tuple(TenantConfig(**t) for t in more.get("tenant", ())),
                                   tokens=(TokenConfig(name="ha", role=Role.ADMIN, token=TOKEN),
                                           *(TokenConfig(**t) for t in more.get("tokens", ()))))
     policy = parse_policy({"breaker": {"max_unavailable_fleet": 1.0, "max_unavailable_domain": 1.0},

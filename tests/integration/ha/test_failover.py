@@ -4,7 +4,8 @@ storm, again and again, and a follower takes over within 10 s with nothing lost 
 Each replica is ``tests.integration.ha.child`` (the production runtime with its election, fence,
 reconciler and API). Event batches are posted to every replica at random (followers forward them to the
 leader); a batch counts as accepted only when answered 2xx. The lease is short here (2 s, renewed every
-0.5 s) so that many kill points fit in a CI run; the defaults (8 s / 2 s) give failover within 10 s too.
+0.5 s) so that many kill points fit in a CI run; the bound is ``lease_s + renew_s`` plus the rebuild
+(2.5 s here; with the defaults, 8 s + 2 s = 10 s plus the rebuild).
 """
 
 from __future__ import annotations

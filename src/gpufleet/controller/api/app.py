@@ -116,11 +116,11 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
     lead = leadership if leadership is not None else always_leading()
     app.state.leadership = lead
     app.state.forwards = Counter()  # requests passed on to the leader, by outcome (a metric)
-    if lead.elected:  # inside the limits (a forwarded body is bounded), outside the fast path (leader only)
-        app.add_middleware(ForwardToLeader, leadership=lead, timeout_s=forward_timeout_s,
-                           tls=forward_tls or ForwardTls(), counts=app.state.forwards)
-    # Outermost: sizes and read time are bounded before anything (the fast path, auth) reads a byte.
     app.state.refused = RefusedCounts()
+    if lead.elected:  # inside the limits (a forwarded body is bounded), outside the fast path (leader only)
+        app.add_middleware(ForwardToLeader, leadership=lead, tokens=app.state.tokens, timeout_s=forward_timeout_s,
+                           tls=forward_tls or ForwardTls(), counts=app.state.forwards, refused=app.state.refused)
+    # Outermost: sizes and read time are bounded before anything (the fast path, auth) reads a byte.
     app.add_middleware(RequestLimits, limits=limits, counts=app.state.refused)
 
     # ---- health ------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import fnmatch
 import hashlib
 import hmac
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
@@ -48,13 +49,39 @@ class TokenRegistry:
         return found
 
 
-def refused(request: Request, reason: str, detail: str) -> None:
+MISSING_TOKEN = "missing bearer token (Authorization: Bearer <token>)"
+INVALID_TOKEN = "invalid token"
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a request has no caller: ``detail`` is the 401's, ``why`` the log's."""
+
+    detail: str
+    why: str
+
+
+def authenticate(registry: TokenRegistry, authorization: str) -> Caller | Refusal:
+    """The caller behind an ``Authorization`` header's value, or why there is none. The one check of a
+    bearer token: the routes (:func:`require`), the ingest fast path and a follower replica before it
+    forwards (forward.py) all call it."""
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        return Refusal(MISSING_TOKEN, "no bearer token")
+    caller = registry.caller(token.strip())
+    return caller if caller is not None else Refusal(INVALID_TOKEN, "unknown token")
+
+
+def note_refused(counts: Counter[str] | None, method: str, path: str, peer: str, reason: str, detail: str) -> None:
     """Log and count a request refused for its credentials (the counts are in ``/v1/status``)."""
-    counts = getattr(request.app.state, "refused", None)
     if counts is not None:
         counts[reason] += 1
-    peer = request.client.host if request.client else "?"
-    log.warning("refused %s %s from %s: %s (%s)", request.method, request.url.path[:200], peer, reason, detail)
+    log.warning("refused %s %s from %s: %s (%s)", method, path[:200], peer, reason, detail)
+
+
+def refused(request: Request, reason: str, detail: str) -> None:
+    note_refused(getattr(request.app.state, "refused", None), request.method, request.url.path,
+                 request.client.host if request.client else "?", reason, detail)
 
 
 def require(roles: Sequence[Role]) -> Callable[[Request], Awaitable[Caller]]:
@@ -64,17 +91,10 @@ def require(roles: Sequence[Role]) -> Callable[[Request], Awaitable[Caller]]:
     thread pool, and checking a token never blocks."""
 
     async def dep(request: Request) -> Caller:
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            refused(request, "unauthenticated", "no bearer token")
-            raise HTTPException(status.HTTP_401_UNAUTHORIZED, "missing bearer token (Authorization: Bearer <token>)",
-                                headers={"WWW-Authenticate": "Bearer"})
-        registry: TokenRegistry = request.app.state.tokens
-        caller = registry.caller(token.strip())
-        if caller is None:
-            refused(request, "unauthenticated", "unknown token")
-            raise HTTPException(status.HTTP_401_UNAUTHORIZED, "invalid token", headers={"WWW-Authenticate": "Bearer"})
+        caller = authenticate(request.app.state.tokens, request.headers.get("authorization", ""))
+        if isinstance(caller, Refusal):
+            refused(request, "unauthenticated", caller.why)
+            raise HTTPException(status.HTTP_401_UNAUTHORIZED, caller.detail, headers={"WWW-Authenticate": "Bearer"})
         if caller.role not in roles:
             refused(request, "forbidden", f"token {caller.name!r} has role {caller.role}")
             raise HTTPException(status.HTTP_403_FORBIDDEN,

@@ -28,6 +28,8 @@ from gpufleet.domain.errors import (
     validation_expected,
 )
 
+from .auth import Caller, authenticate
+
 log = logging.getLogger(__name__)
 
 
@@ -86,11 +88,8 @@ def invalid(details: list[dict[str, Any]]) -> JSONResponse:
 
 
 def _authenticated(req: Request) -> bool:
-    scheme, _, token = req.headers.get("authorization", "").partition(" ")
     registry = getattr(req.app.state, "tokens", None)
-    if scheme.lower() != "bearer" or not token or registry is None:
-        return False
-    return registry.caller(token.strip()) is not None
+    return registry is not None and isinstance(authenticate(registry, req.headers.get("authorization", "")), Caller)
 
 
 def _safe_entry(e: Any) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from gpufleet.controller.service import Heartbeat
 from gpufleet.domain.errors import GpufleetError
 
 from . import errors
-from .auth import REPORT, Caller, TokenRegistry
+from .auth import REPORT, Caller, TokenRegistry, authenticate
 from .limits import read_body, replay
 from .schemas import EventBatch, HeartbeatIn
 
@@ -106,12 +106,9 @@ class IngestFastPath:
 
     def _reporter(self, authorization: bytes) -> Caller | None:
         """The caller behind a valid bearer token whose role may report events, else None."""
-        scheme, _, token = authorization.decode("latin-1").partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            return None
-        caller = self.tokens.caller(token.strip())
+        caller = authenticate(self.tokens, authorization.decode("latin-1"))
         # a tenant-scoped token takes the framework's route, where its tenant's nodes are checked (api/scope.py)
-        return caller if caller is not None and caller.role in REPORT and caller.tenant is None else None
+        return caller if isinstance(caller, Caller) and caller.role in REPORT and caller.tenant is None else None
 
 
 def _is_json(content_type: bytes) -> bool:

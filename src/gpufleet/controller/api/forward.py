@@ -7,7 +7,18 @@ database. So a follower answers reads of the database itself and forwards to the
   actions, checkpoints, maintenance, registrations — the caller's answer is the leader's answer, so a
   2xx still means "durable on the leader, at its epoch";
 * the reads of the leader's memory (:data:`LEADER_READS`: breaker, dry-run, correlation verdicts, the
-  status summary, the web UI; a node's repair commands and bundles, which check the node in memory).
+  status summary, the hot-spare pools (the spares runner's plan), the firmware inventory (the BMC
+  watcher's), the tenants and their nodes, the web UI; a node's repair commands and bundles, which
+  check the node in memory);
+* every ``/v1`` read by a tenant-scoped token: what such a token sees is decided by who owns each
+  registered node (api/scope.py), which the leader keeps current and a follower knows only as it was
+  when it started.
+
+A ``/v1`` request is authenticated here first, by the code the routes use (``auth.authenticate``): one
+without a valid bearer token is answered 401 by the follower, counted as ``unauthenticated`` among
+its refused requests, and never reaches the leader. The leader authorises the caller (role, nodes,
+tenant) as if it had come directly. The web UI's requests (``/``, ``/ui/``) go on unchecked: they sign
+in with a session cookie (web/session.py), and the sign-in page itself must reach the leader.
 
 A forwarded request carries :data:`FORWARDED` and is never forwarded again: a replica that receives one
 and does not lead answers 503 (the caller retries, as agents do). With no leader known, or the leader
@@ -28,11 +39,15 @@ from pathlib import Path
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..ha.elector import Leadership
+from .auth import Refusal, TokenRegistry, authenticate, note_refused
 from .leaderclient import LeaderClient, LeaderTlsRefused, LeaderUnreachable
 
 log = logging.getLogger(__name__)
 FORWARDED = "x-gpufleet-forwarded-by"
-LEADER_READS = frozenset({"/v1/status", "/v1/breaker", "/v1/mode", "/v1/verdicts", "/"})
+LEADER_READS = frozenset({"/v1/status", "/v1/breaker", "/v1/mode", "/v1/verdicts", "/v1/spares", "/v1/firmware",
+                          "/v1/tenancy", "/"})
+# a tenant-scoped token's reads go to the leader (who owns which node), except this replica's own health
+_OWN_READS = frozenset({"/v1/health", "/v1/ready"})
 # GET /v1/nodes/{node}/commands and /bundles check the node against the engine's memory (404 for one it
 # does not know): a follower started before the node was registered would not know it
 _LEADER_NODE_READS = ("/commands", "/bundles")
@@ -63,9 +78,12 @@ class ForwardTls:
 
 
 class ForwardToLeader:
-    def __init__(self, app: ASGIApp, leadership: Leadership, timeout_s: float = 30.0,
-                 tls: ForwardTls | None = None, counts: Counter[str] | None = None) -> None:
-        self.app, self.leadership = app, leadership
+    def __init__(self, app: ASGIApp, leadership: Leadership, tokens: TokenRegistry, timeout_s: float = 30.0,
+                 tls: ForwardTls | None = None, counts: Counter[str] | None = None,
+                 refused: Counter[str] | None = None) -> None:
+        """``tokens``: the API's (a /v1 request is authenticated before it is forwarded); ``refused``: the
+        API's count of refused requests, by reason."""
+        self.app, self.leadership, self.tokens, self.refused = app, leadership, tokens, refused
         self.timeout_s = timeout_s
         self.tls = tls or ForwardTls()
         t = self.tls
@@ -76,8 +94,23 @@ class ForwardToLeader:
         self.counts: Counter[str] = counts if counts is not None else Counter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (scope["type"] != "http" or self.leadership.leading()
-                or not needs_leader(scope["method"], scope["path"])):
+        if scope["type"] != "http" or self.leadership.leading():
+            await self.app(scope, receive, send)
+            return
+        method, path = scope["method"], scope["path"]
+        forward = needs_leader(method, path)
+        if path.startswith("/v1/"):
+            caller = authenticate(self.tokens, _header(scope, b"authorization"))
+            if isinstance(caller, Refusal):
+                if forward:  # the leader would refuse it: refuse it here, at no cost to the leader
+                    client = scope.get("client")
+                    note_refused(self.refused, method, path, client[0] if client else "?", "unauthenticated",
+                                 caller.why)
+                    await _error(send, 401, caller.detail, [(b"www-authenticate", b"Bearer")])
+                    return
+            elif caller.tenant is not None and path not in _OWN_READS:
+                forward = True
+        if not forward:
             await self.app(scope, receive, send)
             return
         headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _HOP]
@@ -121,6 +154,14 @@ class ForwardToLeader:
         out.append((b"content-length", str(len(answer.body)).encode()))
         await send({"type": "http.response.start", "status": answer.status, "headers": out})
         await send({"type": "http.response.body", "body": answer.body})
+
+
+def _header(scope: Scope, name: bytes) -> str:
+    """The first ``name`` header (as Starlette reads it), or ''."""
+    for k, v in scope["headers"]:
+        if k.lower() == name:
+            return str(v.decode("latin-1"))
+    return ""
 
 
 async def _body(receive: Receive) -> bytes:
