@@ -180,7 +180,10 @@ def test_a_followers_own_admission_answers_429_while_the_leader_is_slow(tmp_path
             lead.signal(signal.SIGCONT)
         for t in held:
             t.join(60)
-        assert answers == [200, 200]
+        # the held posts waited for the leader and were answered when it woke (either may instead have been
+        # the one refused, if a probe was in flight before it arrived)
+        assert len(answers) == 2 and set(answers) <= {200, 429} and 200 in answers, answers
+        assert httpx.post(url, json=beat, headers=HEADERS, timeout=30).status_code == 200  # the cap frees up
         assert counter(follower, "requests_refused", "inflight") >= 1
     finally:
         for r in group:
