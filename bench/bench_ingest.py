@@ -59,12 +59,19 @@ def node_names(n: int) -> list[str]:
 
 # ---- the server (child process) -----------------------------------------------------------------
 def serve(database_url: str, nodes: int, reconciler: bool, queue_events: int | None = None,
-          max_inflight: int | None = None) -> None:
+          max_inflight: int | None = None, retention_events: str = "") -> None:
     """Run the controller like ``gpufleet controller serve``; print the port; stop when stdin closes."""
     import logging
 
     from gpufleet.controller.runtime import build
-    from gpufleet.controller.settings import ControllerSettings, LimitSettings, Role, SchedulerKind, TokenConfig
+    from gpufleet.controller.settings import (
+        ControllerSettings,
+        LimitSettings,
+        RetentionSettings,
+        Role,
+        SchedulerKind,
+        TokenConfig,
+    )
     from gpufleet.schedulers.sim import SimScheduler
 
     logging.basicConfig(level=logging.ERROR)  # an overload bench refuses thousands of requests: not a log line each
@@ -72,6 +79,7 @@ def serve(database_url: str, nodes: int, reconciler: bool, queue_events: int | N
                                                 ("max_inflight_reports", max_inflight)) if v is not None})
     settings = ControllerSettings(
         database_url=database_url, host="127.0.0.1", port=0, scheduler=SchedulerKind.SIM, limits=limits,
+        retention=RetentionSettings(events=retention_events or "0", interval=1.0),  # [retention], every second
         tokens=(TokenConfig(name="bench-admin", role=Role.ADMIN, token=ADMIN),
                 TokenConfig(name="bench-agent", role=Role.AGENT, token=AGENT, nodes=("*",))))
     rt = build(settings, SimScheduler(node_names(nodes)))
@@ -84,11 +92,12 @@ def serve(database_url: str, nodes: int, reconciler: bool, queue_events: int | N
 
 @contextmanager
 def server(database_url: str, nodes: int, *, reconciler: bool = True, queue_events: int | None = None,
-           max_inflight: int | None = None) -> Iterator[tuple[str, int]]:
+           max_inflight: int | None = None, retention_events: str = "") -> Iterator[tuple[str, int]]:
     cmd = [sys.executable, "-m", "bench.bench_ingest", "serve", "--database-url", database_url,
            "--nodes", str(nodes)] + ([] if reconciler else ["--no-reconciler"]) + (
            [] if queue_events is None else ["--queue-events", str(queue_events)]) + (
-           [] if max_inflight is None else ["--max-inflight", str(max_inflight)])
+           [] if max_inflight is None else ["--max-inflight", str(max_inflight)]) + (
+           ["--retention-events", retention_events] if retention_events else [])
     proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -427,8 +436,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--no-reconciler", action="store_true")
     s.add_argument("--queue-events", type=int, default=None, help="[limits] ingest_queue_events")
     s.add_argument("--max-inflight", type=int, default=None, help="[limits] max_inflight_reports")
+    s.add_argument("--retention-events", default="", help="[retention] events (run every second)")
     args = ap.parse_args(argv)
-    serve(args.database_url, args.nodes, not args.no_reconciler, args.queue_events, args.max_inflight)
+    serve(args.database_url, args.nodes, not args.no_reconciler, args.queue_events, args.max_inflight,
+          args.retention_events)
     return 0
 
 
