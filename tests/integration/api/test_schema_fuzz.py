@@ -20,33 +20,15 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
-from tests.conftest import require_service
-from tests.integration.api.conftest import Api, auth, make_api
-from tests.integration.store.backends import WHAT, Postgres
+from tests.integration.api.conftest import BACKENDS, Api, api_on, auth
 
 CASES_PER_OPERATION = 50  # x 2 modes x 28 operations: about 2,800 requests per database
-BACKENDS = [pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres", marks=pytest.mark.postgres)]
 
 
 @pytest.fixture(params=BACKENDS)
 def fuzzed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Api]:
-    if request.param == "sqlite":
-        api = make_api(tmp_path)
+    with api_on(request.param, tmp_path) as api:
         yield api
-        api.client.close()
-        api.engine.dispose()
-        return
-    pg = Postgres.from_env()
-    require_service(pg is not None, WHAT)
-    assert pg is not None
-    try:
-        with pg.database(migrated=True) as url:
-            api = make_api(tmp_path, database_url=url)
-            yield api
-            api.client.close()
-            api.engine.dispose()
-    finally:
-        pg.close()
 
 
 def problems(status: int, body: bytes, what: str) -> list[str]:

@@ -29,6 +29,15 @@ pytestmark = [pytest.mark.ha, pytest.mark.postgres]
     # the leader's memory: the spares runner's plan, the BMC watcher's firmware, the tenants' nodes now
     ("GET", "/v1/spares", True), ("GET", "/v1/firmware", True), ("GET", "/v1/tenancy", True),
 ])
+
+def started(group: list[Replica]) -> tuple[Replica, Replica]:
+    """Start ``group``; its leader once settled, and a follower."""
+    for r in group:
+        r.start()
+    assert all(r.serving() for r in group)
+    lead, _epoch = settled(group)
+    return lead, next(r for r in group if r is not lead)
+
 def test_what_a_follower_forwards(method: str, path: str, leader: bool) -> None:
     assert needs_leader(method, path) is leader
 
@@ -42,11 +51,7 @@ def pair(tmp_path: Path, pg_url: str) -> Iterator[list[Replica]]:
 
 
 def test_a_follower_forwards_operators_writes_and_reads_of_the_leaders_memory(pair: list[Replica]) -> None:
-    for r in pair:
-        r.start()
-    assert all(r.serving() for r in pair)
-    lead, _epoch = settled(pair)
-    follower = next(r for r in pair if r is not lead)
+    lead, follower = started(pair)
     with httpx.Client(base_url=f"{follower.base}/v1", headers=HEADERS, timeout=10) as http:
         assert http.put("/mode", json={"dry_run": True}).json() == {"dry_run": True}
         assert http.get("/mode").json() == {"dry_run": True}  # the leader's memory, through the follower
@@ -97,11 +102,7 @@ def tenants(tmp_path: Path, pg_url: str) -> Iterator[list[Replica]]:
 def test_a_follower_answers_tenant_reads_as_the_leader_knows_them(tenants: list[Replica]) -> None:
     """A node registered after the follower started: its tenant's token sees it through the follower,
     and /v1/tenancy lists it (the follower's own memory of the nodes and owners is its start's)."""
-    for r in tenants:
-        r.start()
-    assert all(r.serving() for r in tenants)
-    lead, _epoch = settled(tenants)
-    follower = next(r for r in tenants if r is not lead)
+    lead, follower = started(tenants)
     with httpx.Client(base_url=f"{lead.base}/v1", headers=HEADERS, timeout=10) as http:
         r = http.post("/nodes", json={"nodes": [{"id": "r01-n999", "rack": "r01"}], "state": "ready"})
         assert r.status_code == 201, r.text
@@ -120,11 +121,7 @@ def test_a_follower_answers_tenant_reads_as_the_leader_knows_them(tenants: list[
 
 def test_a_follower_refuses_a_write_without_a_valid_token_itself(tenants: list[Replica]) -> None:
     """401 from the follower, counted there, and the leader never asked (no request forwarded)."""
-    for r in tenants:
-        r.start()
-    assert all(r.serving() for r in tenants)
-    lead, _epoch = settled(tenants)
-    follower = next(r for r in tenants if r is not lead)
+    lead, follower = started(tenants)
     forwarded = counter(follower, "forwarded_requests", "forwarded")
     refused_here = counter(follower, "requests_refused", "unauthenticated")
     refused_there = counter(lead, "requests_refused", "unauthenticated")
@@ -149,11 +146,7 @@ def test_a_followers_own_admission_answers_429_while_the_leader_is_slow(tmp_path
     group = [Replica(tmp_path, name, pg_url, 30.0, 0.5, settings="[limits]\nmax_inflight_reports = 2\n")
              for name in ("a", "b")]
     try:
-        for r in group:
-            r.start()
-        assert all(r.serving() for r in group)
-        lead, _epoch = settled(group)
-        follower = next(r for r in group if r is not lead)
+        lead, follower = started(group)
         url = f"{follower.base}/v1/nodes/r01-n001/heartbeat"
         beat = {"time": datetime.now(UTC).isoformat()}
         answers: list[int] = []
