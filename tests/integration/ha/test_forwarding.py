@@ -19,6 +19,15 @@ from tests.integration.ha.replicas import HEADERS, Replica, settled
 pytestmark = [pytest.mark.ha, pytest.mark.postgres]
 
 
+def started(group: list[Replica]) -> tuple[Replica, Replica]:
+    """Start ``group``; its leader once settled, and a follower."""
+    for r in group:
+        r.start()
+    assert all(r.serving() for r in group)
+    lead, _epoch = settled(group)
+    return lead, next(r for r in group if r is not lead)
+
+
 @pytest.mark.parametrize(("method", "path", "leader"), [
     ("POST", "/v1/events", True), ("POST", "/v1/nodes/n1/heartbeat", True), ("PUT", "/v1/mode", True),
     ("POST", "/v1/nodes/n1/drain", True), ("GET", "/v1/mode", True), ("GET", "/v1/status", True),
@@ -29,14 +38,6 @@ pytestmark = [pytest.mark.ha, pytest.mark.postgres]
     # the leader's memory: the spares runner's plan, the BMC watcher's firmware, the tenants' nodes now
     ("GET", "/v1/spares", True), ("GET", "/v1/firmware", True), ("GET", "/v1/tenancy", True),
 ])
-
-def started(group: list[Replica]) -> tuple[Replica, Replica]:
-    """Start ``group``; its leader once settled, and a follower."""
-    for r in group:
-        r.start()
-    assert all(r.serving() for r in group)
-    lead, _epoch = settled(group)
-    return lead, next(r for r in group if r is not lead)
 
 def test_what_a_follower_forwards(method: str, path: str, leader: bool) -> None:
     assert needs_leader(method, path) is leader
