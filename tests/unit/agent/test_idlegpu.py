@@ -20,6 +20,7 @@ from gpufleet.domain.catalog import load_default_catalog
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
 from gpufleet.domain.judgement import judge_event
+from tests.conftest import require_service
 
 
 def proc(tmp_path: Path, envs: dict[str, dict[str, str]]) -> Path:
@@ -48,10 +49,11 @@ def test_allocations_come_from_the_jobs_processes(tmp_path: Path) -> None:
     assert allocations(tmp_path / "no-proc") == {}
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="giving the process directories other owners needs root")
 def test_the_owner_is_the_user_the_jobs_processes_run_as_not_root(tmp_path: Path) -> None:
     """A root process that inherited a job's environment (a site helper) does not name the owner when a
     process of the job runs as a user; a uid without a passwd entry is named by its number."""
+    # giving the process directories other owners needs root, as the agent has (CI runs as root)
+    require_service(os.geteuid() == 0, "root (to chown the fake /proc entries)")
     root = proc(tmp_path, {"100": {"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "0"},
                            "101": {"SLURM_JOB_ID": "42", "SLURM_JOB_GPUS": "0"},
                            "200": {"SLURM_JOB_ID": "43", "SLURM_JOB_GPUS": "1"},
