@@ -22,9 +22,7 @@ stream's active reporters (Poisson when the variance is not above the mean). The
 with ``k_s`` the witnesses active in the last third of the window and ``mu_s = mu (W/3 + d)/(W + d)``
 (``d`` the background's mean activity span: a reporter is active for an interval, not an instant).
 ``SCAN`` = 3 pays for looking at several statistics; a cable's two ends are computed exactly; for a
-switch or unit only ``k`` counts (repetition is evidence about what a witness reports on). A unit's
-(node, tray) witnesses are its ``n`` parts, so from ``k >= mu + 1`` on its count's tail is the
-binomial ``Bin(n, mu/n)``'s, a bound on the exact Poisson-binomial that Poisson overstates.
+switch or unit only ``k`` counts (repetition is evidence about what a witness reports on).
 ``c`` is *significant* when ``p(c) <= alpha(c)``, the share of the false-alarm budget (default 1 false
 verdict per 1,000 node-days) that falls on one candidate of its kind in one window:
 ``budget * nodes * window / 1 day / (kinds * candidates of the kind)``.
@@ -48,7 +46,6 @@ from dataclasses import dataclass
 
 from gpufleet.correlate.index import index_of
 from gpufleet.correlate.rates import PRIOR_EXCESS, PRIOR_Q, Reporters, learn
-from gpufleet.correlate.tails import log_count_tail as _log_count_tail
 from gpufleet.correlate.tails import log_negbin_tail as _log_negbin_tail
 from gpufleet.correlate.tails import log_poisson_tail as _log_poisson_tail
 from gpufleet.domain.topology import Topology
@@ -64,7 +61,6 @@ FOLLOWS, STAYS = "follows", "stays"
 _SELF: dict[str, str] = {}
 _SHARED_KINDS = frozenset({"nvswitch", "leaf_switch", "spine_switch", "core_switch", "node", "compute_tray",
                            "switch_tray"})
-_UNIT_KINDS = frozenset({"node", "compute_tray", "switch_tray"})  # witnesses: the distinct parts inside
 
 
 @dataclass(slots=True)
@@ -128,7 +124,6 @@ class Coherence:
         # Tail probabilities by their arguments, forgotten when the rates change (pure functions of
         # (k, mu) and of (excess, k) under the current repetition model: the same floats either way).
         self._poisson_memo: dict[tuple[int, float], float] = {}
-        self._members: dict[str, int] = {}  # unit -> the parts inside it (the most witnesses it can have)
         self._rep_memo: dict[tuple[int, int], float] = {}
 
     # -- input --------------------------------------------------------------------------------------------
@@ -297,13 +292,10 @@ class Coherence:
             # Screen: mu >= mu_lb (this reporter's own share of the exposure) and the tail grows
             # with mu, so even the smallest possible background leaves the pattern unsurprising.
             # Spares most noise events the exposure (a walk over the candidate's links).
-            n = self._inside(c) if st.cls in _UNIT_KINDS else 0
             memo = self._poisson_memo
-            lp = memo.get((k, mu_lb)) if not n else None
+            lp = memo.get((k, mu_lb))
             if lp is None:
-                lp = _log_count_tail(k, mu_lb, n)
-                if not n:
-                    memo[(k, mu_lb)] = lp
+                lp = memo[(k, mu_lb)] = _log_poisson_tail(k, mu_lb)
             if lp + tail_u > log_alpha:
                 st.log_p = lp + tail_u
                 st.significant = False
@@ -314,7 +306,7 @@ class Coherence:
             log_k = math.log(max(tail, 1e-300))
         else:
             mu = self.mu(c)
-            log_k = _log_count_tail(k, mu, n)
+            log_k = _log_poisson_tail(k, mu)
             # A second, shorter scale: the witnesses active in the last third of the window (a
             # fault's witnesses come closer together than the background's). A background reporter
             # is active for an interval, not an instant (about its mean excess minutes), so the
@@ -324,20 +316,13 @@ class Coherence:
             k_s = sum(1 for v in wit.values() if v[0] >= t - short_s)
             if k_s >= 2:
                 d = self._rep[0] * UNIT_S
-                log_k = min(log_k, _log_count_tail(k_s, mu * (short_s + d) / (self.window + d), n)) + _LN2
+                log_k = min(log_k, _log_poisson_tail(k_s, mu * (short_s + d) / (self.window + d))) + _LN2
         st.log_p = log_k + tail_u
         st.basis = ""
         sig = st.log_p <= log_alpha
         if not sig:
             st.significant = False
         return sig
-
-    def _inside(self, c: str) -> int:
-        """The parts inside unit ``c``: the most distinct witnesses it can have."""
-        n = self._members.get(c)
-        if n is None:
-            n = self._members[c] = max(1, len(self._topo.descendants(c)))
-        return n
 
     def _log_p(self, c: str, st: _Cand, t: float) -> float:
         """ln p of ``c``'s witnesses now, without the screens."""

@@ -35,28 +35,3 @@ def log_negbin_tail(e: int, size: float, p: float) -> float:
         term *= q * (j + size) / (j + 1)
     tail = 1.0 - cdf
     return math.log(tail) if tail > 1e-12 else math.log(max(term, 1e-300))
-
-
-def log_binom_tail(k: int, n: int, p: float) -> float:
-    """ln P(X >= k), X ~ Binomial(n, p)."""
-    if k <= 0:
-        return 0.0
-    if k > n or p <= 0.0:
-        return -math.inf
-    if p >= 1.0:
-        return 0.0
-    lp, lq = math.log(p), math.log1p(-p)
-    terms = [math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1) + j * lp + (n - j) * lq
-             for j in range(k, n + 1)]
-    top = max(terms)
-    return top + math.log(sum(math.exp(t - top) for t in terms))
-
-
-def log_count_tail(k: int, mu: float, n: int) -> float:
-    """ln P(k or more of a candidate's possible witnesses speak), ``mu`` of them expected. A unit's
-    witnesses are its ``n`` parts, each one Bernoulli: the count is Poisson-binomial, at most ``n``,
-    and from ``k >= mu + 1`` on its tail is at most the binomial's with the same mean (Hoeffding 1956),
-    itself lighter than Poisson's. ``n`` = 0 (not a unit) or ``k < mu + 1``: Poisson."""
-    if n and k >= mu + 1.0:
-        return log_binom_tail(k, n, mu / n)
-    return log_poisson_tail(k, mu)
