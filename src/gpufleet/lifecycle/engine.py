@@ -10,7 +10,6 @@ just executes it. Pure: the caller passes the time in.
 from __future__ import annotations
 
 import logging
-from collections import deque
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -29,7 +28,7 @@ from gpufleet.lifecycle.decisions import (
     decision_id,
 )
 from gpufleet.lifecycle.plan import AuditEntry, OutboxAction, Plan
-from gpufleet.lifecycle.policy import TIMED_STATES, NodeView, Policy, Sighting, sighting
+from gpufleet.lifecycle.policy import TIMED_STATES, NodeView, Policy, Sightings
 from gpufleet.lifecycle.states import SCHEDULABLE, UNAVAILABLE, Actor, NodeState, transition
 from gpufleet.lifecycle.validation import Situation, level_after
 
@@ -39,7 +38,6 @@ S = NodeState
 # served (new, in burn-in): a delivery of 500 spares must not let the breaker drain 50 more serving nodes.
 _UNCOUNTED = frozenset({NodeState.RETIRED, NodeState.NEW, NodeState.BURN_IN})
 _NONE = Decision("", "", datetime.min, NodeState.NEW, NodeState.NEW, "", "", Severity.INFO, actor_id="")
-_MAX_RECENT = 512
 
 
 class OperatorOp(StrEnum):
@@ -58,8 +56,8 @@ class NodeRecord:
     domains: frozenset[str] = frozenset()
     has_jobs: bool = False
     committed: bool = False  # a drain is queued or waiting for a checkpoint
-    # Sightings of the events an escalation counts (newest last), not whole events: see policy.Sighting.
-    recent: deque[Sighting] = field(default_factory=lambda: deque(maxlen=_MAX_RECENT))
+    # Sightings of the events an escalation counts, not whole events: see policy.Sightings.
+    recent: Sightings = field(default_factory=Sightings)
 
     def view(self) -> NodeView:
         return NodeView(self.node, self.state, self.since, self.has_jobs)
@@ -142,7 +140,7 @@ class LifecycleEngine:
         """Called before ``rec`` changes: keep a copy to roll back to (once per begin)."""
         u = self._undo
         if u is not None and rec.node not in u.records:
-            u.records[rec.node] = replace(rec, recent=deque(rec.recent, maxlen=rec.recent.maxlen))
+            u.records[rec.node] = replace(rec, recent=rec.recent.copy())
 
     # ---- inventory --------------------------------------------------------------------------
     def add_node(self, node: str, domains: frozenset[str], state: NodeState, now: datetime, actor_id: str) -> Plan:
@@ -160,8 +158,8 @@ class LifecycleEngine:
     def remember(self, events: Iterable[HealthEvent]) -> None:
         """Load past evidence (after a restart) without deciding anything."""
         for e in sorted(events, key=lambda e: e.time):
-            if e.node in self.nodes and self.policy.remembers(e):
-                self.nodes[e.node].recent.append(sighting(e))
+            if e.node in self.nodes:
+                self.policy.remember(self.nodes[e.node].recent, e)
 
     # ---- evidence ---------------------------------------------------------------------------
     def observe(self, events: Sequence[HealthEvent], now: datetime) -> Plan:
@@ -170,8 +168,7 @@ class LifecycleEngine:
         for e in sorted(events, key=lambda e: e.time):
             rec = self._node(e.node)
             self._touch(rec)
-            if self.policy.remembers(e):
-                rec.recent.append(sighting(e))
+            self.policy.remember(rec.recent, e)
             arrived.setdefault(e.node, []).append(e)
         for node, mine in arrived.items():
             rec = self.nodes[node]
@@ -593,9 +590,7 @@ class LifecycleEngine:
         return None
 
     def _prune(self, rec: NodeRecord, now: datetime) -> None:
-        horizon = now - self.policy.lookback()
-        while rec.recent and rec.recent[0][0] < horizon:
-            rec.recent.popleft()
+        self.policy.prune(rec.recent, now)
 
     def _node(self, node: str) -> NodeRecord:
         rec = self.nodes.get(node)

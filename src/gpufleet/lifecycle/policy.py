@@ -17,8 +17,9 @@ repaired for; escalation counts look over the whole window.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from bisect import insort
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from gpufleet.domain.catalog import Catalog, Escalation
@@ -53,6 +54,41 @@ def sighting(e: HealthEvent) -> Sighting:
     return (e.time, str(e.kind.value), e.code)
 
 
+def _at(s: Sighting) -> datetime:
+    return s[0]
+
+
+@dataclass(slots=True)
+class Sightings:
+    """What one node's escalations can still count: per escalation (by its index in the catalog), its
+    newest ``count`` matching sightings, oldest first.
+
+    Exact and bounded: "``count`` or more within the window ending now" holds exactly when the newest
+    ``count`` sightings all lie in that window, so older ones are never needed, and the memory per node
+    is at most the sum of the escalations' counts (157 with the shipped ones) whatever the event rate.
+    A single shared bound would let a storm of one kind (a day of corrected ECC errors) push out what
+    another escalation still counts (the first of two XID 94s). A sighting stamped after ``now`` (an
+    agent clock ahead by less than the skew tolerance) holds its place until ``now`` passes it.
+    Filled and pruned by :class:`Policy` (:meth:`Policy.remember`, :meth:`Policy.prune`)."""
+
+    kept: dict[int, list[Sighting]] = field(default_factory=dict)
+
+    def copy(self) -> Sightings:
+        return Sightings({i: list(v) for i, v in self.kept.items()})
+
+    def __len__(self) -> int:
+        """Distinct sightings held (one counted by two escalations is held once)."""
+        return len({id(s) for v in self.kept.values() for s in v})
+
+    def __iter__(self) -> Iterator[Sighting]:
+        """Every distinct sighting held, oldest first."""
+        seen: dict[int, Sighting] = {}
+        for v in self.kept.values():
+            for s in v:
+                seen.setdefault(id(s), s)
+        return iter(sorted(seen.values(), key=_at))
+
+
 @dataclass(frozen=True, slots=True)
 class Judged:
     event: HealthEvent
@@ -76,6 +112,30 @@ class Policy:
         """Every event kind some escalation counts (what a restart needs to reload)."""
         return self._counted_kinds | frozenset(k for k, _ in self._counted_codes)
 
+    def remember(self, into: Sightings, e: HealthEvent) -> None:
+        """Keep a sighting of ``e`` for every escalation that counts it (at most its count each)."""
+        s: Sighting | None = None
+        for i, esc in enumerate(self.catalog.escalations):
+            if _matches(esc, e):
+                s = s or sighting(e)
+                kept = into.kept.setdefault(i, [])
+                insort(kept, s, key=_at)
+                if len(kept) > esc.count:
+                    del kept[0]
+
+    def prune(self, kept: Sightings, now: datetime) -> None:
+        """Drop the sightings no escalation can count any more (older than its window)."""
+        for i, esc in enumerate(self.catalog.escalations):
+            v = kept.kept.get(i)
+            if v is None:
+                continue
+            since = now - esc.window
+            old = next((n for n, s in enumerate(v) if s[0] >= since), len(v))
+            if old == len(v):
+                del kept.kept[i]
+            elif old:
+                del v[:old]
+
     # ---- judging events ---------------------------------------------------------------------
     def severity_of(self, event: HealthEvent) -> Judged:
         """The severity of one event on its own: its one judgement (domain.judgement), which the
@@ -87,16 +147,15 @@ class Policy:
         basis = "" if j.basis == "catalog" else f" ({j.basis})"
         return Judged(event, j.severity, f"{_label(event)}{name}: {j.severity}{basis}")
 
-    def escalate(self, fresh: Sequence[HealthEvent], history: Iterable[Sighting], now: datetime) -> list[Judged]:
+    def escalate(self, fresh: Sequence[HealthEvent], history: Sightings, now: datetime) -> list[Judged]:
         """Escalations that fire because of at least one fresh event (``history`` includes the fresh ones)."""
         out: list[Judged] = []
-        for esc in self.catalog.escalations:
+        for i, esc in enumerate(self.catalog.escalations):
             trigger = next((e for e in reversed(fresh) if _matches(esc, e)), None)
             if trigger is None:
                 continue
             since = now - esc.window
-            n = sum(1 for t, kind, code in history
-                    if kind == esc.kind and (esc.code is None or code == esc.code) and since <= t <= now)
+            n = sum(1 for t, _kind, _code in history.kept.get(i, ()) if since <= t <= now)
             if n >= esc.count:
                 why = f"{_label(trigger)} seen {n} times within {esc.window} (threshold {esc.count})"
                 out.append(Judged(trigger, esc.severity, why))
@@ -113,7 +172,10 @@ class Policy:
         stamped after the last transition (minus the skew) counts as fresh.
         """
         horizon = now - self.lookback()
-        history = [sighting(e) for e in events if e.time >= horizon and self.remembers(e)]
+        history = Sightings()
+        for e in sorted(events, key=lambda e: e.time):
+            if e.time >= horizon:
+                self.remember(history, e)
         fresh = self.fresh(view, [e for e in events if fresh_ids is None or e.id in fresh_ids], now)
         return self.decide(view, fresh, history, now)
 
@@ -123,7 +185,7 @@ class Policy:
         horizon, cutoff = now - self.lookback(), view.since - self.config.clock_skew
         return sorted((e for e in arrived if e.time >= horizon and e.time > cutoff), key=lambda e: e.time)
 
-    def decide(self, view: NodeView, fresh: Sequence[HealthEvent], history: Iterable[Sighting],
+    def decide(self, view: NodeView, fresh: Sequence[HealthEvent], history: Sightings,
                now: datetime) -> Decision | None:
         """The decision for ``view`` given the ``fresh`` events (from :meth:`fresh`) and the sightings
         of every remembered event in the window, fresh ones included."""

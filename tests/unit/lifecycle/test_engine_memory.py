@@ -7,6 +7,7 @@ from datetime import timedelta
 
 from gpufleet.domain.events import EventKind
 from gpufleet.lifecycle.policy import Policy
+from gpufleet.lifecycle.states import NodeState
 
 from .helpers import T0, engine, ev, policy, xid
 
@@ -36,3 +37,27 @@ def test_an_escalation_still_counts_across_calls_and_remembered_sightings_cost_t
     plan = eng.observe([ev(node, EventKind.ECC_SBE, at)], at)
     (decision,) = plan.decisions
     assert f"seen {limit} times" in decision.reason
+
+
+def test_a_storm_of_one_counted_kind_does_not_push_out_what_another_escalation_counts() -> None:
+    # XID 94 twice within a day escalates; between the two, a day-long trickle of corrected ECC errors
+    # (below their own hourly threshold) is far more than any fixed per-node bound could hold.
+    eng = engine(4, 1)
+    node = next(iter(eng.nodes))
+    sbe = next(e for e in eng.policy.catalog.escalations if e.kind == "ecc_sbe")
+    x94 = next(e for e in eng.policy.catalog.escalations if e.kind == "xid" and e.code == 94)
+    eng.nodes[node].has_jobs = True  # the first XID 94 makes it suspect (drain at the next checkpoint)
+    (first,) = eng.observe([xid(node, 94, T0)], T0).decisions
+    assert first.to_state == NodeState.SUSPECT
+    per_hour = sbe.count // 2
+    hours = int(x94.window / timedelta(hours=1)) - 2
+    for h in range(hours):
+        for i in range(per_hour):
+            at = T0 + timedelta(hours=h, seconds=1 + i * 3600 // per_hour)
+            assert not eng.observe([ev(node, EventKind.ECC_SBE, at)], at).decisions
+    at = T0 + timedelta(hours=hours)
+    (decision,) = eng.observe([xid(node, 94, at)], at).decisions
+    assert f"seen {x94.count} times" in decision.reason and decision.to_state == NodeState.DRAINING
+    # What is kept is bounded by what the escalations can count, not by the storm's length.
+    kept = eng.nodes[node].recent
+    assert len(kept) <= sum(e.count for e in eng.policy.catalog.escalations)
