@@ -59,7 +59,7 @@ def node_names(n: int) -> list[str]:
 
 # ---- the server (child process) -----------------------------------------------------------------
 def serve(database_url: str, nodes: int, reconciler: bool, queue_events: int | None = None,
-          max_inflight: int | None = None, retention_events: str = "") -> None:
+          max_inflight: int | None = None, retention_events: str = "", policy_file: str = "") -> None:
     """Run the controller like ``gpufleet controller serve``; print the port; stop when stdin closes."""
     import logging
 
@@ -79,6 +79,7 @@ def serve(database_url: str, nodes: int, reconciler: bool, queue_events: int | N
                                                 ("max_inflight_reports", max_inflight)) if v is not None})
     settings = ControllerSettings(
         database_url=database_url, host="127.0.0.1", port=0, scheduler=SchedulerKind.SIM, limits=limits,
+        policy_file=Path(policy_file) if policy_file else None,
         retention=RetentionSettings(events=retention_events or "0", interval=1.0),  # [retention], every second
         tokens=(TokenConfig(name="bench-admin", role=Role.ADMIN, token=ADMIN),
                 TokenConfig(name="bench-agent", role=Role.AGENT, token=AGENT, nodes=("*",))))
@@ -92,12 +93,14 @@ def serve(database_url: str, nodes: int, reconciler: bool, queue_events: int | N
 
 @contextmanager
 def server(database_url: str, nodes: int, *, reconciler: bool = True, queue_events: int | None = None,
-           max_inflight: int | None = None, retention_events: str = "") -> Iterator[tuple[str, int]]:
+           max_inflight: int | None = None, retention_events: str = "", policy_file: str = ""
+           ) -> Iterator[tuple[str, int]]:
     cmd = [sys.executable, "-m", "bench.bench_ingest", "serve", "--database-url", database_url,
            "--nodes", str(nodes)] + ([] if reconciler else ["--no-reconciler"]) + (
            [] if queue_events is None else ["--queue-events", str(queue_events)]) + (
            [] if max_inflight is None else ["--max-inflight", str(max_inflight)]) + (
-           ["--retention-events", retention_events] if retention_events else [])
+           ["--retention-events", retention_events] if retention_events else []) + (
+           ["--policy-file", policy_file] if policy_file else [])
     proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
@@ -144,8 +147,10 @@ def own_cpu() -> float:
 class Reports:
     """Report bodies: a random node, 1-5 events, rarely a fatal one; every event id unique."""
 
-    def __init__(self, nodes: list[str], seed: int) -> None:
+    def __init__(self, nodes: list[str], seed: int,
+                 kinds: tuple[tuple[str, int | None], ...] = BENIGN) -> None:
         self.nodes = nodes
+        self.kinds = kinds
         self.rng = random.Random(seed)
         self.seq = 0
         self.run = uuid.uuid4().hex[:8]
@@ -156,7 +161,7 @@ class Reports:
         events = []
         for _ in range(self.rng.randint(1, 5)):
             self.seq += 1
-            kind, code = ("xid", 79) if self.rng.random() < 1 / 6000 else self.rng.choice(BENIGN)
+            kind, code = ("xid", 79) if self.rng.random() < 1 / 6000 else self.rng.choice(self.kinds)
             ev: dict[str, Any] = {"id": f"{self.run}-{self.seq}", "node": node, "kind": kind, "time": now,
                                   "component": f"{node}-gpu{self.rng.randint(0, 7)}"}
             if code is not None:
@@ -437,9 +442,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--queue-events", type=int, default=None, help="[limits] ingest_queue_events")
     s.add_argument("--max-inflight", type=int, default=None, help="[limits] max_inflight_reports")
     s.add_argument("--retention-events", default="", help="[retention] events (run every second)")
+    s.add_argument("--policy-file", default="", help="the controller's policy_file")
     args = ap.parse_args(argv)
     serve(args.database_url, args.nodes, not args.no_reconciler, args.queue_events, args.max_inflight,
-          args.retention_events)
+          args.retention_events, args.policy_file)
     return 0
 
 

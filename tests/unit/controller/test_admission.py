@@ -172,3 +172,18 @@ def test_a_restart_remembers_recent_faults_for_merging_and_re_holds_link_events(
     clock.advance(timedelta(seconds=30))
     c2.tick()
     assert c2.state_of(nodes[1]) is NodeState.DRAINING
+
+
+def test_the_merge_index_costs_the_cycle_collector_nothing_and_a_third_source_still_merges() -> None:
+    import gc
+
+    c, clock = _controller()
+    at = clock.advance(timedelta(seconds=5))
+    c.ingest([_xid(f"n:nvml:{g}", "r01-n01", 13, at, "nvml", gpu=g) for g in range(8)])
+    c.ingest([_xid("n:kmsg:0", "r01-n01", 13, at, "kmsg", gpu=0), _xid("n:dcgm:0", "r01-n01", 13, at, "dcgm", gpu=0)])
+    assert c.admission.merges == 2  # both later sources merged onto the first: the entry grew its sources
+    gc.collect()
+    gc.collect()  # a tuple is untracked once the tuples inside it are: the sources, then the entry
+    entries = list(c.admission._faults.items())
+    assert len(entries) == 8
+    assert not any(gc.is_tracked(k) or gc.is_tracked(f) for k, f in entries)
