@@ -76,15 +76,18 @@ class _Cand:
     basis: str = ""  # FOLLOWS / STAYS: significant with the pattern kept from before a move
 
 
-# A candidate seen once, screened out at once (most are, and most are never seen again), is kept as
-# one tuple, (time, minute, witness, reporter, symptom key), and becomes a _Cand when seen again.
-_Once = tuple[float, int, str, str, tuple[str, str]]
+# A candidate with one witness and one supporting symptom, never scored (screened out: most are, and
+# most never get a second witness), is kept as one tuple, (last time, last minute, witness, reporter,
+# symptom key, units): atomic, so the cycle collector stops tracking it. It becomes a _Cand when a
+# second witness or symptom comes, when its witness comes back after the window, or when it must be
+# scored.
+_Once = tuple[float, int, str, str, tuple[str, str], int]
 
 
 def _cand(once: _Once, cls: str) -> _Cand:
-    """The _Cand a candidate seen once would have been."""
-    t, minute, w, reporter, key = once
-    return _Cand({w: (t, 1, minute, reporter)}, {key: t}, cls, 1, t)
+    """The _Cand a candidate kept as a tuple stands for."""
+    t, minute, w, reporter, key, units = once
+    return _Cand({w: (t, units, minute, reporter)}, {key: t}, cls, units, t)
 
 
 class Coherence:
@@ -158,18 +161,30 @@ class Coherence:
             st = cands.get(c)
             if st is None:
                 if SCAN * lb >= alpha[cls] and c not in hist:
-                    cands[c] = (t, minute, w, reporter, key)
+                    cands[c] = (t, minute, w, reporter, key, 1)
                     continue  # one witness, one unit: p >= SCAN * (1 - e^-lb), cannot be significant
                 st = cands[c] = _Cand({w: (t, 1, minute, reporter)}, {key: t}, cls, 1, t)
                 if self._score(c, st, t, lb):
                     out.append(self._significant(st, c, t))
                 continue
             if isinstance(st, tuple):
+                # The same witness on the same symptom within the window: as the _Cand path below
+                # does it (a new time, or a new minute behind the one-witness screen), kept a tuple.
+                if st[2] == w and st[4] == key and t - st[0] <= window and c not in hist:
+                    if st[1] == minute:
+                        cands[c] = (t, minute, w, st[3], key, st[5])
+                        continue
+                    units = st[5] + 1
+                    rep = 0.0 if cls in _SHARED_KINDS else self._log_rep_tail(units - 1, 1)
+                    if math.log(SCAN * lb * (1 - lb / 2)) + rep >= log_alpha[cls]:
+                        cands[c] = (t, minute, w, st[3], key, units)
+                        continue
                 st = cands[c] = _cand(st, cls)
             st.keys[key] = t
             wit = st.wit
             old = wit.get(w)
-            st.oldest = min(st.oldest, t)
+            if t < st.oldest:
+                st.oldest = t
             if old is None or t - old[0] > window:
                 wit[w] = (t, 1, minute, reporter)
                 st.units += 1 if old is None else 1 - old[1]
