@@ -109,6 +109,7 @@ class Coherence:
         self._index = idx = index_of(topology)  # exposures etc.: shared by engines on the same topology
         self._links = topology.links
         self._class_size = counts = idx.class_size
+        self._cables = idx.link_classes
         nodes = counts.get("node", 0) + counts.get("compute_tray", 0)
         share = budget_per_node_day * max(1, nodes) * window_s / _DAY / max(1, len(counts) - 1)
         self._alpha = {k: share / n for k, n in counts.items()}
@@ -136,7 +137,8 @@ class Coherence:
         """One event of ``kind`` from ``reporter`` (class ``rclass``) on symptom ``key`` whose
         candidates and witnesses are ``pairs``; returns the candidates that are significant after
         this event moved their statistic (a new witness or witness-minute)."""
-        self._start = min(self._start, t)
+        if t < self._start:
+            self._start = t
         minute = int(t // UNIT_S)
         seen = self._seen.get((kind, rclass))
         if seen is None:
@@ -155,6 +157,8 @@ class Coherence:
         hist = self._hist
         window = self.window
         me = _SELF.get(kind) or _SELF.setdefault(kind, "self:" + kind)
+        cables = self._cables
+        memo = self._poisson_memo
         for c, named, cls, inside in pairs:
             lb = q_r if inside else q_r / deg  # this reporter's own share of mu(c)
             w = me if named == "self" else named  # about itself: one witness per kind of event it reports
@@ -199,6 +203,19 @@ class Coherence:
             else:
                 wit[w] = (t, old[1], minute, old[3])
                 continue  # same witness, same minute: the statistic did not move
+            if cls not in cables and not (hist and c in hist):
+                # _score's first screen, inline (most scores end here): the same numbers and state.
+                if st.oldest < t - window:
+                    _prune(st, t - window)
+                k = len(wit)
+                tail_u = _LOG_SCAN if cls in _SHARED_KINDS else _LOG_SCAN + self._log_rep_tail(st.units - k, k)
+                lp = memo.get((k, lb))
+                if lp is None:
+                    lp = memo[(k, lb)] = _log_poisson_tail(k, lb)
+                if lp + tail_u > log_alpha[cls]:
+                    st.log_p = lp + tail_u
+                    st.significant = False
+                    continue
             if self._score(c, st, t, lb):
                 out.append(self._significant(st, c, t))
         return out
@@ -302,7 +319,7 @@ class Coherence:
         tail_u = _LOG_SCAN
         if st.cls not in _SHARED_KINDS:
             tail_u += self._log_rep_tail(units - k, k)
-        ln = self._links.get(c)
+        ln = self._links.get(c) if st.cls in self._cables else None  # a cable's class is its link kind
         if ln is None:
             # Screen: mu >= mu_lb (this reporter's own share of the exposure) and the tail grows
             # with mu, so even the smallest possible background leaves the pattern unsurprising.

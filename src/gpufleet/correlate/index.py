@@ -22,7 +22,7 @@ _UNIT_KINDS = frozenset({"node", "compute_tray", "switch_tray"})
 class TopologyIndex:
     """Memoised per-topology facts; get one with :func:`index_of`."""
 
-    __slots__ = ("_class_size", "degree", "exposure", "kinds", "placements", "topology", "units")
+    __slots__ = ("_class_size", "_link_classes", "degree", "exposure", "kinds", "placements", "topology", "units")
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
@@ -34,6 +34,7 @@ class TopologyIndex:
         # (reporter, link or "") -> its candidates and their coherence pairs (engine.py's _place, _pairs)
         self.placements: dict[tuple[str, str], tuple[tuple[str, ...], Pairs]] = {}
         self._class_size: dict[str, int] | None = None
+        self._link_classes: frozenset[str] = frozenset()
 
     def kind_of(self, ident: str) -> str:
         k = self.kinds.get(ident)
@@ -124,10 +125,20 @@ class TopologyIndex:
             for comp in self.topology.components.values():
                 k = comp.kind.value
                 counts[k] = counts.get(k, 0) + 1
+            links: dict[str, int] = {}
             for ln in self.topology.links.values():
-                counts[ln.kind] = counts.get(ln.kind, 0) + 1
+                links[ln.kind] = links.get(ln.kind, 0) + 1
+            for k, n in links.items():
+                counts[k] = counts.get(k, 0) + n
+            self._link_classes = frozenset(links)
             self._class_size = counts
         return self._class_size
+
+    @property
+    def link_classes(self) -> frozenset[str]:
+        """The link kinds (a cable candidate's class is its link's kind)."""
+        _ = self.class_size
+        return self._link_classes
 
 
 _SHARED: dict[int, TopologyIndex] = {}
