@@ -306,6 +306,7 @@ class Engine:
             sym.wit = pairs
             self._index.keep_placement(sym.key, sym.cands, pairs)
         else:
+            self._index.hits += 1
             sym.cands, pairs = placed
             sym.wit = pairs
         return pairs

@@ -22,7 +22,7 @@ _UNIT_KINDS = frozenset({"node", "compute_tray", "switch_tray"})
 class TopologyIndex:
     """Memoised per-topology facts; get one with :func:`index_of`."""
 
-    __slots__ = ("_class_size", "_link_classes", "degree", "exposure", "kinds", "placements", "topology", "units")
+    __slots__ = ("_class_size", "_link_classes", "_rest", "degree", "hits", "exposure", "kinds", "placements", "topology", "units")
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
@@ -33,6 +33,8 @@ class TopologyIndex:
         self.exposure: dict[str, dict[str, float]] = {}
         # (reporter, link or "") -> its candidates and their coherence pairs (engine.py's _place, _pairs)
         self.placements: dict[tuple[str, str], tuple[tuple[str, ...], Pairs]] = {}
+        self.hits = 0  # placements found in the memo since it was last emptied (engine.py counts them)
+        self._rest = 0  # placements still not to keep: the last fill of the memo was seldom hit
         self._class_size: dict[str, int] | None = None
         self._link_classes: frozenset[str] = frozenset()
 
@@ -113,8 +115,20 @@ class TopologyIndex:
             self.exposure.pop(next(iter(self.exposure)))
 
     def keep_placement(self, key: tuple[str, str], cands: tuple[str, ...], pairs: Pairs) -> None:
+        """Keep a placement. When the memo is full it is emptied (cheaper than evicting one by one);
+        if that fill was hit less than once per 8 entries (131,072 GPUs: most (reporter, link) are
+        new), placements are not kept for the next 4 fills' worth: keeping them cost more than they
+        saved (2026-11-27: 6-7 % of the engine's time with coherence, docs/benchmarks.md)."""
+        if self._rest:
+            self._rest -= 1
+            return
         if len(self.placements) >= _PLACEMENT_CACHE:
-            self.placements.clear()  # cheaper than evicting one by one; refilled by the symptoms seen next
+            if self.hits * 8 < _PLACEMENT_CACHE:
+                self._rest = 4 * _PLACEMENT_CACHE
+            self.placements.clear()
+            self.hits = 0
+            if self._rest:
+                return
         self.placements[key] = (cands, pairs)
 
     @property
