@@ -137,8 +137,7 @@ class Coherence:
         """One event of ``kind`` from ``reporter`` (class ``rclass``) on symptom ``key`` whose
         candidates and witnesses are ``pairs``; returns the candidates that are significant after
         this event moved their statistic (a new witness or witness-minute)."""
-        if t < self._start:
-            self._start = t
+        self._start = min(self._start, t)
         minute = int(t // UNIT_S)
         seen = self._seen.get((kind, rclass))
         if seen is None:
@@ -187,8 +186,7 @@ class Coherence:
             st.keys[key] = t
             wit = st.wit
             old = wit.get(w)
-            if t < st.oldest:
-                st.oldest = t
+            st.oldest = min(st.oldest, t)
             if old is None or t - old[0] > window:
                 wit[w] = (t, 1, minute, reporter)
                 st.units += 1 if old is None else 1 - old[1]

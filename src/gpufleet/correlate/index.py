@@ -22,7 +22,8 @@ _UNIT_KINDS = frozenset({"node", "compute_tray", "switch_tray"})
 class TopologyIndex:
     """Memoised per-topology facts; get one with :func:`index_of`."""
 
-    __slots__ = ("_class_size", "_link_classes", "_rest", "degree", "hits", "exposure", "kinds", "placements", "topology", "units")
+    __slots__ = ("_class_size", "_link_classes", "_rest", "degree", "exposure", "hits", "kinds", "placements",
+                 "topology", "units")
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
@@ -65,10 +66,11 @@ class TopologyIndex:
         kinds, units = self.kinds, self.units
         kind_of, unit_of = self.kind_of, self.unit_of
         out: list[str]
+        ends: tuple[str, ...]
         if link:
             ln = self.topology.links[link]
             a, b = ln.a, ln.b
-            ends = (a, b) if reporter == a or reporter == b else (reporter, a, b)
+            ends = (a, b) if reporter in (a, b) else (reporter, a, b)
             out = [link]
         else:
             a = b = ""
@@ -93,14 +95,11 @@ class TopologyIndex:
             elif c == reporter:
                 pairs.append((c, "self", kind, True))
             elif kind in _UNIT_KINDS:
-                if runit == c or not link:
-                    w = reporter
-                else:
-                    w = a if unit_of(a) == c else b if unit_of(b) == c else reporter
+                w = reporter if runit == c or not link else a if unit_of(a) == c else b if unit_of(b) == c else reporter
                 pairs.append((c, w, kind, w == reporter))
             elif not link:
                 pairs.append((c, reporter, kind, True))
-            elif c == a or c == b:
+            elif c in (a, b):
                 far = b if c == a else a
                 fu = unit_of(far)
                 w = fu if fu is not None and fu != unit_of(c) else far

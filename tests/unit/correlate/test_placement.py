@@ -36,3 +36,26 @@ def test_place_equals_the_plain_candidates_and_pairs(topo: Topology) -> None:
     assert len(keys) > 100
     for reporter, link in keys:
         assert fresh.place(reporter, link) == _plain(eng, reporter, link), (reporter, link)
+
+
+def test_a_memo_fill_seldom_hit_rests_then_fills_again() -> None:
+    from gpufleet.correlate import index
+
+    topo = generate_nvl72(1)
+    idx = TopologyIndex(topo)
+    cap = index._PLACEMENT_CACHE
+    for i in range(cap):
+        idx.keep_placement((f"r{i}", ""), (), ())
+    assert len(idx.placements) == cap
+    idx.keep_placement(("full", ""), (), ())  # full, never hit: emptied and not kept for a while
+    assert idx.placements == {}
+    for i in range(4 * cap):
+        idx.keep_placement((f"s{i}", ""), (), ())
+    assert idx.placements == {}
+    idx.keep_placement(("again", ""), (), ())
+    assert list(idx.placements) == [("again", "")]
+    for i in range(cap - 1):
+        idx.keep_placement((f"t{i}", ""), (), ())
+    idx.hits = cap // 8  # a fill hit this often is kept on
+    idx.keep_placement(("kept", ""), (), ())
+    assert list(idx.placements) == [("kept", "")]
