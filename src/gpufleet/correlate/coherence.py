@@ -76,15 +76,18 @@ class _Cand:
     basis: str = ""  # FOLLOWS / STAYS: significant with the pattern kept from before a move
 
 
-# A candidate seen once, screened out at once (most are, and most are never seen again), is kept as
-# one tuple, (time, minute, witness, reporter, symptom key), and becomes a _Cand when seen again.
-_Once = tuple[float, int, str, str, tuple[str, str]]
+# A candidate with one witness and one supporting symptom, never scored (screened out: most are, and
+# most never get a second witness), is kept as one tuple, (last time, last minute, witness, reporter,
+# symptom key, units): atomic, so the cycle collector stops tracking it. It becomes a _Cand when a
+# second witness or symptom comes, when its witness comes back after the window, or when it must be
+# scored.
+_Once = tuple[float, int, str, str, tuple[str, str], int]
 
 
 def _cand(once: _Once, cls: str) -> _Cand:
-    """The _Cand a candidate seen once would have been."""
-    t, minute, w, reporter, key = once
-    return _Cand({w: (t, 1, minute, reporter)}, {key: t}, cls, 1, t)
+    """The _Cand a candidate kept as a tuple stands for."""
+    t, minute, w, reporter, key, units = once
+    return _Cand({w: (t, units, minute, reporter)}, {key: t}, cls, units, t)
 
 
 class Coherence:
@@ -106,6 +109,7 @@ class Coherence:
         self._index = idx = index_of(topology)  # exposures etc.: shared by engines on the same topology
         self._links = topology.links
         self._class_size = counts = idx.class_size
+        self._cables = idx.link_classes
         nodes = counts.get("node", 0) + counts.get("compute_tray", 0)
         share = budget_per_node_day * max(1, nodes) * window_s / _DAY / max(1, len(counts) - 1)
         self._alpha = {k: share / n for k, n in counts.items()}
@@ -152,19 +156,32 @@ class Coherence:
         hist = self._hist
         window = self.window
         me = _SELF.get(kind) or _SELF.setdefault(kind, "self:" + kind)
+        cables = self._cables
+        memo = self._poisson_memo
         for c, named, cls, inside in pairs:
             lb = q_r if inside else q_r / deg  # this reporter's own share of mu(c)
             w = me if named == "self" else named  # about itself: one witness per kind of event it reports
             st = cands.get(c)
             if st is None:
                 if SCAN * lb >= alpha[cls] and c not in hist:
-                    cands[c] = (t, minute, w, reporter, key)
+                    cands[c] = (t, minute, w, reporter, key, 1)
                     continue  # one witness, one unit: p >= SCAN * (1 - e^-lb), cannot be significant
                 st = cands[c] = _Cand({w: (t, 1, minute, reporter)}, {key: t}, cls, 1, t)
                 if self._score(c, st, t, lb):
                     out.append(self._significant(st, c, t))
                 continue
             if isinstance(st, tuple):
+                # The same witness on the same symptom within the window: as the _Cand path below
+                # does it (a new time, or a new minute behind the one-witness screen), kept a tuple.
+                if st[2] == w and st[4] == key and t - st[0] <= window and c not in hist:
+                    if st[1] == minute:
+                        cands[c] = (t, minute, w, st[3], key, st[5])
+                        continue
+                    units = st[5] + 1
+                    rep = 0.0 if cls in _SHARED_KINDS else self._log_rep_tail(units - 1, 1)
+                    if math.log(SCAN * lb * (1 - lb / 2)) + rep >= log_alpha[cls]:
+                        cands[c] = (t, minute, w, st[3], key, units)
+                        continue
                 st = cands[c] = _cand(st, cls)
             st.keys[key] = t
             wit = st.wit
@@ -184,6 +201,19 @@ class Coherence:
             else:
                 wit[w] = (t, old[1], minute, old[3])
                 continue  # same witness, same minute: the statistic did not move
+            if cls not in cables and not (hist and c in hist):
+                # _score's first screen, inline (most scores end here): the same numbers and state.
+                if st.oldest < t - window:
+                    _prune(st, t - window)
+                k = len(wit)
+                tail_u = _LOG_SCAN if cls in _SHARED_KINDS else _LOG_SCAN + self._log_rep_tail(st.units - k, k)
+                lp = memo.get((k, lb))
+                if lp is None:
+                    lp = memo[(k, lb)] = _log_poisson_tail(k, lb)
+                if lp + tail_u > log_alpha[cls]:
+                    st.log_p = lp + tail_u
+                    st.significant = False
+                    continue
             if self._score(c, st, t, lb):
                 out.append(self._significant(st, c, t))
         return out
@@ -287,7 +317,7 @@ class Coherence:
         tail_u = _LOG_SCAN
         if st.cls not in _SHARED_KINDS:
             tail_u += self._log_rep_tail(units - k, k)
-        ln = self._links.get(c)
+        ln = self._links.get(c) if st.cls in self._cables else None  # a cable's class is its link kind
         if ln is None:
             # Screen: mu >= mu_lb (this reporter's own share of the exposure) and the tail grows
             # with mu, so even the smallest possible background leaves the pattern unsurprising.

@@ -302,11 +302,11 @@ class Engine:
         symptom's key, kept per topology (a long-lived engine meets the same reporters again)."""
         placed = self._placements.get(sym.key)
         if placed is None:
-            if not sym.cands:
-                sym.cands = self._candidates(sym.reporter, sym.link or None)
-            pairs = sym.wit = self._pairs(sym)
+            sym.cands, pairs = self._index.place(sym.reporter, sym.link)  # = _candidates, _pairs
+            sym.wit = pairs
             self._index.keep_placement(sym.key, sym.cands, pairs)
         else:
+            self._index.hits += 1
             sym.cands, pairs = placed
             sym.wit = pairs
         return pairs

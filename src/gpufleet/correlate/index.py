@@ -16,12 +16,14 @@ _EXPOSURE_CACHE = 200_000  # candidates whose exposure is kept
 _PLACEMENT_CACHE = 50_000  # (reporter, link) placements kept (about 0.6 kB each); all dropped when full
 Pairs = tuple[tuple[str, str, str, bool], ...]  # (candidate, witness, class, reporter inside it) per candidate
 _KEEP = 4  # topologies whose index is kept
+_UNIT_KINDS = frozenset({"node", "compute_tray", "switch_tray"})
 
 
 class TopologyIndex:
     """Memoised per-topology facts; get one with :func:`index_of`."""
 
-    __slots__ = ("_class_size", "degree", "exposure", "kinds", "placements", "topology", "units")
+    __slots__ = ("_class_size", "_link_classes", "_rest", "degree", "exposure", "hits", "kinds", "placements",
+                 "topology", "units")
 
     def __init__(self, topology: Topology) -> None:
         self.topology = topology
@@ -32,7 +34,10 @@ class TopologyIndex:
         self.exposure: dict[str, dict[str, float]] = {}
         # (reporter, link or "") -> its candidates and their coherence pairs (engine.py's _place, _pairs)
         self.placements: dict[tuple[str, str], tuple[tuple[str, ...], Pairs]] = {}
+        self.hits = 0  # placements found in the memo since it was last emptied (engine.py counts them)
+        self._rest = 0  # placements still not to keep: the last fill of the memo was seldom hit
         self._class_size: dict[str, int] | None = None
+        self._link_classes: frozenset[str] = frozenset()
 
     def kind_of(self, ident: str) -> str:
         k = self.kinds.get(ident)
@@ -54,14 +59,75 @@ class TopologyIndex:
             d = self.degree[ident] = max(1, len(self.topology.links_of(ident)))
         return d
 
+    def place(self, reporter: str, link: str) -> tuple[tuple[str, ...], Pairs]:
+        """A symptom's candidates and coherence pairs (``engine._candidates`` and ``engine._pairs``,
+        the plain definitions the tests compare this with) in one pass: with coherence on every new
+        (reporter, link) is placed, and at 131,072 GPUs most are new (about one event in two)."""
+        kinds, units = self.kinds, self.units
+        kind_of, unit_of = self.kind_of, self.unit_of
+        out: list[str]
+        ends: tuple[str, ...]
+        if link:
+            ln = self.topology.links[link]
+            a, b = ln.a, ln.b
+            ends = (a, b) if reporter in (a, b) else (reporter, a, b)
+            out = [link]
+        else:
+            a = b = ""
+            ends = (reporter,)
+            out = []
+        for e in ends:
+            if e not in out:
+                out.append(e)
+            u = units[e] if e in units else unit_of(e)
+            if u is not None and u not in out:
+                out.append(u)
+        runit = units[reporter]
+        cands: list[str] = []
+        pairs: list[tuple[str, str, str, bool]] = []
+        for c in out:
+            kind = kinds.get(c) or kind_of(c)
+            if kind == "rack":
+                continue
+            cands.append(c)
+            if kind == "link":
+                pairs.append((c, reporter, ln.kind, False))
+            elif c == reporter:
+                pairs.append((c, "self", kind, True))
+            elif kind in _UNIT_KINDS:
+                w = reporter if runit == c or not link else a if unit_of(a) == c else b if unit_of(b) == c else reporter
+                pairs.append((c, w, kind, w == reporter))
+            elif not link:
+                pairs.append((c, reporter, kind, True))
+            elif c in (a, b):
+                far = b if c == a else a
+                fu = unit_of(far)
+                w = fu if fu is not None and fu != unit_of(c) else far
+                pairs.append((c, w, kind, w == reporter))
+            else:
+                pairs.append((c, link, kind, False))
+        return tuple(cands), tuple(pairs)
+
     def keep_exposure(self, c: str, exp: dict[str, float]) -> None:
         self.exposure[c] = exp
         if len(self.exposure) > _EXPOSURE_CACHE:
             self.exposure.pop(next(iter(self.exposure)))
 
     def keep_placement(self, key: tuple[str, str], cands: tuple[str, ...], pairs: Pairs) -> None:
+        """Keep a placement. When the memo is full it is emptied (cheaper than evicting one by one);
+        if that fill was hit less than once per 8 entries (131,072 GPUs: most (reporter, link) are
+        new), placements are not kept for the next 4 fills' worth: keeping them cost more than they
+        saved (2026-11-27: 6-7 % of the engine's time with coherence, docs/benchmarks.md)."""
+        if self._rest:
+            self._rest -= 1
+            return
         if len(self.placements) >= _PLACEMENT_CACHE:
-            self.placements.clear()  # cheaper than evicting one by one; refilled by the symptoms seen next
+            if self.hits * 8 < _PLACEMENT_CACHE:
+                self._rest = 4 * _PLACEMENT_CACHE
+            self.placements.clear()
+            self.hits = 0
+            if self._rest:
+                return
         self.placements[key] = (cands, pairs)
 
     @property
@@ -72,10 +138,20 @@ class TopologyIndex:
             for comp in self.topology.components.values():
                 k = comp.kind.value
                 counts[k] = counts.get(k, 0) + 1
+            links: dict[str, int] = {}
             for ln in self.topology.links.values():
-                counts[ln.kind] = counts.get(ln.kind, 0) + 1
+                links[ln.kind] = links.get(ln.kind, 0) + 1
+            for k, n in links.items():
+                counts[k] = counts.get(k, 0) + n
+            self._link_classes = frozenset(links)
             self._class_size = counts
         return self._class_size
+
+    @property
+    def link_classes(self) -> frozenset[str]:
+        """The link kinds (a cable candidate's class is its link's kind)."""
+        _ = self.class_size
+        return self._link_classes
 
 
 _SHARED: dict[int, TopologyIndex] = {}

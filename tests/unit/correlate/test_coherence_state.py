@@ -1,10 +1,11 @@
 """The state the coherence statistic keeps incrementally equals a straightforward recomputation.
 
 The per-event path keeps sums as they change instead of re-summing them (a candidate's witness units,
-the rate window's reporters and their excess minutes), finds stale reporters with a heap, keeps a
-candidate seen once as a tuple, memoises tail probabilities and shares placements per topology. These
-tests drive an engine over generated streams (late events included) and compare that state, after
-every event and at every rate refresh, with the plain computation it replaces (the code before it).
+the rate window's reporters and their excess minutes), finds stale reporters with a queue (a heap for
+late entries), keeps a candidate with one witness on one symptom as a tuple, memoises tail
+probabilities and shares placements per topology. These tests drive an engine over generated streams
+(late events included) and compare that state, after every event and at every rate refresh, with the
+plain computation it replaces (the code before it).
 """
 
 from __future__ import annotations
@@ -126,7 +127,8 @@ def _check_state(eng: Engine) -> None:
         assert seen.n == len(seen.last)
         assert seen.excess == sum(v[1] - 1 for v in seen.last.values())
         assert seen.excess2 == sum((v[1] - 1) ** 2 for v in seen.last.values())
-        assert {(v[0], r) for r, v in seen.last.items()} <= set(seen.heap)
+        assert {(v[0], r) for r, v in seen.last.items()} <= {*seen.queue, *seen.heap}
+        assert all(a[0] <= b[0] for a, b in zip(seen.queue, list(seen.queue)[1:], strict=False))  # in time order
     for (k, mu), lp in coh._poisson_memo.items():
         assert lp == log_poisson_tail(k, mu)
     m, size = coh._rep
