@@ -42,8 +42,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from gpufleet.correlate.candidates import Cand, Once, cand_of, prune
 from gpufleet.correlate.index import index_of
 from gpufleet.correlate.rates import PRIOR_EXCESS, PRIOR_Q, Reporters, learn
 from gpufleet.correlate.tails import log_negbin_tail as _log_negbin_tail
@@ -61,33 +61,6 @@ FOLLOWS, STAYS = "follows", "stays"
 _SELF: dict[str, str] = {}
 _SHARED_KINDS = frozenset({"nvswitch", "leaf_switch", "spine_switch", "core_switch", "node", "compute_tray",
                            "switch_tray"})
-
-
-@dataclass(slots=True)
-class _Cand:
-    # witness -> (last time, units, last minute, a reporter behind it: rates leave explained reporters out)
-    wit: dict[str, tuple[float, int, int, str]]
-    keys: dict[tuple[str, str], float]  # supporting symptoms -> last time
-    cls: str = ""
-    units: int = 1  # sum of the witnesses' units (kept as they change, not summed per event)
-    oldest: float = math.inf  # at most the oldest witness's last time: none expired while it is in the window
-    significant: bool = False
-    log_p: float = 0.0
-    basis: str = ""  # FOLLOWS / STAYS: significant with the pattern kept from before a move
-
-
-# A candidate with one witness and one supporting symptom, never scored (screened out: most are, and
-# most never get a second witness), is kept as one tuple, (last time, last minute, witness, reporter,
-# symptom key, units): atomic, so the cycle collector stops tracking it. It becomes a _Cand when a
-# second witness or symptom comes, when its witness comes back after the window, or when it must be
-# scored.
-_Once = tuple[float, int, str, str, tuple[str, str], int]
-
-
-def _cand(once: _Once, cls: str) -> _Cand:
-    """The _Cand a candidate kept as a tuple stands for."""
-    t, minute, w, reporter, key, units = once
-    return _Cand({w: (t, units, minute, reporter)}, {key: t}, cls, units, t)
 
 
 class Coherence:
@@ -115,7 +88,7 @@ class Coherence:
         self._alpha = {k: share / n for k, n in counts.items()}
         self._log_alpha = {k: math.log(a) for k, a in self._alpha.items()}
         self._log_share = math.log(share)
-        self._cands: dict[str, _Cand | _Once] = {}
+        self._cands: dict[str, Cand | Once] = {}
         self._seen: dict[tuple[str, str], Reporters] = {}  # (kind, class) -> its reporters in the rate window
         self._hist: dict[str, dict[str, tuple[float, float]]] = {}  # candidate -> basis -> (move time, ln p)
         self._log_alpha_hist: dict[str, float] = {}  # per class: the share over the kept patterns of the class
@@ -166,12 +139,12 @@ class Coherence:
                 if SCAN * lb >= alpha[cls] and c not in hist:
                     cands[c] = (t, minute, w, reporter, key, 1)
                     continue  # one witness, one unit: p >= SCAN * (1 - e^-lb), cannot be significant
-                st = cands[c] = _Cand({w: (t, 1, minute, reporter)}, {key: t}, cls, 1, t)
+                st = cands[c] = Cand({w: (t, 1, minute, reporter)}, {key: t}, cls, 1, t)
                 if self._score(c, st, t, lb):
                     out.append(self._significant(st, c, t))
                 continue
             if isinstance(st, tuple):
-                # The same witness on the same symptom within the window: as the _Cand path below
+                # The same witness on the same symptom within the window: as the Cand path below
                 # does it (a new time, or a new minute behind the one-witness screen), kept a tuple.
                 if st[2] == w and st[4] == key and t - st[0] <= window and c not in hist:
                     if st[1] == minute:
@@ -182,7 +155,7 @@ class Coherence:
                     if math.log(SCAN * lb * (1 - lb / 2)) + rep >= log_alpha[cls]:
                         cands[c] = (t, minute, w, st[3], key, units)
                         continue
-                st = cands[c] = _cand(st, cls)
+                st = cands[c] = cand_of(st, cls)
             st.keys[key] = t
             wit = st.wit
             old = wit.get(w)
@@ -204,7 +177,7 @@ class Coherence:
             if cls not in cables and not (hist and c in hist):
                 # _score's first screen, inline (most scores end here): the same numbers and state.
                 if st.oldest < t - window:
-                    _prune(st, t - window)
+                    prune(st, t - window)
                 k = len(wit)
                 tail_u = _LOG_SCAN if cls in _SHARED_KINDS else _LOG_SCAN + self._log_rep_tail(st.units - k, k)
                 lp = memo.get((k, lb))
@@ -218,7 +191,7 @@ class Coherence:
                 out.append(self._significant(st, c, t))
         return out
 
-    def _significant(self, st: _Cand, c: str, t: float) -> str:
+    def _significant(self, st: Cand, c: str, t: float) -> str:
         st.significant = True  # (again): a new witness of a significant pattern joins it
         until = t + self._rate_window
         for v in st.wit.values():
@@ -246,7 +219,7 @@ class Coherence:
         st = self._cands.get(c)
         if st is None:
             return 0.0
-        return (self._log_alpha[self._cls(c)] - (st.log_p if isinstance(st, _Cand) else 0.0)) / math.log(10)
+        return (self._log_alpha[self._cls(c)] - (st.log_p if isinstance(st, Cand) else 0.0)) / math.log(10)
 
     def _cls(self, c: str) -> str:
         kind = self._kind_of(c)
@@ -254,7 +227,7 @@ class Coherence:
 
     def is_significant(self, c: str) -> bool:
         st = self._cands.get(c)
-        return isinstance(st, _Cand) and st.significant
+        return isinstance(st, Cand) and st.significant
 
     def moved(self, from_slot: str, to_slot: str, t: float) -> None:
         """A unit left ``from_slot`` for ``to_slot``. The weak pattern seen at the old slot (the slot
@@ -272,7 +245,7 @@ class Coherence:
             if not (c in inside or (ln is not None and (ln.a in inside or ln.b in inside))):
                 continue
             st = self._cands.pop(c)
-            lp = self._log_p(c, _cand(st, self._cls(c)) if isinstance(st, tuple) else st, t)
+            lp = self._log_p(c, cand_of(st, self._cls(c)) if isinstance(st, tuple) else st, t)
             if lp >= 0.0:
                 continue  # nothing there but the background
             self._keep(c, STAYS, t, lp)
@@ -297,17 +270,17 @@ class Coherence:
         """``follows`` / ``stays`` when ``c`` is significant only with the pattern kept from before a
         move (:meth:`moved`); else ``""``."""
         st = self._cands.get(c)
-        return st.basis if isinstance(st, _Cand) and st.significant else ""
+        return st.basis if isinstance(st, Cand) and st.significant else ""
 
     # -- the statistic ------------------------------------------------------------------------------------
 
-    def _score(self, c: str, st: _Cand, t: float, mu_lb: float) -> bool:
+    def _score(self, c: str, st: Cand, t: float, mu_lb: float) -> bool:
         hist = self._hist.get(c) if self._hist else None
         if hist:
             return self._score_with_history(c, st, t, hist)
         wit = st.wit
         if st.oldest < t - self.window:
-            _prune(st, t - self.window)
+            prune(st, t - self.window)
         k = len(wit)
         units = st.units
         log_alpha = self._log_alpha[st.cls]
@@ -354,12 +327,12 @@ class Coherence:
             st.significant = False
         return sig
 
-    def _log_p(self, c: str, st: _Cand, t: float) -> float:
+    def _log_p(self, c: str, st: Cand, t: float) -> float:
         """ln p of ``c``'s witnesses now, without the screens."""
         self._score(c, st, t, 0.0)
         return st.log_p
 
-    def _score_with_history(self, c: str, st: _Cand, t: float, hist: dict[str, tuple[float, float]]) -> bool:
+    def _score_with_history(self, c: str, st: Cand, t: float, hist: dict[str, tuple[float, float]]) -> bool:
         """``c``'s pattern now, alone or combined with one kept from before a move (Fisher's method
         for two independent p-values, ``x (1 - ln x)`` with ``x`` their product, and a factor 2 for
         trying both the slot's and the unit's history)."""
@@ -447,12 +420,3 @@ class Coherence:
             for c in [c for c, st in self._cands.items()
                       if (st[0] < gone if isinstance(st, tuple) else all(v[0] < gone for v in st.wit.values()))]:
                 del self._cands[c]
-
-
-def _prune(st: _Cand, cutoff: float) -> None:
-    """Forget ``st``'s witnesses last seen before ``cutoff``; ``oldest`` becomes exact again."""
-    wit = st.wit
-    for w in [w for w, v in wit.items() if v[0] < cutoff]:
-        st.units -= wit.pop(w)[1]
-    st.oldest = min((v[0] for v in wit.values()), default=math.inf)
-

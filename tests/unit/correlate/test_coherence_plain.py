@@ -2,7 +2,7 @@
 
 ``Coherence.add`` keeps a candidate with one witness on one symptom as an atomic tuple while the
 one-witness screen holds, and runs a score's first screen inline. The plain update below is the code
-before those shortcuts: every candidate a :class:`_Cand` from its first witness on, every moved
+before those shortcuts: every candidate a :class:`Cand` from its first witness on, every moved
 statistic through ``_score``. An engine with each runs over the same generated streams; after every
 event the verdicts, the candidates kept, their witnesses, units, supporting symptoms, significance
 (and, when significant, ln p and basis) must be equal.
@@ -43,13 +43,13 @@ def _plain_add(self: co.Coherence, t: float, kind: str, reporter: str, rclass: s
         w = me if named == "self" else named
         st = self._cands.get(c)
         if st is None:
-            st = self._cands[c] = co._Cand({w: (t, 1, minute, reporter)}, {key: t}, cls, 1, t)
+            st = self._cands[c] = co.Cand({w: (t, 1, minute, reporter)}, {key: t}, cls, 1, t)
             if co.SCAN * lb >= self._alpha[cls] and c not in hist:
                 continue  # one witness, one unit: cannot be significant
             if self._score(c, st, t, lb):
                 out.append(self._significant(st, c, t))
             continue
-        assert isinstance(st, co._Cand)
+        assert isinstance(st, co.Cand)
         st.keys[key] = t
         wit = st.wit
         old = wit.get(w)
@@ -76,7 +76,7 @@ def _plain_add(self: co.Coherence, t: float, kind: str, reporter: str, rclass: s
 def _state(coh: co.Coherence) -> dict[str, tuple[object, ...]]:
     out: dict[str, tuple[object, ...]] = {}
     for c, kept in coh._cands.items():
-        st = co._cand(kept, coh._cls(c)) if isinstance(kept, tuple) else kept
+        st = co.cand_of(kept, coh._cls(c)) if isinstance(kept, tuple) else kept
         assert st.oldest <= min(v[0] for v in st.wit.values())
         sig = (st.significant, st.log_p, st.basis) if st.significant else (False,)
         out[c] = (st.wit, st.keys, st.units, st.cls, sig)

@@ -119,7 +119,7 @@ def _check_state(eng: Engine) -> None:
     coh = eng.coherence
     assert coh is not None
     for c, kept in coh._cands.items():
-        state = co._cand(kept, coh._cls(c)) if isinstance(kept, tuple) else kept  # seen once: its _Cand
+        state = co.cand_of(kept, coh._cls(c)) if isinstance(kept, tuple) else kept  # seen once: its Cand
         assert state.units == sum(v[1] for v in state.wit.values())
         assert all(state.oldest <= v[0] for v in state.wit.values())
         assert state.cls == coh._cls(c)
