@@ -14,8 +14,9 @@ ramp shows what overload adds, not a cold start:
 * each node's escalation sightings (``policy.Sightings``: per escalation its newest ``count``) — filled by
   ``fill_bodies``: one report per node with every shipped escalation's count of events, stamped just before
   the node's registration (minus the bench policy's ``clock_skew`` of 5 s), so they are remembered but
-  never fresh (nothing escalates) and stay inside their windows for the whole run (checked:
-  ``fill.still_in_window_at_end``). The ramp's events are the kinds no escalation counts;
+  never fresh (nothing escalates: the stale fatal-judged ones, XID 94 and link flaps, leave one
+  ``stale_evidence`` audit line per node) and stay inside their windows for the whole run (checked: the run
+  fails otherwise). The ramp's events are the kinds no escalation counts;
 * the admission's merge index (one entry per fault of the last two merge windows, 60 s) — filled by a
   closed-loop warm-up at capacity for ``WARM_S`` (90 s).
 
@@ -233,7 +234,10 @@ def mode(database_url: str, queue_events: int, max_inflight: int, rates: list[fl
         out["steps"] = steps
         # The fill must still count when the run ends: none of it left its escalation's window.
         valid_until = before_register - 2 * SKEW - FILL_SPAN + min(e.window for e in ESCALATIONS)
-        out["fill"]["still_in_window_at_end"] = datetime.now(UTC) < valid_until
+        if datetime.now(UTC) >= valid_until:  # part of the fill left its window: the state was not full
+            raise RuntimeError(f"the run outlasted the fill's shortest window (until {valid_until:%H:%M:%S}): "
+                               "its RSS figures would include state being dropped; rerun on a quieter box")
+        out["fill"]["still_in_window_at_end"] = True
         return out
 
 

@@ -592,7 +592,7 @@ class Controller:
         records = [rec for rec, _rack in self.store.load_nodes()]
         engine = LifecycleEngine(policy, records, breaker=breaker, held=self.store.load_held(), dry_run=dry_run)
         now = self.clock.now()
-        engine.remember(self.store.events_since(now - policy.lookback(), kinds=policy.counted_kinds()))
+        engine.remember(self.store.events_since(now - policy.lookback(), kinds=policy.counted_kinds()), now)
         recent = max(2 * cfg.merge_window, cfg.correlation_hold)
         admission.remember(admission.prepare(self.store.events_since(now - recent)), now)
         return engine

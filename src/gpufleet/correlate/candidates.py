@@ -1,7 +1,7 @@
 """A candidate's state in the coherence statistic (:mod:`gpufleet.correlate.coherence`): its witnesses
 and supporting symptoms inside the window, kept as an object (:class:`Cand`) only once it needs one — a
-candidate seen once stays an atomic tuple (:data:`Once`) that the cycle collector stops tracking
-(decision 0106)."""
+candidate with one witness on one symptom stays an atomic tuple (:data:`Once`) that the cycle collector
+stops tracking (decision 0106)."""
 
 from __future__ import annotations
 

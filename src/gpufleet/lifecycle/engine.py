@@ -155,11 +155,11 @@ class LifecycleEngine:
         self._refresh(self.nodes[node])
         return Plan(audit=[AuditEntry(now, Actor.OPERATOR, actor_id, "register", node, f"registered as {state}")])
 
-    def remember(self, events: Iterable[HealthEvent]) -> None:
-        """Load past evidence (after a restart) without deciding anything."""
+    def remember(self, events: Iterable[HealthEvent], now: datetime) -> None:
+        """Load past evidence (after a restart, at ``now``) without deciding anything."""
         for e in sorted(events, key=lambda e: e.time):
             if e.node in self.nodes:
-                self.policy.remember(self.nodes[e.node].recent, e)
+                self.policy.remember(self.nodes[e.node].recent, e, now)
 
     # ---- evidence ---------------------------------------------------------------------------
     def observe(self, events: Sequence[HealthEvent], now: datetime) -> Plan:
@@ -168,7 +168,7 @@ class LifecycleEngine:
         for e in sorted(events, key=lambda e: e.time):
             rec = self._node(e.node)
             self._touch(rec)
-            self.policy.remember(rec.recent, e)
+            self.policy.remember(rec.recent, e, now)
             arrived.setdefault(e.node, []).append(e)
         for node, mine in arrived.items():
             rec = self.nodes[node]

@@ -17,7 +17,7 @@ repaired for; escalation counts look over the whole window.
 
 from __future__ import annotations
 
-from bisect import insort
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -50,8 +50,11 @@ class NodeView:
 Sighting = tuple[datetime, str, int | None]
 
 
-def sighting(e: HealthEvent) -> Sighting:
-    return (e.time, str(e.kind.value), e.code)
+def sighting(e: HealthEvent, now: datetime | None = None) -> Sighting:
+    """``e`` as an escalation counts it, at its time, or at ``now`` (when it arrived) if stamped later:
+    an event cannot be counted as later than its arrival (an agent clock ahead that no heartbeat has
+    measured yet)."""
+    return (e.time if now is None or e.time <= now else now, str(e.kind.value), e.code)
 
 
 def _at(s: Sighting) -> datetime:
@@ -63,18 +66,19 @@ class Sightings:
     """What one node's escalations can still count: per escalation (by its index in the catalog), its
     newest ``count`` matching sightings, oldest first.
 
-    Exact and bounded: "``count`` or more within the window ending now" holds exactly when the newest
-    ``count`` sightings all lie in that window, so older ones are never needed, and the memory per node
-    is at most the sum of the escalations' counts (157 with the shipped ones) whatever the event rate.
-    A single shared bound would let a storm of one kind (a day of corrected ECC errors) push out what
-    another escalation still counts (the first of two XID 94s). A sighting stamped after ``now`` (an
-    agent clock ahead by less than the skew tolerance) holds its place until ``now`` passes it.
-    Filled and pruned by :class:`Policy` (:meth:`Policy.remember`, :meth:`Policy.prune`)."""
+    Exact and bounded: every sighting is at most ``now`` (:func:`sighting` stamps one no later than its
+    arrival), so "``count`` or more within the window ending now" holds exactly when the newest ``count``
+    lie in that window and older ones are never needed; the memory per node is at most the sum of the
+    escalations' counts (157 with the shipped ones) whatever the event rate. A single shared bound would
+    let a storm of one kind (a day of corrected ECC errors) push out what another escalation still counts
+    (the first of two XID 94s). Each escalation's sightings are a tuple of atomic tuples and the dict
+    holds only those, so CPython stops tracking both: a node's history costs the cycle collector one
+    object. Filled and pruned by :class:`Policy` (:meth:`Policy.remember`, :meth:`Policy.prune`)."""
 
-    kept: dict[int, list[Sighting]] = field(default_factory=dict)
+    kept: dict[int, tuple[Sighting, ...]] = field(default_factory=dict)
 
     def copy(self) -> Sightings:
-        return Sightings({i: list(v) for i, v in self.kept.items()})
+        return Sightings(dict(self.kept))  # the tuples are immutable: sharing them is a copy
 
     def __len__(self) -> int:
         """Distinct sightings held (one counted by two escalations is held once)."""
@@ -112,16 +116,18 @@ class Policy:
         """Every event kind some escalation counts (what a restart needs to reload)."""
         return self._counted_kinds | frozenset(k for k, _ in self._counted_codes)
 
-    def remember(self, into: Sightings, e: HealthEvent) -> None:
-        """Keep a sighting of ``e`` for every escalation that counts it (at most its count each)."""
+    def remember(self, into: Sightings, e: HealthEvent, now: datetime) -> None:
+        """Keep a sighting of ``e`` (arrived at ``now``) for every escalation that counts it, at most its
+        count each."""
         s: Sighting | None = None
+        kept = into.kept
         for i, esc in enumerate(self.catalog.escalations):
             if _matches(esc, e):
-                s = s or sighting(e)
-                kept = into.kept.setdefault(i, [])
-                insort(kept, s, key=_at)
-                if len(kept) > esc.count:
-                    del kept[0]
+                s = s or sighting(e, now)
+                v = kept.get(i, ())
+                at = bisect_right(v, s[0], key=_at)
+                v = (*v[:at], s, *v[at:])
+                kept[i] = v[1:] if len(v) > esc.count else v
 
     def prune(self, kept: Sightings, now: datetime) -> None:
         """Drop the sightings no escalation can count any more (older than its window)."""
@@ -134,7 +140,7 @@ class Policy:
             if old == len(v):
                 del kept.kept[i]
             elif old:
-                del v[:old]
+                kept.kept[i] = v[old:]
 
     # ---- judging events ---------------------------------------------------------------------
     def severity_of(self, event: HealthEvent) -> Judged:
@@ -175,7 +181,7 @@ class Policy:
         history = Sightings()
         for e in sorted(events, key=lambda e: e.time):
             if e.time >= horizon:
-                self.remember(history, e)
+                self.remember(history, e, now)
         fresh = self.fresh(view, [e for e in events if fresh_ids is None or e.id in fresh_ids], now)
         return self.decide(view, fresh, history, now)
 
