@@ -108,10 +108,6 @@ class Policy:
         self._counted_kinds = frozenset(e.kind for e in catalog.escalations if e.code is None)
         self._counted_codes = frozenset((e.kind, e.code) for e in catalog.escalations if e.code is not None)
 
-    def remembers(self, e: HealthEvent) -> bool:
-        """Whether some escalation counts ``e`` (the engine keeps a sighting of those only)."""
-        return e.kind in self._counted_kinds or (e.kind, e.code) in self._counted_codes
-
     def counted_kinds(self) -> frozenset[str]:
         """Every event kind some escalation counts (what a restart needs to reload)."""
         return self._counted_kinds | frozenset(k for k, _ in self._counted_codes)
