@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 # test processes for `make test` (pytest-xdist; every Slurm test runs in one of them: tests/conftest.py); 0: one process
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test lint typecheck unit bench clean install install-dev
+.PHONY: demo test lint typecheck unit bench clean install install-dev wheel wheel-compiled
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +46,14 @@ unit: $(VENV)/.installed-dev
 
 bench: $(VENV)/.installed-dev
 	$(PY) -m bench $(BENCH_ARGS)
+
+# Release wheels into dist/: pure Python, or with the correlation engine compiled by mypyc (decision 0109;
+# needs a C compiler and Python's headers; mypyc comes with the dev install's mypy).
+wheel: $(VENV)/.installed-dev
+	$(PY) -m pip wheel -q --no-deps -w dist .
+
+wheel-compiled: $(VENV)/.installed-dev
+	$(PY) scripts/compiled_wheel.py --dist dist
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache build dist src/*.egg-info

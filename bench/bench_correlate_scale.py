@@ -19,6 +19,7 @@ import statistics
 import time
 
 from gpufleet.controller import heap
+from gpufleet.correlate import compiled
 from gpufleet.correlate.engine import Engine
 from gpufleet.correlate.scenarios import FAULTS, Noise, TopologyKind, generate
 from gpufleet.domain.topology_gen import generate_hgx
@@ -37,7 +38,8 @@ def run(quick: bool) -> dict[str, object]:
     gc.collect()
     gc.freeze()  # the inputs too (the CLI streams them from a file)
     events = sum(len(s) for s in streams)
-    out: dict[str, object] = {"gpus": nodes * 8, "streams": len(streams), "events": events}
+    out: dict[str, object] = {"gpus": nodes * 8, "streams": len(streams), "events": events,
+                              "build": compiled.describe()}  # python or compiled (bench_compiled runs both)
     default = gc.get_threshold()
     for phase in ("first_pass", "second_pass", "controller_collector"):
         if phase == "controller_collector":  # the controller's collector settings (controller.heap.tune)

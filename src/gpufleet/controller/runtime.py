@@ -47,6 +47,7 @@ from gpufleet.controller.store.db import make_engine, migrate
 from gpufleet.controller.store.repairs import RepairStore
 from gpufleet.controller.store.repo import Store
 from gpufleet.controller.tenancy import Tenancy
+from gpufleet.correlate import compiled
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.topology import Topology, load_topology
 from gpufleet.lifecycle.config import PolicyFile, load_policy
@@ -190,6 +191,8 @@ def build(settings: ControllerSettings, scheduler: Scheduler, *, clock: Clock | 
     forward = forward_tls(settings, replicas=replicas)
     policy = policy or load_policy(settings.policy_file)  # the files the config names, before the database
     topology = _topology(settings.topology_file)
+    if topology is not None:  # which build of the engine runs: a compiled wheel is faster (decision 0109)
+        log.info("correlation engine: %s (docs/correlate.md §Compiled engine)", compiled.describe())
     if replicas:
         ha.bound_idle_transactions(engine, settings.ha.lease_s)
     migrate(engine)

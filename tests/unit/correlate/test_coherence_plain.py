@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import types
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from gpufleet.correlate import coherence as co
@@ -83,6 +84,7 @@ def _state(coh: co.Coherence) -> dict[str, tuple[object, ...]]:
     return out
 
 
+@pytest.mark.patches_internals  # replaces Coherence methods on an object: pure-Python build only
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(weak_streams())
 def test_shortcuts_leave_the_state_and_verdicts_of_the_plain_update(events: list[FileEvent]) -> None:

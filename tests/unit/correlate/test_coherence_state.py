@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -142,6 +143,7 @@ def _check_state(eng: Engine) -> None:
             assert sym.wit == eng._pairs(sym)
 
 
+@pytest.mark.patches_internals  # replaces Coherence methods on an object: pure-Python build only
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(weak_streams())
 def test_kept_state_equals_the_plain_recomputation(events: list[FileEvent]) -> None:
