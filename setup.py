@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import runpy
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,9 @@ def ext_modules() -> list[Any]:
     if flag != "1":
         raise SystemExit(f"{FLAG}={flag!r}: expected 0 (pure Python, the default) or 1 (compile the "
                          "correlation engine with mypyc)")
+    if any(cmd in sys.argv for cmd in ("develop", "editable_wheel")):
+        raise SystemExit(f"{FLAG}=1 with an editable install: the compiled modules would sit next to their "
+                         "sources in src/ and shadow every edit; build a wheel (make wheel-compiled)")
     try:
         from mypyc.build import mypycify
     except ImportError as e:

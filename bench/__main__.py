@@ -12,16 +12,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+# Run only when named: what they need or cost is more than a default run should assume.
+BY_NAME_ONLY = {
+    "compiled": "builds the mypyc wheel (a C compiler, Python's headers) and runs correlate_scale four times",
+}
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    ap.add_argument("names", nargs="*", help="benchmark names (bench_<name>.py); default: all")
+    ap.add_argument("names", nargs="*", help="benchmark names (bench_<name>.py); default: all but "
+                    + ", ".join(BY_NAME_ONLY) + " (run only when named)")
     ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     ap.add_argument("--out", type=Path, default=HERE / "results")
     args = ap.parse_args(argv)
     available = sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
-    names = args.names or available
+    names = args.names or [n for n in available if n not in BY_NAME_ONLY]
     unknown = [n for n in names if n not in available]
     if unknown:
         print(f"unknown benchmark(s) {unknown}; available: {available}", file=sys.stderr)

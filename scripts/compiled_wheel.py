@@ -2,7 +2,8 @@
 
     python scripts/compiled_wheel.py [--dist DIR] [--site DIR]
 
-Builds from a copy of ``src/`` (the working tree gets no ``build/`` and no ``.so``), with
+Builds what ``src/`` holds now, uncommitted changes included (commit first for a release), from a copy
+(the working tree gets no ``build/`` and no ``.so``), with
 ``GPUFLEET_COMPILE=1`` and no build isolation, so the mypyc of the running Python's mypy is used: run
 it with the dev install's Python (``make wheel-compiled`` does). The wheel goes to ``--dist`` (default
 ``dist/``). With ``--site``, it is also installed there, without dependencies, for
@@ -34,9 +35,10 @@ def missing() -> list[str]:
         import mypyc.build  # noqa: F401
     except ImportError:
         out.append("mypyc (it comes with mypy: make install-dev)")
-    cc = os.environ.get("CC", "cc")
+    # setuptools compiles with $CC, else the compiler Python was built with (sysconfig's CC)
+    cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(cc) is None:
-        out.append(f"a C compiler ({cc!r} on PATH; Debian: apt-get install gcc)")
+        out.append(f"a C compiler ({cc!r} on PATH; Debian: apt-get install gcc libc6-dev)")
     if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
         out.append(f"Python's headers ({sysconfig.get_paths()['include']}/Python.h; Debian: python3-dev)")
     return out
@@ -63,7 +65,9 @@ def build(dist: Path, site: Path | None = None) -> Path:
                              f"{res.stdout[-4000:]}{res.stderr[-4000:]}")
         (wheel,) = out.glob("gpufleet-*.whl")
         target = dist / wheel.name
-        shutil.copy2(wheel, target)
+        partial = dist / f".{wheel.name}.{os.getpid()}.part"  # a concurrent build never sees half a wheel
+        shutil.copy2(wheel, partial)
+        os.replace(partial, target)
         print(f"built {target.name} in {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
     if site is not None:
         shutil.rmtree(site, ignore_errors=True)

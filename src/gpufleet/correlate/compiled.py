@@ -12,8 +12,9 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 
-# The modules the engine spends its time in per event (perf at 131,072 GPUs; docs/benchmarks.md
-# §correlate): everything the per-event path calls, nothing that runs once per verdict or per run.
+# What the engine runs per event and per evaluation of its verdicts (the set cover, a suspect's action
+# and reason): perf at 131,072 GPUs, docs/benchmarks.md §correlate. Not the evaluation harness
+# (scenarios, weak, scoring), which runs once per evaluation.
 MODULES: tuple[str, ...] = (
     "gpufleet.correlate.candidates",
     "gpufleet.correlate.coherence",
@@ -40,7 +41,7 @@ def status() -> dict[str, bool]:
 
 
 def describe() -> str:
-    """One line for logs and ``--version``: ``compiled`` / ``python`` / ``partly compiled (...)``."""
+    """One word for logs and benchmark results: ``compiled`` / ``python`` / ``partly compiled (...)``."""
     st = status()
     if all(st.values()):
         return "compiled"

@@ -125,9 +125,9 @@ def explain(
             mine = [s for s in covers[c] if s in remaining]
             if not mine or not _eligible(c, kinds[c], mine, witness, kind_of):
                 continue
-            # Rounded: a sum over a set has no fixed order, and the last bits must not break a tie
-            # that the Occam cost and the name are there to break (the same stream, the same verdict).
-            score = round(sum(weight(c, s) for s in mine) - cost[c], 9)
+            # Rounded: the last bits must not break a tie that the Occam cost and the name are there to
+            # break (the same stream, the same verdict). fsum: exact whatever the order of the terms.
+            score = round(math.fsum(weight(c, s) for s in mine) - cost[c], 9)
             key = (score, -cost[c], c)
             if best is None or key > best:
                 best = key
@@ -169,7 +169,7 @@ def _confidence(
     kind_of: Callable[[str], str],
     cost: dict[str, float],
 ) -> Explanation:
-    total = sum(weight(c, s) for s in mine)
+    total = math.fsum(weight(c, s) for s in mine)  # a set of symptoms: no fixed order, an exact sum
     strength = 1.0 - math.exp(-total)
     rivals: list[tuple[float, str]] = []
     for other in {o for s in mine for o in s.cands if o != c}:
@@ -177,7 +177,7 @@ def _confidence(
         if not theirs or not _eligible(other, kinds[other], theirs, witness, kind_of):
             continue  # e.g. a leaf with one reporting port cannot explain anything
         overlap = [s for s in theirs if s in mine]
-        rivals.append((round(sum(weight(other, s) for s in overlap)
+        rivals.append((round(math.fsum(weight(other, s) for s in overlap)
                              - cost.get(other, COST.get(kinds.get(other, ""), 1.0)), 9), other))
     rivals.sort(key=lambda r: (-r[0], r[1]))
     runner_up = rivals[0][0] if rivals else score - 1.5

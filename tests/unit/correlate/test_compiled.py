@@ -27,12 +27,16 @@ def test_every_listed_module_has_its_source_and_status_says_how_it_was_loaded() 
         assert status[name] == mod.__file__.endswith(".so"), (name, mod.__file__)
 
 
-def test_describe_names_the_modules_left_as_python(monkeypatch: pytest.MonkeyPatch) -> None:
-    first, *rest = compiled.MODULES
-    monkeypatch.setattr(compiled, "status", lambda: {first: False, **{m: True for m in rest}})
-    assert compiled.describe() == f"partly compiled (python: {first.rsplit('.', 1)[1]})"
-    monkeypatch.setattr(compiled, "status", lambda: {m: True for m in compiled.MODULES})
-    assert compiled.describe() == "compiled"
+def test_describe_says_which_build_and_names_the_modules_left_as_python(monkeypatch: pytest.MonkeyPatch) -> None:
+    cases = [
+        ({"gpufleet.correlate.engine": True, "gpufleet.correlate.rates": True}, "compiled"),
+        ({"gpufleet.correlate.engine": False, "gpufleet.correlate.rates": False}, "python"),
+        ({"gpufleet.correlate.engine": False, "gpufleet.correlate.rates": False, "gpufleet.correlate.tails": True},
+         "partly compiled (python: engine, rates)"),
+    ]
+    for status, expected in cases:
+        monkeypatch.setattr(compiled, "status", lambda st=status: st)
+        assert compiled.describe() == expected
 
 
 def _ext_modules() -> object:
@@ -58,3 +62,14 @@ def test_a_bad_build_flag_names_the_variable_the_value_and_what_is_expected(monk
         ext()
     msg = str(err.value)
     assert "GPUFLEET_COMPILE='yes'" in msg and "expected 0" in msg and "or 1" in msg
+
+
+def test_a_compiled_editable_install_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiled modules next to their sources in src/ would shadow every edit."""
+    ext = _ext_modules()
+    assert callable(ext)
+    monkeypatch.setenv("GPUFLEET_COMPILE", "1")
+    monkeypatch.setattr("sys.argv", ["setup.py", "editable_wheel", "--dist-dir", "/tmp/x"])
+    with pytest.raises(SystemExit) as err:
+        ext()
+    assert "editable install" in str(err.value) and "make wheel-compiled" in str(err.value)
