@@ -42,7 +42,8 @@ is refused naming the key, the value and what was expected.
 
 | file | read by | environment |
 |---|---|---|
-| `controller.toml` | `gpufleet controller serve --config` | `GPUFLEET_<KEY>` overrides the file |
+| `controller.toml` | `gpufleet controller serve --config`; `controller migrate --config` (`database_url`) | \
+`GPUFLEET_<KEY>` overrides the file |
 | `agent.toml` | `gpufleet agent --config` | `GPUFLEET_AGENT_<KEY>` overrides the file; options override both |
 | `policy.toml` | the controller (`policy_file`), `gpufleet sim --policy`, `gpufleet diagnose --policy` | none |
 

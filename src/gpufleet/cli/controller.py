@@ -198,13 +198,20 @@ def _validator(settings: ControllerSettings, scheduler: Scheduler) -> SlurmValid
 
 
 @controller_app.command()
-def migrate(database_url: Annotated[str, typer.Option(help="SQLAlchemy URL")] = "sqlite:///gpufleet.db") -> None:
-    """Create or upgrade the database schema."""
+def migrate(
+    config: Annotated[Path | None, typer.Option(help="controller TOML: its database_url")] = None,
+    database_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL; overrides the config and "
+                                                           "GPUFLEET_DATABASE_URL")] = None,
+) -> None:
+    """Create or upgrade the database schema of the database `controller serve` would use with the same
+    --config, GPUFLEET_DATABASE_URL and --database-url (serve also does it at start)."""
+    from gpufleet.controller.settings import database_url as database_url_of
     from gpufleet.controller.store.db import make_engine
     from gpufleet.controller.store.db import migrate as do_migrate
 
-    do_migrate(make_engine(database_url))
-    typer.echo("schema is at the newest revision")
+    engine = make_engine(database_url_of(config, database_url))
+    do_migrate(engine)
+    typer.echo(f"schema of {engine.url.render_as_string(hide_password=True)} is at the newest revision")
 
 
 @controller_app.command()

@@ -473,17 +473,39 @@ class ControllerSettings(BaseSettings):
         return check_tenants(self.tenant, self.tokens)
 
 
+def _read(path: Path | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InvalidInput("config", str(path), "an existing TOML file") from None
+    except tomllib.TOMLDecodeError as err:
+        raise InvalidInput("config", str(path), f"valid TOML ({err})") from None
+
+
+class _DatabaseOnly(BaseSettings):
+    """``database_url`` as :class:`ControllerSettings` reads it (file < GPUFLEET_DATABASE_URL < option)."""
+
+    model_config = SettingsConfigDict(env_prefix="GPUFLEET_", extra="ignore")
+    database_url: str = ControllerSettings.model_fields["database_url"].default
+
+
+def database_url(path: Path | None = None, override: str | None = None) -> str:
+    """The database ``controller serve`` would use with the same config file, environment and
+    ``--database-url``, without requiring the rest of the config (``controller migrate``)."""
+    doc = below_environment(_read(path), "GPUFLEET_")
+    if override is not None:
+        doc["database_url"] = override
+    try:
+        return _DatabaseOnly(**doc).database_url
+    except ValidationError as err:
+        raise invalid_input(err, _DatabaseOnly) from None
+
+
 def load_settings(path: Path | None = None, **overrides: Any) -> ControllerSettings:
     """Settings from ``path`` (TOML), then GPUFLEET_* environment variables, then ``overrides``."""
-    doc: dict[str, Any] = {}
-    if path is not None:
-        try:
-            doc = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise InvalidInput("config", str(path), "an existing TOML file") from None
-        except tomllib.TOMLDecodeError as err:
-            raise InvalidInput("config", str(path), f"valid TOML ({err})") from None
-    doc = below_environment(doc, "GPUFLEET_")  # the environment overrides the file
+    doc = below_environment(_read(path), "GPUFLEET_")  # the environment overrides the file
     doc.update({k: v for k, v in overrides.items() if v is not None})
     try:
         return ControllerSettings(**doc)
