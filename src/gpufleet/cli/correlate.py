@@ -110,14 +110,20 @@ def register(app: typer.Typer) -> None:
             Path | None,
             typer.Option("--dump", help="Also write each scenario here (topology, events, truth)."),
         ] = None,
+        warmup: Annotated[
+            str, typer.Option("--warmup", help="weak suite: background before each scenario, e.g. 30m (as a "
+                                                "running controller has seen it); 0: a cold start.")
+        ] = "0",
     ) -> None:
         """Score the engine on generated scenarios (top-1/top-3, healthy switches blamed; weak suite:
         also false alarms on noise-only windows and lead time before a failure)."""
         import json
+        from datetime import timedelta
 
         from gpufleet.correlate.scenarios import FAULTS, FaultType, Noise, Scenario, TopologyKind, generate
         from gpufleet.correlate.scoring import score, summary
         from gpufleet.correlate.weak import WEAK_FAULTS, Split, WeakFault, generate_weak, weak_topology
+        from gpufleet.domain.durations import parse_duration
         from gpufleet.domain.errors import InvalidInput
         from gpufleet.domain.eventio import format_event
         from gpufleet.domain.topology import dump_topology
@@ -129,13 +135,16 @@ def register(app: typer.Typer) -> None:
         part = _choice(Split, split, "--split")
         if seeds < 1:
             raise InvalidInput("--seeds", seeds, "at least 1")
+        warm = timedelta(0) if warmup.strip() == "0" else parse_duration(warmup, "--warmup")
+        if warm and not weak:
+            raise InvalidInput("--warmup", warmup, "0 with --suite strong (a warm-up is for the weak suite)")
         for k in kinds:
             scs: list[Scenario]
             if weak:
                 wonly = _choice(WeakFault, fault, "--fault") if fault else None
                 topo = weak_topology(k)
-                scs = [generate_weak(topo, k, f, level, s, part) for f in WEAK_FAULTS[k] if wonly in (None, f)
-                       for s in range(seeds)]
+                scs = [generate_weak(topo, k, f, level, s, part, warm) for f in WEAK_FAULTS[k]
+                       if wonly in (None, f) for s in range(seeds)]
             else:
                 only = _choice(FaultType, fault, "--fault") if fault else None
                 topo = generate_hgx(64) if k is TopologyKind.HGX else generate_nvl72(2)

@@ -344,14 +344,16 @@ class Coherence:
             self._hist[c] = hist
         # The combined test is tried only on the few candidates a move left a pattern for: its share
         # of the budget is split over those (per class), not over every candidate of the class.
-        alone = st.log_p
+        # ln p of the live pattern: SCAN times a tail can exceed 1 (nothing in the window: ln 3), and
+        # a p-value above 1 is 1 (Fisher's x (1 - ln x) needs x <= 1; ln x <= 0).
+        alone = min(st.log_p, 0.0)
         log_alpha = self._log_alpha_hist.get(st.cls, self._log_share)
         sig = False
         for basis, (th, lp) in hist.items():
             if t - th > self._rate_window:
                 continue
-            x = alone + lp
-            comb = x + math.log1p(-x) + math.log(2.0)
+            x = alone + min(lp, 0.0)
+            comb = x + math.log1p(-x) + _LN2
             if comb <= log_alpha and (not sig or comb < st.log_p):
                 st.log_p, st.basis, sig = comb, basis, True
         if not sig:

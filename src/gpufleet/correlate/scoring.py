@@ -102,6 +102,7 @@ def run_scenario(
     after_onset = 0
     right = {sc.truth, *sc.accept} - {""}
     blamed: set[str] = set()
+    before: set[str] = set()
     for ev in sc.events:
         if ev.time >= sc.onset:
             after_onset += 1
@@ -110,6 +111,11 @@ def run_scenario(
             s = v.suspect
             if v.status is VerdictStatus.CLEARED or s.action is SuspectAction.OBSERVE:
                 continue
+            if ev.time < T0:  # a warm-up's history (weak suite, ``warmup``): scored by the cold suite
+                before.add(s.component)
+                continue
+            if s.component in before:
+                continue  # standing since the warm-up, not raised by the scenario
             blamed.add(s.component)
             if s.component in healthy:
                 wrong.add(s.component)

@@ -18,6 +18,7 @@ answer may name (a cable's fault may be named by its slot).
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -69,18 +70,31 @@ class Split(StrEnum):
 
 
 def generate_weak(
-    topology: Topology, kind: TopologyKind, fault: WeakFault, noise: Noise, seed: int, split: Split = Split.TUNE
+    topology: Topology, kind: TopologyKind, fault: WeakFault, noise: Noise, seed: int, split: Split = Split.TUNE,
+    warmup: timedelta = timedelta(0),
 ) -> Scenario:
-    """One weak-signal scenario; ``split`` picks the random stream (tune vs held-out)."""
+    """One weak-signal scenario; ``split`` picks the random stream (tune vs held-out). ``warmup``: that
+    much background (the same noise level, its own random stream) before the scenario starts, as a
+    controller that has been running sees it; the scenario's own events are the same either way."""
     if fault not in WEAK_FAULTS[kind]:
         raise InvalidInput("fault", fault.value, f"one of {[f.value for f in WEAK_FAULTS[kind]]} for {kind}")
     if noise is Noise.NONE and fault is WeakFault.NOISE_ONLY:
         raise InvalidInput("noise", noise.value, "realistic or heavy for noise_only")
+    if not timedelta(0) <= warmup <= 4 * SPAN:
+        raise InvalidInput("warmup", str(warmup), f"between 0 and {4 * SPAN}")
     rng = random.Random(f"weak/{split}/{kind}/{fault}/{noise}/{seed}")
     st = _Stream(rng)
     _background(topology, st, noise)
     onset = rng.uniform(60, 480)
     truth, accept, failure = _WEAK[fault](topology, st, onset)
+    before = warmup.total_seconds()
+    for k in range(math.ceil(before / SPAN.total_seconds())):  # one background span at a time, back from T0
+        warm = _Stream(random.Random(f"weak/{split}/{kind}/{fault}/{noise}/{seed}/warmup/{k}"))
+        _background(topology, warm, noise)
+        shift = (k + 1) * SPAN.total_seconds()
+        for at, _, d in warm.items:
+            if -before <= at - shift < 0:  # a burst running past its span stays before T0
+                st.items.append((at - shift, len(st.items), d))
     return Scenario(
         kind, fault, noise, seed, st.events(), truth, T0 + timedelta(seconds=onset), frozenset(accept),
         None if failure is None else T0 + timedelta(seconds=failure), split.value,

@@ -3,11 +3,17 @@ at its new slot names the unit; seen again at the old slot under another unit, i
 
 from __future__ import annotations
 
+import math
+from datetime import timedelta
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gpufleet.correlate.candidates import Cand
 from gpufleet.correlate.engine import Engine
 from gpufleet.correlate.model import Basis, SuspectAction, VerdictStatus
+from gpufleet.correlate.scenarios import Noise, TopologyKind
+from gpufleet.correlate.weak import Split, WeakFault, generate_weak, weak_topology
 from gpufleet.domain.events import EventKind as E
 from gpufleet.domain.fleet import ComponentKind as K
 from gpufleet.domain.topology_gen import generate_hgx
@@ -103,3 +109,31 @@ def test_swapping_healthy_units_under_sparse_noise_creates_no_verdict(
         else:
             s.add(t, E.AER_CORRECTED, nic)
     assert _actionable(Engine(TOPO), s) == []
+
+
+def test_a_slot_with_a_kept_pattern_and_nothing_live_is_scored_without_error() -> None:
+    """Found by the weak suite with a warm-up (NVL72, heavy noise, cable_stays, tune seed 11): a second
+    move out of a slot whose candidate kept a barely-surprising pattern from the first move, and has no
+    witness left in the window. Its live ln p is ln 3 (SCAN times a tail of 1), so Fisher's combination
+    got x = ln 3 + ln p_kept > 1 and math.log1p(-x) raised ValueError inside Engine.observe."""
+    eng = Engine(TOPO)
+    coh = eng.coherence
+    assert coh is not None
+    port = TOPO.links_of(A)[0]
+    t = 10_000.0
+    coh._hist[port] = {"stays": (t - 600.0, -0.05)}  # kept by a move 10 minutes ago: p = 0.95
+    st = Cand({}, {}, coh._cls(port), 0, math.inf)  # every witness aged out of the window
+    assert coh._score(port, st, t, 0.0) is False
+    assert math.isfinite(st.log_p) and st.log_p > 0.0  # the live pattern alone, as the screen left it
+
+
+def test_the_warm_weak_scenario_that_raised_runs_through() -> None:
+    topo = weak_topology(TopologyKind.NVL72)
+    sc = generate_weak(topo, TopologyKind.NVL72, WeakFault.CABLE_STAYS, Noise.HEAVY, 11, Split.TUNE,
+                       timedelta(minutes=30))
+    eng = Engine(topo)
+    moves = sum(1 for ev in sc.events if ev.kind is E.MOVED)
+    assert moves >= 2
+    for ev in sc.events:
+        eng.observe(ev)
+    assert eng.suspects() is not None
