@@ -32,7 +32,7 @@ demo: $(VENV)/.installed
 	$(VENV)/bin/gpufleet demo $(DEMO_ARGS)
 
 lint: $(VENV)/.installed-dev
-	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff check src tests bench scripts setup.py
 	$(VENV)/bin/lint-imports --no-cache
 
 typecheck: $(VENV)/.installed-dev
