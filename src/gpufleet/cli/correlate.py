@@ -138,6 +138,10 @@ def register(app: typer.Typer) -> None:
         warm = timedelta(0) if warmup.strip() == "0" else parse_duration(warmup, "--warmup")
         if warm and not weak:
             raise InvalidInput("--warmup", warmup, "0 with --suite strong (a warm-up is for the weak suite)")
+        if warm and level is Noise.NONE:
+            raise InvalidInput("--warmup", warmup, "0 with --noise none (a warm-up is background noise)")
+        if not timedelta(0) <= warm <= timedelta(hours=2):
+            raise InvalidInput("--warmup", warmup, "a duration from 0 to 2h")
         for k in kinds:
             scs: list[Scenario]
             if weak:

@@ -484,23 +484,18 @@ def _read(path: Path | None) -> dict[str, Any]:
         raise InvalidInput("config", str(path), f"valid TOML ({err})") from None
 
 
-class _DatabaseOnly(BaseSettings):
-    """``database_url`` as :class:`ControllerSettings` reads it (file < GPUFLEET_DATABASE_URL < option)."""
-
-    model_config = SettingsConfigDict(env_prefix="GPUFLEET_", extra="ignore")
-    database_url: str = ControllerSettings.model_fields["database_url"].default
-
-
 def database_url(path: Path | None = None, override: str | None = None) -> str:
     """The database ``controller serve`` would use with the same config file, environment and
-    ``--database-url``, without requiring the rest of the config (``controller migrate``)."""
+    ``--database-url`` (``controller migrate``): the file is checked as ``serve`` checks it (an unknown
+    key, a bad value), but it need not name a scheduler."""
     doc = below_environment(_read(path), "GPUFLEET_")
     if override is not None:
         doc["database_url"] = override
+    doc.setdefault("scheduler", SchedulerKind.SIM)  # serve requires one; migrating does not use it
     try:
-        return _DatabaseOnly(**doc).database_url
+        return ControllerSettings(**doc).database_url
     except ValidationError as err:
-        raise invalid_input(err, _DatabaseOnly) from None
+        raise invalid_input(err, ControllerSettings) from None
 
 
 def load_settings(path: Path | None = None, **overrides: Any) -> ControllerSettings:

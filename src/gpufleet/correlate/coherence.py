@@ -344,15 +344,16 @@ class Coherence:
             self._hist[c] = hist
         # The combined test is tried only on the few candidates a move left a pattern for: its share
         # of the budget is split over those (per class), not over every candidate of the class.
-        # ln p of the live pattern: SCAN times a tail can exceed 1 (nothing in the window: ln 3), and
-        # a p-value above 1 is 1 (Fisher's x (1 - ln x) needs x <= 1; ln x <= 0).
-        alone = min(st.log_p, 0.0)
+        alone = st.log_p
         log_alpha = self._log_alpha_hist.get(st.cls, self._log_share)
         sig = False
         for basis, (th, lp) in hist.items():
             if t - th > self._rate_window:
                 continue
-            x = alone + min(lp, 0.0)
+            # ln of the product, at most 0: the live ln p can exceed 0 (SCAN times a tail of 1 when the
+            # window is empty: ln 3), and Fisher's x (1 - ln x) needs x <= 1. Clamped, such a pair is
+            # never significant, as it was not before (where it did not raise).
+            x = min(alone + lp, 0.0)
             comb = x + math.log1p(-x) + _LN2
             if comb <= log_alpha and (not sig or comb < st.log_p):
                 st.log_p, st.basis, sig = comb, basis, True

@@ -36,6 +36,7 @@ class Outcome:
     onset_to_verdict_s: float | None = None  # seconds from the fault's onset to the truth's first blame
     lead_s: float | None = None  # seconds from that blame to the hard failure (degrading scenarios)
     failed: bool = False  # the scenario ends in a hard failure
+    warmup_blames: int = 0  # parts other than the truth blamed during a warm-up (before T0): a cold start's
 
     @property
     def faulty(self) -> bool:
@@ -61,6 +62,9 @@ class Score:
 
     def false_alarms(self) -> int:
         return sum(o.false_alarms for o in self.outcomes)
+
+    def warmup_blames(self) -> int:
+        return sum(o.warmup_blames for o in self.outcomes)
 
     def leads(self) -> list[float | None]:
         """Lead time of each scenario that ends in a failure (None: not named before it failed)."""
@@ -102,7 +106,8 @@ def run_scenario(
     after_onset = 0
     right = {sc.truth, *sc.accept} - {""}
     blamed: set[str] = set()
-    before: set[str] = set()
+    standing: set[str] = set()  # blamed during a warm-up and neither cleared nor dropped to observe since
+    warm_blamed: set[str] = set()
     for ev in sc.events:
         if ev.time >= sc.onset:
             after_onset += 1
@@ -110,12 +115,15 @@ def run_scenario(
             streamed += 1
             s = v.suspect
             if v.status is VerdictStatus.CLEARED or s.action is SuspectAction.OBSERVE:
+                standing.discard(s.component)
                 continue
-            if ev.time < T0:  # a warm-up's history (weak suite, ``warmup``): scored by the cold suite
-                before.add(s.component)
+            if ev.time < T0:  # raised in a warm-up (weak suite, ``warmup``): counted apart, as warmup_blames
+                standing.add(s.component)
+                if s.component not in right:
+                    warm_blamed.add(s.component)
                 continue
-            if s.component in before:
-                continue  # standing since the warm-up, not raised by the scenario
+            if s.component in standing:
+                continue  # still standing from the warm-up (re-issued as it changes): a warm-up blame
             blamed.add(s.component)
             if s.component in healthy:
                 wrong.add(s.component)
@@ -139,6 +147,7 @@ def run_scenario(
         None if first_at is None else (first_at - sc.onset).total_seconds(),
         lead,
         sc.failure is not None,
+        len(warm_blamed),
     )
 
 
@@ -167,6 +176,7 @@ def summary(sc: Score) -> dict[str, object]:
         "top3": round(sc.top3(), 4),
         "healthy_switch_blamed_scenarios": sc.wrong_switch_scenarios(),
         "misses_by_fault": dict(kinds),
+        "warmup_blames": sc.warmup_blames(),  # before T0 (correlate-eval --warmup); 0 without one
     }
     if sc.noise_windows():
         out["noise_only_windows"] = sc.noise_windows()

@@ -81,7 +81,7 @@ def generate_weak(
     if noise is Noise.NONE and fault is WeakFault.NOISE_ONLY:
         raise InvalidInput("noise", noise.value, "realistic or heavy for noise_only")
     if not timedelta(0) <= warmup <= 4 * SPAN:
-        raise InvalidInput("warmup", str(warmup), f"between 0 and {4 * SPAN}")
+        raise InvalidInput("warmup", str(warmup), f"from 0 to {4 * SPAN}")
     rng = random.Random(f"weak/{split}/{kind}/{fault}/{noise}/{seed}")
     st = _Stream(rng)
     _background(topology, st, noise)

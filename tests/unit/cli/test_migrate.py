@@ -77,3 +77,13 @@ def test_a_missing_config_or_a_bad_url_names_what_was_given(tmp_path: Path) -> N
     assert isinstance(res.exception, InvalidInput), res.output
     assert res.exception.field == "database_url" and res.exception.value == 5
     assert not (tmp_path / "gpufleet.db").exists()
+
+
+def test_a_misspelt_key_is_refused_not_ignored(tmp_path: Path) -> None:
+    """``databse_url`` must not quietly migrate ./gpufleet.db."""
+    cfg = tmp_path / "controller.toml"
+    cfg.write_text(f'databse_url = "sqlite:///{tmp_path / "x.db"}"\n', encoding="utf-8")
+    res = runner.invoke(app, ["controller", "migrate", "--config", str(cfg)])
+    assert isinstance(res.exception, InvalidInput), res.output
+    assert res.exception.field == "databse_url" and "'database_url'" in res.exception.expected
+    assert not (tmp_path / "gpufleet.db").exists() and not (tmp_path / "x.db").exists()

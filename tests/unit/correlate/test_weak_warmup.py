@@ -51,14 +51,27 @@ def _fatal(at: timedelta) -> FileEvent:
     return FileEvent(line=1, time=T0 + at, kind=EventKind.XID, component="r01-n01-gpu2", code=79)
 
 
-def test_a_blame_made_during_the_warmup_is_not_scored() -> None:
-    """A GPU that falls off the bus is blamed at once; on a noise-only window that is a false alarm,
-    unless it happened before the scenario began (then it is the warm-up's, and a cold run scores it)."""
-    def noise_only(ev: FileEvent) -> Scenario:
-        return Scenario(TopologyKind.HGX, WeakFault.NOISE_ONLY, Noise.HEAVY, 0, (ev,), "", T0)
+def _noise_only(*events: FileEvent) -> Scenario:
+    lines = [FileEvent(line=i, time=e.time, kind=e.kind, component=e.component, code=e.code)
+             for i, e in enumerate(sorted(events, key=lambda e: e.time), start=1)]
+    return Scenario(TopologyKind.HGX, WeakFault.NOISE_ONLY, Noise.HEAVY, 0, tuple(lines), "", T0)
 
-    assert run_scenario(HGX, noise_only(_fatal(timedelta(minutes=5)))).false_alarms == 1
-    assert run_scenario(HGX, noise_only(_fatal(-timedelta(minutes=5)))).false_alarms == 0
+
+def test_a_blame_made_during_the_warmup_is_counted_apart() -> None:
+    """A GPU that falls off the bus is blamed at once: on a noise-only window a false alarm when the
+    scenario raised it, a warm-up blame when the warm-up did (its verdict still standing in the
+    scored window is not raised again)."""
+    after = run_scenario(HGX, _noise_only(_fatal(timedelta(minutes=5))))
+    assert (after.false_alarms, after.warmup_blames) == (1, 0)
+    before = run_scenario(HGX, _noise_only(_fatal(-timedelta(minutes=5)), _fatal(timedelta(minutes=2))))
+    assert (before.false_alarms, before.warmup_blames) == (0, 1)
+
+
+def test_a_warmup_blame_cleared_and_raised_again_in_the_scenario_is_a_false_alarm() -> None:
+    aer = FileEvent(line=0, time=T0 + timedelta(minutes=10), kind=EventKind.AER_CORRECTED,
+                    component="r02-n01-nic0")  # after the first XID left the 30-minute window: it clears
+    out = run_scenario(HGX, _noise_only(_fatal(-timedelta(minutes=29)), aer, _fatal(timedelta(minutes=20))))
+    assert (out.false_alarms, out.warmup_blames) == (1, 1)
 
 
 def test_warm_heldout_realistic_blames_no_healthy_switch_and_raises_no_false_alarm() -> None:
@@ -80,5 +93,6 @@ def test_the_cli_takes_a_warmup_for_the_weak_suite_only() -> None:
     assert '"noise_only_windows": 2' in res.stdout
     res = runner.invoke(app, ["correlate-eval", "--suite", "strong", "--warmup", "30m"])
     assert isinstance(res.exception, InvalidInput) and res.exception.field == "--warmup"
-    res = runner.invoke(app, ["correlate-eval", "--suite", "weak", "--warmup", "soon"])
-    assert isinstance(res.exception, InvalidInput) and res.exception.field == "--warmup"
+    for bad in (["--warmup", "soon"], ["--warmup", "3h"], ["--warmup", "30m", "--noise", "none"]):
+        res = runner.invoke(app, ["correlate-eval", "--suite", "weak", *bad])
+        assert isinstance(res.exception, InvalidInput) and res.exception.field == "--warmup", bad
