@@ -245,7 +245,7 @@ class Coherence:
             if not (c in inside or (ln is not None and (ln.a in inside or ln.b in inside))):
                 continue
             st = self._cands.pop(c)
-            lp = self._log_p(c, cand_of(st, self._cls(c)) if isinstance(st, tuple) else st, t)
+            lp = self._live_log_p(c, cand_of(st, self._cls(c)) if isinstance(st, tuple) else st, t)
             if lp >= 0.0:
                 continue  # nothing there but the background
             self._keep(c, STAYS, t, lp)
@@ -327,9 +327,17 @@ class Coherence:
             st.significant = False
         return sig
 
-    def _log_p(self, c: str, st: Cand, t: float) -> float:
-        """ln p of ``c``'s witnesses now, without the screens."""
-        self._score(c, st, t, 0.0)
+    def _live_log_p(self, c: str, st: Cand, t: float) -> float:
+        """ln p of ``c``'s witnesses now, without the screens and without a pattern kept from an earlier
+        move: what a move keeps is what was seen at the slot. Combined with what the slot had kept, the
+        second half of a swap handed the unit that left the evidence of the unit that arrived (a healthy
+        NIC named ``follows_serial`` for its partner's pattern: test_coherence_moves.py)."""
+        hist = self._hist.pop(c, None)
+        try:
+            self._score(c, st, t, 0.0)
+        finally:
+            if hist is not None:
+                self._hist[c] = hist
         return st.log_p
 
     def _score_with_history(self, c: str, st: Cand, t: float, hist: dict[str, tuple[float, float]]) -> bool:

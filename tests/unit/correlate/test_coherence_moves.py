@@ -75,6 +75,25 @@ def test_a_weak_pattern_that_stays_names_the_old_slot() -> None:
     assert top.finding is Basis.STAYS_AT_SLOT
 
 
+def test_the_unit_swapped_in_does_not_inherit_the_pattern_of_the_unit_it_replaced() -> None:
+    """The pattern at A before the swap and again at A after it is the slot's (check the cabling), even
+    when B's unit had a weak event or two at B before it was swapped into A. Keeping, at the swap's
+    second half, B's live pattern combined with the evidence A's unit had just brought to B handed that
+    evidence to B's unit: the engine named it (healthy) ``follows_serial``, drain and replace."""
+    for weak_at_b in (1, 2):
+        s = Stream()
+        _nic_pattern(s, A, 60)
+        for i in range(weak_at_b):
+            s.add(100 + 50 * i, E.AER_CORRECTED, B)
+        _swap(s, 900)
+        _nic_pattern(s, A, 1000)
+        eng = Engine(TOPO)
+        named = _actionable(eng, s)
+        assert named and set(named) <= {A, TOPO.links_of(A)[0]}, weak_at_b
+        top = eng.suspects()[0]
+        assert top.finding is Basis.STAYS_AT_SLOT and top.action is SuspectAction.CHECK_CABLING, (weak_at_b, top)
+
+
 def test_the_same_pattern_at_an_unrelated_nic_is_not_combined() -> None:
     s = Stream()
     _nic_pattern(s, A, 60)
