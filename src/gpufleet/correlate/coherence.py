@@ -327,29 +327,29 @@ class Coherence:
             st.significant = False
         return sig
 
-    def _live_log_p(self, c: str, st: Cand, t: float) -> float:
-        """ln p of ``c``'s witnesses now, without the screens and without a pattern kept from an earlier
-        move: what a move keeps is what was seen at the slot. Combined with what the slot had kept, the
-        second half of a swap handed the unit that left the evidence of the unit that arrived (a healthy
-        NIC named ``follows_serial`` for its partner's pattern: test_coherence_moves.py)."""
+    def _score_live(self, c: str, st: Cand, t: float) -> bool:
+        """:meth:`_score` of ``c``'s witnesses now, without the screens and without a pattern kept from an
+        earlier move (``st.log_p``: the live pattern's ln p)."""
         hist = self._hist.pop(c, None)
         try:
-            self._score(c, st, t, 0.0)
+            return self._score(c, st, t, 0.0)
         finally:
             if hist is not None:
                 self._hist[c] = hist
+
+    def _live_log_p(self, c: str, st: Cand, t: float) -> float:
+        """What a move keeps: the pattern seen at the slot, never combined with one an earlier move left
+        there. Combined, the second half of a swap handed the unit that left the evidence of the unit that
+        arrived (a healthy NIC named ``follows_serial`` for its partner's pattern: test_coherence_moves.py)."""
+        self._score_live(c, st, t)
         return st.log_p
 
     def _score_with_history(self, c: str, st: Cand, t: float, hist: dict[str, tuple[float, float]]) -> bool:
         """``c``'s pattern now, alone or combined with one kept from before a move (Fisher's method
         for two independent p-values, ``x (1 - ln x)`` with ``x`` their product, and a factor 2 for
         trying both the slot's and the unit's history)."""
-        self._hist[c] = {}  # the live pattern alone first, against the class's threshold
-        try:
-            if self._score(c, st, t, 0.0):
-                return True
-        finally:
-            self._hist[c] = hist
+        if self._score_live(c, st, t):  # the live pattern alone first, against the class's threshold
+            return True
         # The combined test is tried only on the few candidates a move left a pattern for: its share
         # of the budget is split over those (per class), not over every candidate of the class.
         alone = st.log_p
