@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
+from gpufleet.correlate.model import FALSE_ALARM_BUDGET
+
 if TYPE_CHECKING:
     from gpufleet.correlate.model import Suspect
 
@@ -29,13 +31,17 @@ def register(app: typer.Typer) -> None:
         at: Annotated[str, typer.Option("--at", help="Judge at this time (default: last event).")] = "",
         stream: Annotated[bool, typer.Option("--stream", help="Print each verdict change.")] = False,
         top: Annotated[int, typer.Option("--top", help="Suspects in the table (0: all).")] = 10,
+        budget: Annotated[
+            float, typer.Option("--false-alarm-budget", help="False verdicts per node-day the coherence statistic "
+                                                              "may cost (docs/correlate.md).")
+        ] = FALSE_ALARM_BUDGET,
     ) -> None:
         """Explain the events by the components they share; exit 1 when a suspect needs action."""
         import gc
 
         from gpufleet.cli.errors import EXIT_FOUND_PROBLEM
         from gpufleet.correlate.engine import Engine
-        from gpufleet.correlate.model import SuspectAction, verdicts_json
+        from gpufleet.correlate.model import SuspectAction, false_alarm_budget, verdicts_json
         from gpufleet.domain.catalog import load_default_catalog
         from gpufleet.domain.durations import parse_duration
         from gpufleet.domain.errors import NotFound
@@ -44,9 +50,11 @@ def register(app: typer.Typer) -> None:
         from gpufleet.domain.judgement import judge
         from gpufleet.domain.topology import load_topology
 
+        span = parse_duration(window, "--window")  # the flags first: a bad one costs no topology load
+        fa_budget = false_alarm_budget(budget, "--false-alarm-budget")
         topo = load_topology(topology)
         gc.freeze()  # the topology lives for the whole run: keep the collector from re-scanning it
-        engine = Engine(topo, window=parse_duration(window, "--window"))
+        engine = Engine(topo, window=span, false_alarm_budget=fa_budget)
         if str(events) == "-":
             lines = sys.stdin
         else:
@@ -114,12 +122,17 @@ def register(app: typer.Typer) -> None:
             str, typer.Option("--warmup", help="weak suite: background before each scenario, e.g. 30m (as a "
                                                 "running controller has seen it); 0: a cold start.")
         ] = "0",
+        budget: Annotated[
+            float, typer.Option("--false-alarm-budget", help="False verdicts per node-day the coherence statistic "
+                                                              "may cost.")
+        ] = FALSE_ALARM_BUDGET,
     ) -> None:
         """Score the engine on generated scenarios (top-1/top-3, healthy switches blamed; weak suite:
         also false alarms on noise-only windows and lead time before a failure)."""
         import json
         from datetime import timedelta
 
+        from gpufleet.correlate.model import false_alarm_budget
         from gpufleet.correlate.scenarios import FAULTS, FaultType, Noise, Scenario, TopologyKind, generate
         from gpufleet.correlate.scoring import score, summary
         from gpufleet.correlate.weak import WEAK_FAULTS, Split, WeakFault, generate_weak, weak_topology
@@ -135,6 +148,7 @@ def register(app: typer.Typer) -> None:
         part = _choice(Split, split, "--split")
         if seeds < 1:
             raise InvalidInput("--seeds", seeds, "at least 1")
+        fa_budget = false_alarm_budget(budget, "--false-alarm-budget")
         warm = timedelta(0) if warmup.strip() == "0" else parse_duration(warmup, "--warmup")
         if warm and not weak:
             raise InvalidInput("--warmup", warmup, "0 with --suite strong (a warm-up is for the weak suite)")
@@ -161,12 +175,13 @@ def register(app: typer.Typer) -> None:
                     text = "".join(format_event(e) + "\n" for e in sc.events)
                     (dump / f"{stem}.jsonl").write_text(text, encoding="utf-8")
                     (dump / f"{stem}.truth").write_text(sc.truth + "\n", encoding="utf-8")
-            result = score(topo, scs, coherence=not counts_only)
+            result = score(topo, scs, coherence=not counts_only, budget=fa_budget)
             by_fault = {
                 f: {"n": n, "top1": round(t1, 3), "top3": round(t3, 3)}
                 for f, (n, t1, t3) in result.by(1).items()
             }
-            doc = {"topology": k.value, "noise": level.value, **summary(result), "by_fault": by_fault}
+            doc = {"topology": k.value, "noise": level.value, "false_alarm_budget": fa_budget, **summary(result),
+                   "by_fault": by_fault}
             typer.echo(json.dumps(doc, indent=1))
             for miss in result.misses():
                 typer.echo(f"miss {miss.scenario}: truth {miss.truth}, ranked {list(miss.top)}", err=True)

@@ -562,7 +562,8 @@ class Controller:
         if self.topology is None:
             self._correlator_stale = False
             return
-        correlator = Engine(self.topology, catalog=self.policy_file.catalog, history=self.namings)
+        correlator = Engine(self.topology, catalog=self.policy_file.catalog, history=self.namings,
+                            false_alarm_budget=self.policy_file.config.correlation_false_alarm_budget)
         verdicts: list[Suspect] = []
         now = self.clock.now()
         try:

@@ -45,6 +45,7 @@ from collections.abc import Callable
 
 from gpufleet.correlate.candidates import Cand, Once, cand_of, prune
 from gpufleet.correlate.index import index_of
+from gpufleet.correlate.model import FALSE_ALARM_BUDGET, false_alarm_budget
 from gpufleet.correlate.rates import PRIOR_EXCESS, PRIOR_Q, Reporters, learn
 from gpufleet.correlate.tails import log_negbin_tail as _log_negbin_tail
 from gpufleet.correlate.tails import log_poisson_tail as _log_poisson_tail
@@ -73,8 +74,9 @@ class Coherence:
         *,
         window_s: float = 900.0,
         rate_window_s: float = 7200.0,
-        budget_per_node_day: float = 1e-3,
+        budget_per_node_day: float = FALSE_ALARM_BUDGET,
     ) -> None:
+        false_alarm_budget(budget_per_node_day, "false_alarm_budget")
         self._topo = topology
         self._kind_of = kind_of
         self.window = window_s

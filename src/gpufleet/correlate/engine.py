@@ -32,7 +32,16 @@ from gpufleet.correlate.describe import action_for, reason_for
 from gpufleet.correlate.explain import Explanation, SymptomLike, explain
 from gpufleet.correlate.index import Pairs, index_of
 from gpufleet.correlate.inventory import Inventory, MoveRecord
-from gpufleet.correlate.model import Basis, Ref, Suspect, SuspectAction, Verdict, VerdictStatus, sort_refs
+from gpufleet.correlate.model import (
+    FALSE_ALARM_BUDGET,
+    Basis,
+    Ref,
+    Suspect,
+    SuspectAction,
+    Verdict,
+    VerdictStatus,
+    sort_refs,
+)
 from gpufleet.correlate.offenders import (
     REPEAT_WINDOW,
     UNIT_KINDS,
@@ -81,7 +90,7 @@ class Engine:
         info_activation: int = 5,
         move_memory: timedelta = timedelta(days=7),
         coherence_window: timedelta = timedelta(minutes=15),
-        false_alarm_budget: float = 1e-3,
+        false_alarm_budget: float = FALSE_ALARM_BUDGET,
         coherence: bool = True,
         history: UnitHistory | None = None,
     ) -> None:

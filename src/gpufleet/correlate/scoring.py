@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from gpufleet.correlate.engine import Engine
-from gpufleet.correlate.model import SuspectAction, VerdictStatus
+from gpufleet.correlate.model import FALSE_ALARM_BUDGET, SuspectAction, VerdictStatus
 from gpufleet.correlate.scenarios import SPAN, SWITCH_KINDS, T0, Scenario
 from gpufleet.domain.catalog import Catalog
 from gpufleet.domain.topology import Topology
@@ -96,8 +96,9 @@ def run_scenario(
     catalog: Catalog | None = None,
     window: timedelta = timedelta(minutes=30),
     coherence: bool = True,
+    budget: float = FALSE_ALARM_BUDGET,
 ) -> Outcome:
-    engine = Engine(topology, window=window, catalog=catalog, coherence=coherence)
+    engine = Engine(topology, window=window, catalog=catalog, coherence=coherence, false_alarm_budget=budget)
     healthy = _healthy_switches(topology, sc.truth)
     wrong: set[str] = set()
     streamed = 0
@@ -152,12 +153,14 @@ def run_scenario(
 
 
 def score(
-    topology: Topology, scenarios: Iterable[Scenario], *, catalog: Catalog | None = None, coherence: bool = True
+    topology: Topology, scenarios: Iterable[Scenario], *, catalog: Catalog | None = None, coherence: bool = True,
+    budget: float = FALSE_ALARM_BUDGET,
 ) -> Score:
-    """``coherence=False`` scores the engine as it was before the coherence statistic (counts only)."""
+    """``coherence=False`` scores the engine as it was before the coherence statistic (counts only);
+    ``budget``: the statistic's false-alarm budget (false verdicts per node-day)."""
     out = Score()
     for sc in scenarios:
-        out.outcomes.append(run_scenario(topology, sc, catalog=catalog, coherence=coherence))
+        out.outcomes.append(run_scenario(topology, sc, catalog=catalog, coherence=coherence, budget=budget))
     return out
 
 

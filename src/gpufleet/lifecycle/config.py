@@ -29,6 +29,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from gpufleet.correlate.model import FALSE_ALARM_BUDGET, false_alarm_budget
 from gpufleet.domain.catalog import Catalog, load_default_catalog
 from gpufleet.domain.durations import parse_duration
 from gpufleet.domain.errors import InvalidInput
@@ -70,6 +71,10 @@ class PolicyConfig:
     # With a topology, a link event toward a shared part (a leaf switch, an NVSwitch) waits this long
     # for the correlator before the per-node policy judges it: a failing switch is one decision.
     correlation_hold: timedelta = timedelta(seconds=20)
+    # With a topology, the false verdicts per node-day the correlator's coherence statistic may cost:
+    # a larger budget names weaker patterns sooner and wrongly more often (docs/correlate.md, §What the
+    # budget buys).
+    correlation_false_alarm_budget: float = FALSE_ALARM_BUDGET
     # Reconciler retry policy for failed scheduler actions.
     retry_base: timedelta = timedelta(seconds=2)
     retry_cap: timedelta = timedelta(minutes=5)  # the longest delay between retries (doubling from retry_base)
@@ -100,6 +105,7 @@ _POLICY_KEYS: dict[str, str] = {
     "clock_skew": "duration",
     "merge_window": "duration",
     "correlation_hold": "duration",
+    "correlation_false_alarm_budget": "per_node_day",
 }
 _BREAKER_KEYS = {"max_unavailable_fleet": "share", "max_unavailable_domain": "share"}
 _RECONCILER_KEYS = {"retry_base": "duration", "retry_cap": "duration", "max_attempts": "count"}
@@ -168,6 +174,8 @@ def _coerce(kind: str, value: Any, path: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
             raise InvalidInput(path, value, "a positive number of GPU-hours, e.g. 64")
         return float(value)
+    if kind == "per_node_day":
+        return false_alarm_budget(value, path)
     if kind == "count":
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise InvalidInput(path, value, "an integer >= 1")

@@ -30,10 +30,10 @@ def hgx() -> Topology:
     return generate_hgx(64)
 
 
-def controller(tmp_path: Path, topo: Topology) -> Controller:
+def controller(tmp_path: Path, topo: Topology, policy: dict[str, object] | None = None) -> Controller:
     engine = make_engine(f"sqlite:///{tmp_path / 'g.db'}")
     migrate(engine)
-    c = Controller(Store(engine), parse_policy({}), ManualClock(T0), topology=topo)
+    c = Controller(Store(engine), parse_policy(policy or {}), ManualClock(T0), topology=topo)
     c.register_fleet(to_fleet(topo), NodeState.READY)
     return c
 
@@ -64,6 +64,26 @@ def test_a_weak_node_pattern_becomes_a_degrading_verdict_and_a_drain(tmp_path: P
     assert len(audit) == 1 and audit[0].target == NODE and "degrading" in audit[0].detail
     # Every other node stays in service.
     assert all(c.state_of(n) == NodeState.READY for n in to_fleet(hgx).nodes if n != NODE)
+
+
+def test_the_policy_false_alarm_budget_decides_how_weak_a_pattern_is_acted_on(tmp_path: Path, hgx: Topology) -> None:
+    """Four GPUs with one error each: within the default budget (1 false verdict per 1,000 node-days),
+    beyond one ten times larger: the policy file's ``correlation_false_alarm_budget`` reaches the
+    controller's correlator, and so does a restart's rebuilt one."""
+    events = gpu_link_errors(hgx, NODE, 4)
+    for sub in ("default", "looser"):
+        (tmp_path / sub).mkdir()
+    default = controller(tmp_path / "default", hgx)
+    default.ingest(events)
+    assert default.state_of(NODE) == NodeState.READY and not default.verdicts
+    policy = {"policy": {"correlation_false_alarm_budget": 0.01}}
+    looser = controller(tmp_path / "looser", hgx, policy)
+    looser.ingest(events)
+    suspects = {s.component: s for s in looser.verdicts}
+    assert NODE in suspects and suspects[NODE].finding is Basis.DEGRADING
+    assert looser.state_of(NODE) in (NodeState.SUSPECT, NodeState.DRAINING)
+    restarted = Controller(looser.store, parse_policy(policy), ManualClock(T0 + timedelta(minutes=1)), topology=hgx)
+    assert NODE in {s.component for s in restarted.verdicts}
 
 
 def test_a_weak_nic_pattern_that_follows_its_unit_drains_the_new_node(tmp_path: Path, hgx: Topology) -> None:

@@ -164,6 +164,10 @@ def test_decision_ids_are_deterministic_for_the_same_evidence() -> None:
         ({"breaker": {"max_unavailable_fleet": 1.5}}, "breaker.max_unavailable_fleet"),
         ({"policy": {"auto_repair": "yes"}}, "policy.auto_repair"),
         ({"policy": {"no_such_key": 1}}, "policy.no_such_key"),
+        ({"policy": {"correlation_false_alarm_budget": 0}}, "policy.correlation_false_alarm_budget"),
+        ({"policy": {"correlation_false_alarm_budget": 1.5}}, "policy.correlation_false_alarm_budget"),
+        ({"policy": {"correlation_false_alarm_budget": "1/1000"}}, "policy.correlation_false_alarm_budget"),
+        ({"policy": {"correlation_false_alarm_budget": True}}, "policy.correlation_false_alarm_budget"),
         ({"nonsense": {}}, "nonsense"),
         ({"escalation": [{"kind": "xid", "code": 94, "count": 0, "window": "1h"}]}, "escalation[0].count"),
         ({"override": [{"kind": "bogus", "severity": "fatal"}]}, "override[0].kind"),
@@ -186,3 +190,13 @@ def test_missing_or_broken_policy_file(tmp_path: Path) -> None:
     bad.write_text("[policy\n")
     with pytest.raises(InvalidInput, match="valid TOML"):
         load_policy(bad)
+
+
+def test_the_correlation_false_alarm_budget_is_read_from_the_policy() -> None:
+    from gpufleet.correlate.model import FALSE_ALARM_BUDGET
+    from gpufleet.lifecycle.config import parse_policy
+
+    assert parse_policy({}).config.correlation_false_alarm_budget == FALSE_ALARM_BUDGET
+    assert parse_policy({"policy": {"correlation_false_alarm_budget": 0.01}}).config.correlation_false_alarm_budget \
+        == 0.01
+    assert parse_policy({"policy": {"correlation_false_alarm_budget": 1}}).config.correlation_false_alarm_budget == 1.0
