@@ -40,15 +40,18 @@ class LifecycleMachine(RuleBasedStateMachine):
         self.last = dict(self.first)
         self.operator_out: set[str] = set()
 
-    def _check(self, plan: Plan) -> None:
+    def _check(self, plan: Plan, before: set[str]) -> None:
+        """``before``: the nodes counted unavailable before the step (out, or committed to a drain)."""
         for t in plan.transitions:
             assert t.to_state in TRANSITIONS[t.from_state], t
             assert self.last[t.node] == t.from_state, f"{t.node}: chain broken at {t}"
             self.last[t.node] = t.to_state
         automated = [d for d in plan.decisions if d.status == DecisionStatus.APPLIED and d.actor == Actor.POLICY
-                     and d.takes_node_out and d.from_state in SCHEDULABLE]
+                     and d.takes_node_out and d.from_state in SCHEDULABLE and d.node not in before]
         if automated:
             # Automation only takes a node out while the total (whatever took the others out) fits the budget.
+            # A node already counted out (committed to a drain after its checkpoint) that escalates to an
+            # immediate drain takes nothing more: an operator may have taken others out past the budget since.
             active = [r for r in self.eng.nodes.values() if r.state != NodeState.RETIRED]
             out = self.eng.unavailable()
             assert len(out) <= max(1, int(0.10 * len(active) + 1e-9)), (len(out), len(active))
@@ -62,13 +65,16 @@ class LifecycleMachine(RuleBasedStateMachine):
     def evidence(self, node: int, kind: EventKind, code: int, dt: int) -> None:
         self.now += timedelta(seconds=dt)
         name = sorted(self.eng.nodes)[node]
-        self._check(self.eng.observe([ev(name, kind, self.now, code if kind == EventKind.XID else None)], self.now))
+        before = self.eng.unavailable()
+        self._check(self.eng.observe([ev(name, kind, self.now, code if kind == EventKind.XID else None)], self.now),
+                    before)
 
     @rule(nodes=st.lists(st.integers(0, NODES - 1), min_size=NODES // 2, max_size=NODES, unique=True))
     def flood(self, nodes: list[int]) -> None:
         self.now += timedelta(seconds=5)
         names = sorted(self.eng.nodes)
-        self._check(self.eng.observe([ev(names[i], EventKind.CHECK_FAILED, self.now) for i in nodes], self.now))
+        before = self.eng.unavailable()
+        self._check(self.eng.observe([ev(names[i], EventKind.CHECK_FAILED, self.now) for i in nodes], self.now), before)
 
     @rule(jobs=st.lists(st.booleans(), min_size=NODES, max_size=NODES))
     def scheduler(self, jobs: list[bool]) -> None:
@@ -76,24 +82,28 @@ class LifecycleMachine(RuleBasedStateMachine):
         obs = {n: SchedObservation(has_jobs=j and r.state not in UNAVAILABLE,
                                    drained_empty=r.state in UNAVAILABLE and not j)
                for (n, r), j in zip(sorted(self.eng.nodes.items()), jobs, strict=True)}
-        self._check(self.eng.sync(obs, self.now))
+        before = self.eng.unavailable()
+        self._check(self.eng.sync(obs, self.now), before)
 
     @rule()
     def tick(self) -> None:
         self.now += timedelta(minutes=1)
-        self._check(self.eng.tick(self.now))
+        before = self.eng.unavailable()
+        self._check(self.eng.tick(self.now), before)
 
     @rule(node=st.integers(0, NODES - 1), op=st.sampled_from(list(OperatorOp)))
     def operator(self, node: int, op: OperatorOp) -> None:
         self.now += timedelta(seconds=1)
         name = sorted(self.eng.nodes)[node]
+        before = self.eng.unavailable()
         with contextlib.suppress(Conflict):  # refusing an op that does not apply in the state is correct
-            self._check(self.eng.operator(name, op, "tester", "", self.now))
+            self._check(self.eng.operator(name, op, "tester", "", self.now), before)
 
     @rule(discard=st.booleans())
     def reset(self, discard: bool) -> None:
         self.now += timedelta(seconds=1)
-        self._check(self.eng.reset_breaker("tester", self.now, discard_held=discard))
+        before = self.eng.unavailable()
+        self._check(self.eng.reset_breaker("tester", self.now, discard_held=discard), before)
 
     @invariant()
     def states_match_history(self) -> None:
