@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import partial
@@ -97,7 +97,10 @@ class Admission:
     # ---- 1. name and judge ------------------------------------------------------------------
     def prepare(self, events: Sequence[HealthEvent]) -> list[HealthEvent]:
         """The events named with topology ids and judged once (what is stored and decided on)."""
-        out = []
+        return list(self.prepare_each(events))
+
+    def prepare_each(self, events: Iterable[HealthEvent]) -> Iterator[HealthEvent]:
+        """:meth:`prepare`, one event at a time (a long stream read from the store in batches)."""
         cache = self._judged
         for raw in events:
             e = self.resolve(raw) if self.resolve is not None else raw
@@ -107,8 +110,7 @@ class Admission:
                 if len(cache) >= 4096:  # bounded whatever codes producers send
                     cache.clear()
                 j = cache[key] = judge_event(self.catalog, e)
-            out.append(replace(e, judgement=j))
-        return out
+            yield replace(e, judgement=j)
 
     # ---- 2. merge and 3. hold ---------------------------------------------------------------
     def admit(self, fresh: Sequence[HealthEvent], now: datetime) -> Admitted:

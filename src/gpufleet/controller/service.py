@@ -569,6 +569,13 @@ class Controller:
         try:
             self.namings.load(now - REPEAT_WINDOW)
             start = now - correlator.window
+            # The background the coherence statistic had learned before the window, as background only:
+            # without it the replay would start cold and judge weak patterns against too quiet a fleet.
+            primed = 0
+            for e in self.admission.prepare_each(self.store.events_between(start - correlator.background_window,
+                                                                           start)):
+                correlator.prime_health_event(e)
+                primed += 1
             # Which unit sits where outlives the window: the moves of the last week come first.
             moves = [e for e in self.store.events_since(now - correlator.inventory.memory, kinds={"moved"})
                      if e.time < start]
@@ -582,9 +589,9 @@ class Controller:
         # Namings the replay recomputed but the store lacks (a flush lost to a crash) stay pending and are
         # written after the next committed ingest round: a replica that only follows never writes them.
         self.correlator, self.verdicts, self._correlator_stale = correlator, verdicts, False
-        if window:
-            log.info("correlation: rebuilt the %s window from %d stored events, %d verdict(s) standing",
-                     correlator.window, len(window), len(verdicts))
+        if window or primed:
+            log.info("correlation: rebuilt the %s window from %d stored events (background primed with %d before "
+                     "it), %d verdict(s) standing", correlator.window, len(window), primed, len(verdicts))
 
     def _load(self, admission: Admission) -> LifecycleEngine:
         cfg, catalog = self.policy_file.config, self.policy_file.catalog

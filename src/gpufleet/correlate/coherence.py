@@ -107,19 +107,31 @@ class Coherence:
 
     # -- input --------------------------------------------------------------------------------------------
 
+    @property
+    def rate_window(self) -> float:
+        """Seconds of stream the background rates are learned from."""
+        return self._rate_window
+
+    def note(self, t: float, kind: str, reporter: str, rclass: str) -> None:
+        """Learn one event of the background only (what :meth:`add` does first): a restart primes the
+        rates with the stream before its replay, so the replay tests against the background the engine
+        had learned, not a cold start's (``Engine.prime_health_event``)."""
+        self._start = min(self._start, t)
+        seen = self._seen.get((kind, rclass))
+        if seen is None:
+            seen = self._seen[(kind, rclass)] = Reporters()
+        prev = seen.last.get(reporter)
+        minute = int(t // UNIT_S)
+        if prev is None or prev[2] != minute:
+            seen.saw(reporter, t, minute, prev)
+
     def add(self, t: float, kind: str, reporter: str, rclass: str, key: tuple[str, str],
             pairs: tuple[tuple[str, str, str, bool], ...]) -> list[str]:
         """One event of ``kind`` from ``reporter`` (class ``rclass``) on symptom ``key`` whose
         candidates and witnesses are ``pairs``; returns the candidates that are significant after
         this event moved their statistic (a new witness or witness-minute)."""
-        self._start = min(self._start, t)
+        self.note(t, kind, reporter, rclass)
         minute = int(t // UNIT_S)
-        seen = self._seen.get((kind, rclass))
-        if seen is None:
-            seen = self._seen[(kind, rclass)] = Reporters()
-        prev = seen.last.get(reporter)
-        if prev is None or prev[2] != minute:
-            seen.saw(reporter, t, minute, prev)
         if t - self._refreshed >= REFRESH_S:
             self._refresh(t)
         q_r = self._q.get(rclass, PRIOR_Q)

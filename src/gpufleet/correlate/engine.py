@@ -163,11 +163,41 @@ class Engine:
         if ev.kind is EventKind.MOVED:
             attrs = dict(ev.attrs)
             return self._move(attrs.get("serial", ""), attrs.get("from", ""), attrs.get("to", ""), ev.time, ev.id)
+        comp, judged = self._placed(ev)
+        return self._event(comp, ev.link, ev.kind, ev.code, ev.severity, ev.time, ev.id, ev.attr("rule"), judged)
+
+    @property
+    def background_window(self) -> timedelta:
+        """How far back the coherence statistic learns its background (0 without coherence): what
+        :meth:`prime_health_event` can use."""
+        return timedelta(seconds=self.coherence.rate_window) if self.coherence is not None else timedelta(0)
+
+    def prime_health_event(self, ev: HealthEvent) -> None:
+        """Learn ``ev`` as background only: no symptom, no verdict. A controller rebuilding its window
+        after a restart primes the engine with the stream of the :attr:`background_window` before that
+        window, oldest first, then replays the window: the replay then judges against the background
+        the engine had before the restart, not a cold start's (which underestimates it)."""
+        if self.coherence is None or ev.kind is EventKind.MOVED:
+            return
+        comp, judged = self._placed(ev)
+        if comp not in self._comps:
+            return
+        kind, code, sev, rule = ev.kind, ev.code, ev.severity, ev.attr("rule")
+        key: tuple[object, ...] = (kind, code, sev, rule) if judged is None else (kind, code, judged)  # as _event
+        j = self._weighed.get(key)
+        if j is None:
+            j = self._weigh(key, kind, code, sev, rule, judged)
+        if j.role not in (IGNORE, FOLD) and j.coherent:
+            rclass = self._kinds.get(comp) or self.kind_of(comp)
+            self.coherence.note(ev.time.timestamp(), _KIND_VALUE[kind], comp, rclass)
+
+    def _placed(self, ev: HealthEvent) -> tuple[str, Judgement | None]:
+        """``ev``'s component (a topology id, or else its node) and the judgement to weigh it by."""
         comp = ev.component if ev.component and ev.component in self._comps else ev.node
         judged = ev.judgement
         if judged is None and ev.attr("nvl5_row"):  # a decoded subcode row is judged by its own entry
             judged = judge_event(self.catalog, ev)
-        return self._event(comp, ev.link, ev.kind, ev.code, ev.severity, ev.time, ev.id, ev.attr("rule"), judged)
+        return comp, judged
 
     def _event(
         self,

@@ -21,6 +21,7 @@ from gpufleet.controller.clock import ManualClock
 from gpufleet.controller.service import Controller, IngestResult
 from gpufleet.controller.store.models import DecisionRow
 from gpufleet.controller.store.repo import Store
+from gpufleet.correlate.model import SuspectAction
 from gpufleet.domain.errors import ExternalError
 from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.topology import Topology, to_fleet
@@ -145,3 +146,52 @@ def test_when_the_reload_fails_too_the_window_is_rebuilt_before_the_next_ingest(
     assert result.accepted == 1 and result.decisions == len(hgx.nodes_behind(LEAF))
     assert c.correlator is not None and c.correlator.in_window == 3
     assert [s.component for s in c.verdicts] == [LEAF]
+
+
+def _weak_stream(topo: Topology) -> tuple[str, list[HealthEvent]]:
+    """A weak NVSwitch pattern (HGX tune seed 5) after two hours of realistic background: the running
+    engine names the chip; a cold replay of the last 30 minutes named its node instead (test_prime.py).
+    Every event names its node (a switch's report on a host port: the host's)."""
+    from gpufleet.correlate.scenarios import Noise, TopologyKind
+    from gpufleet.correlate.weak import Split, WeakFault, generate_weak
+
+    sc = generate_weak(topo, TopologyKind.HGX, WeakFault.NVSWITCH, Noise.REALISTIC, 5, Split.TUNE,
+                       timedelta(hours=2))
+    out = []
+    for e in sc.events:
+        # A switch's report about a host port reaches the controller on behalf of that host's node.
+        far = topo.links[e.link].other(e.component) if e.link and e.component else ""
+        node = topo.node_of(e.component or "") or topo.node_of(far)
+        assert node is not None, e
+        out.append(HealthEvent(f"w{e.line}", node, e.kind, e.time, e.component, e.code, e.severity, e.link))
+    return sc.truth, out
+
+
+def test_a_restart_primes_the_background_and_stands_the_verdicts_it_stood(engine: Engine, hgx: Topology) -> None:
+    truth, stream = _weak_stream(hgx)
+    live = Controller(Store(engine), load_policy(), ManualClock(stream[0].time), topology=hgx)
+    live.register_fleet(to_fleet(hgx), NodeState.READY)
+    clock = live.clock
+    assert isinstance(clock, ManualClock)
+    batch: list[HealthEvent] = []
+    for e in stream:  # as agents push: a batch per minute, the clock at its last event
+        if batch and e.time - batch[0].time >= timedelta(minutes=1):
+            clock.advance(batch[-1].time - clock.now())
+            live.ingest(batch)
+            batch = []
+        batch.append(e)
+    clock.advance(batch[-1].time - clock.now())
+    live.ingest(batch)
+    standing = {s.component for s in live.verdicts if s.action is not SuspectAction.OBSERVE}
+    assert truth in standing
+
+    end = stream[-1].time
+    store = Store(engine)
+    window = live.correlator.window if live.correlator is not None else timedelta(0)
+    before = list(store.events_between(end - window - timedelta(hours=2), end - window, batch=7))
+    assert before and [e.time for e in before] == sorted(e.time for e in before)
+    assert all(end - window - timedelta(hours=2) <= e.time < end - window for e in before)
+    assert len(before) == sum(1 for e in stream if end - window - timedelta(hours=2) <= e.time < end - window)
+
+    restarted = Controller(store, load_policy(), ManualClock(end), topology=hgx)
+    assert {s.component for s in restarted.verdicts if s.action is not SuspectAction.OBSERVE} == standing

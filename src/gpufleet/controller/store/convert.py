@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -33,12 +34,24 @@ def event_values(e: HealthEvent, received: datetime) -> Values:
 def event_of(r: EventRow) -> HealthEvent:
     """The stored event as it arrived (``severity``: what its source stated; the judgement is not
     rebuilt: whoever needs it judges again with the catalog of the day)."""
-    attrs = {str(k): str(v) for k, v in (r.attrs or {}).items()}
-    stated = attrs.pop("stated", None)
+    return event_from(r.id, r.node, r.kind, r.time, r.component, r.code, r.link, r.message, r.source, r.attrs)
+
+
+#: The columns :func:`event_from` takes, in its order: a plain (Core) select of them skips the ORM's
+#: objects, about twice as fast for the long reads (the correlator's replay).
+EVENT_COLUMNS = (EventRow.id, EventRow.node, EventRow.kind, EventRow.time, EventRow.component, EventRow.code,
+                 EventRow.link, EventRow.message, EventRow.source, EventRow.attrs)
+
+
+def event_from(eid: str, node: str, kind: str, time: datetime, component: str | None, code: int | None,
+               link: str | None, message: str, source: str, attrs: Mapping[str, Any] | None) -> HealthEvent:
+    """A stored event from its columns (:data:`EVENT_COLUMNS`)."""
+    kept = {str(k): str(v) for k, v in (attrs or {}).items()}
+    stated = kept.pop("stated", None)
     return HealthEvent(
-        id=r.id, node=r.node, kind=EventKind(r.kind), time=r.time, component=r.component, code=r.code,
-        severity=Severity(stated) if stated in _SEVERITIES else None, link=r.link, message=r.message,
-        source=r.source, attrs=tuple(sorted(attrs.items())),
+        id=eid, node=node, kind=EventKind(kind), time=time, component=component, code=code,
+        severity=Severity(stated) if stated in _SEVERITIES else None, link=link, message=message,
+        source=source, attrs=tuple(sorted(kept.items())),
     )
 
 

@@ -41,10 +41,12 @@ from gpufleet.lifecycle.states import NodeState
 from gpufleet.lifecycle.ttm import NodeHistory, Step
 
 from .convert import (
+    EVENT_COLUMNS,
     Values,
     audit_values,
     decision_of,
     decision_row,
+    event_from,
     event_of,
     event_values,
     outbox_of,
@@ -264,12 +266,21 @@ class Store:
     def events_since(self, since: datetime, kinds: Collection[str] | None = None) -> list[HealthEvent]:
         """Events stamped at or after ``since``, oldest first; only of ``kinds`` when given. Sightings
         merged onto an earlier fault (``fault_of``) are left out: they were never counted."""
-        q = select(EventRow).where(EventRow.time >= since, EventRow.fault_of.is_(None)).order_by(EventRow.time)
+        q = select(*EVENT_COLUMNS).where(EventRow.time >= since, EventRow.fault_of.is_(None)).order_by(EventRow.time)
         if kinds is not None:
             q = q.where(EventRow.kind.in_(sorted(kinds)))
-        with self.session() as s:
-            rows = s.scalars(q)
-            return [event_of(r) for r in rows]
+        with self.engine.connect() as conn:
+            return [event_from(*r) for r in conn.execute(q)]
+
+    def events_between(self, since: datetime, until: datetime, *, batch: int = 2000) -> Iterator[HealthEvent]:
+        """Events stamped in [``since``, ``until``), oldest first, read ``batch`` rows at a time: the
+        correlator's background before its window can be hours of a fleet's events, walked once and
+        never held in memory together. Merged sightings are left out, as in :meth:`events_since`."""
+        q = (select(*EVENT_COLUMNS).where(EventRow.time >= since, EventRow.time < until, EventRow.fault_of.is_(None))
+             .order_by(EventRow.time).execution_options(yield_per=batch))
+        with self.engine.connect() as conn:
+            for r in conn.execute(q):
+                yield event_from(*r)
 
     def check_events_since(self, since: datetime, checks: Collection[str], *,
                            exclude_source: str = "") -> list[CheckEvent]:
