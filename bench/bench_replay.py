@@ -3,7 +3,7 @@
 1. Consistency: weak-suite scenarios (held-out split, realistic noise, HGX and NVL72, six fault types)
    after two hours of background. The running engine sees everything; a rebuild replays the last 30
    minutes into a fresh engine, cold (as before) or primed with the two hours before them
-   (``Engine.prime_health_event``). Counted: rebuilds whose standing actionable verdicts differ from
+   (``Engine.prime``). Counted: rebuilds whose standing actionable verdicts differ from
    the running engine's.
 2. Cost: the stream of 12 heavy-noise scenarios with their two-hour warm-ups stored in SQLite through a
    real controller, then read back as the rebuild reads it — ``Store.events_between`` streamed, and
@@ -61,11 +61,11 @@ def consistency(seeds: int) -> dict[str, int]:
                 live, cold, primed = Engine(topo), Engine(topo), Engine(topo)
                 for e in events:
                     live.observe_health_event(e)
+                primed.prime((e for e in events if e.time < T0), T0 - WARMUP)
+                for e in events:
                     if e.time >= T0:
                         cold.observe_health_event(e)
                         primed.observe_health_event(e)
-                    else:
-                        primed.prime_health_event(e)
                 out["scenarios"] += 1
                 out["cold_differs"] += _acting(cold) != _acting(live)
                 out["primed_differs"] += _acting(primed) != _acting(live)
@@ -94,8 +94,7 @@ def cost(scenarios: int) -> dict[str, float]:
         read = time.process_time() - c0
         engine = Engine(topo)
         c0 = time.process_time()
-        for e in c.admission.prepare_each(store.events_between(start, end)):
-            engine.prime_health_event(e)
+        engine.prime(c.admission.prepare_each(store.events_between(start, end)), start)
         primed = time.process_time() - c0
         c0 = time.process_time()
         listed = len(store.events_since(start))

@@ -1,9 +1,10 @@
 """GPU survey: how the GEMM check's kernel choices move its TFLOPS (matrix size, FP8 fast accumulation).
 
-Usage (on a CUDA machine, package importable): python scripts/gemm_variants.py [ROUNDS]
+Usage (on a CUDA machine, package importable): python scripts/gemm_variants.py [ROUNDS] [--short]
 Interleaves the variants over ROUNDS (default 3) so that clock and power drift hit each alike; each
-variant runs about 1.5 s of sustained work. Prints one JSON line per measurement. Results and their use:
-docs/benchmarks.md section checks, decision 0111.
+variant runs about 1.5 s of sustained work, or with --short a burst of 20 calls (8192^2) / 6 (16384^2)
+after 3 warm-up calls. Prints one JSON line per measurement. Results and their use: docs/benchmarks.md
+section checks, decision 0111 (bench/results/gemm-variants-h100.json holds both series).
 """
 
 import json
@@ -14,7 +15,9 @@ import torch
 
 from gpufleet.checks.ops import random_pair, timed
 
-ROUNDS = int(sys.argv[1]) if len(sys.argv) > 1 else 3
+args = [a for a in sys.argv[1:] if a != "--short"]
+SHORT = "--short" in sys.argv[1:]
+ROUNDS = int(args[0]) if args else 3
 dev = "cuda"
 if not torch.cuda.is_available():
     sys.exit("gemm_variants: needs a CUDA GPU (torch.cuda.is_available() is False)")
@@ -46,12 +49,22 @@ specs = [
 for r in range(ROUNDS):
     for dtype, n, fast in specs:
         fn = variant(dtype, n, fast)
-        est = timed(fn, dev, 3, 3)
-        iters = max(6, int(1.5 / est))  # about 1.5 s of work per variant, so clocks settle alike
-        s = timed(fn, dev, iters, 0)
+        if SHORT:
+            s = timed(fn, dev, 20 if n == 8192 else 6, 3)
+        else:
+            est = timed(fn, dev, 3, 3)
+            iters = max(6, int(1.5 / est))  # about 1.5 s of work per variant, so clocks settle alike
+            s = timed(fn, dev, iters, 0)
         print(
             json.dumps(
-                {"round": r, "dtype": dtype, "n": n, "fast_accum": fast, "tflops": round(2.0 * n**3 / s / 1e12, 1)}
+                {
+                    "round": r,
+                    "series": "short" if SHORT else "sustained",
+                    "dtype": dtype,
+                    "n": n,
+                    "fast_accum": fast,
+                    "tflops": round(2.0 * n**3 / s / 1e12, 1),
+                }
             ),
             flush=True,
         )

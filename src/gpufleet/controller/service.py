@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from gpufleet.correlate.engine import Engine
 from gpufleet.correlate.model import Basis, Suspect, SuspectAction, Verdict, VerdictStatus
 from gpufleet.correlate.offenders import REPEAT_WINDOW
@@ -569,20 +571,26 @@ class Controller:
         try:
             self.namings.load(now - REPEAT_WINDOW)
             start = now - correlator.window
-            # The background the coherence statistic had learned before the window, as background only:
-            # without it the replay would start cold and judge weak patterns against too quiet a fleet.
-            primed = 0
-            for e in self.admission.prepare_each(self.store.events_between(start - correlator.background_window,
-                                                                           start)):
-                correlator.prime_health_event(e)
-                primed += 1
             # Which unit sits where outlives the window: the moves of the last week come first.
             moves = [e for e in self.store.events_since(now - correlator.inventory.memory, kinds={"moved"})
                      if e.time < start]
             window = self.store.events_since(start)
+            oldest = self.store.oldest_event_time() if correlator.background_window else None
         except Exception as err:
             log.error("could not read the correlation window from the store (%s); rebuilding it later", brief(err))
             return
+        # The background the coherence statistic had learned before the window, as background only:
+        # without it the replay would start cold and judge weak patterns against too quiet a fleet. From
+        # where the store reaches, if that is later (a controller running for less than that long).
+        primed = 0
+        if oldest is not None and oldest < start:
+            since = max(start - correlator.background_window, oldest)
+            try:
+                primed = correlator.prime(self.admission.prepare_each(self.store.events_between(since, start)), since)
+            except SQLAlchemyError as err:  # only the store's: a bug in judging or priming is not hidden
+                log.error("could not read the correlation background from the store (%s); rebuilding it later",
+                          brief(err))
+                return
         for e in [*moves, *self.admission.prepare(window)]:
             for v in correlator.observe_health_event(e):
                 verdicts = _standing(verdicts, v)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from gpufleet.correlate.coherence import FOLLOWS, STAYS, Coherence
@@ -42,6 +43,7 @@ from gpufleet.correlate.model import (
     VerdictStatus,
     sort_refs,
 )
+from gpufleet.correlate.model import false_alarm_budget as _check_budget
 from gpufleet.correlate.offenders import (
     REPEAT_WINDOW,
     UNIT_KINDS,
@@ -94,6 +96,7 @@ class Engine:
         coherence: bool = True,
         history: UnitHistory | None = None,
     ) -> None:
+        _check_budget(false_alarm_budget, "false_alarm_budget")  # with coherence off too: no silent nonsense
         self.topology = topology
         self.window = window
         self.catalog = catalog if catalog is not None else load_default_catalog()
@@ -169,27 +172,52 @@ class Engine:
     @property
     def background_window(self) -> timedelta:
         """How far back the coherence statistic learns its background (0 without coherence): what
-        :meth:`prime_health_event` can use."""
+        :meth:`prime` can use."""
         return timedelta(seconds=self.coherence.rate_window) if self.coherence is not None else timedelta(0)
 
-    def prime_health_event(self, ev: HealthEvent) -> None:
-        """Learn ``ev`` as background only: no symptom, no verdict. A controller rebuilding its window
-        after a restart primes the engine with the stream of the :attr:`background_window` before that
-        window, oldest first, then replays the window: the replay then judges against the background
-        the engine had before the restart, not a cold start's (which underestimates it)."""
-        if self.coherence is None or ev.kind is EventKind.MOVED:
-            return
-        comp, judged = self._placed(ev)
-        if comp not in self._comps:
-            return
-        kind, code, sev, rule = ev.kind, ev.code, ev.severity, ev.attr("rule")
-        key: tuple[object, ...] = (kind, code, sev, rule) if judged is None else (kind, code, judged)  # as _event
+    def prime(self, events: Iterable[HealthEvent], since: datetime) -> int:
+        """Learn ``events`` (oldest first, all before the window about to be replayed) as background
+        only: no symptom, no verdict. A controller rebuilding its window after a restart primes the
+        engine with the :attr:`background_window` of stream before that window, then replays the
+        window: the replay judges against the background the engine had learned, not a cold start's
+        (which underestimates it). ``since``: where the primed stream begins (the stream's own first
+        event may come later in a quiet fleet). An event feeds the background exactly when
+        :meth:`observe_health_event` would feed it: counted (a damped kind outside the hold-down of its
+        symptom's last counted event), of a coherent weighing, on a component of the topology. The
+        reporters a significant pattern explained are not left out as the running engine left them
+        (nothing is judged here). Returns the events read."""
+        coh = self.coherence
+        n = 0
+        if coh is None:
+            return n
+        coh.learned_since(since.timestamp())
+        last: dict[tuple[str, str], float] = {}  # symptom key -> its last counted event (the hold-down)
+        for ev in events:
+            n += 1
+            if ev.kind is EventKind.MOVED:
+                continue
+            comp, judged = self._placed(ev)
+            if comp not in self._comps:
+                continue
+            kind = ev.kind
+            j = self._weighing(kind, ev.code, ev.severity, ev.attr("rule"), judged)
+            if j.role in (IGNORE, FOLD) or not j.coherent:
+                continue
+            t = ev.time.timestamp()
+            key = (comp, ev.link if ev.link is not None and ev.link in self._links else "")
+            before = last.get(key)
+            if j.damped and before is not None and t - before < self._holddown:
+                continue
+            last[key] = t
+            coh.note(t, _KIND_VALUE[kind], comp, self._kinds.get(comp) or self.kind_of(comp))
+        return n
+
+    def _weighing(self, kind: EventKind, code: int | None, sev: Severity | None, rule: str,
+                  judged: Judgement | None) -> Weighing:
+        """How an event of these counts (cached per distinct key: the catalog judges each once)."""
+        key: tuple[object, ...] = (kind, code, sev, rule) if judged is None else (kind, code, judged)
         j = self._weighed.get(key)
-        if j is None:
-            j = self._weigh(key, kind, code, sev, rule, judged)
-        if j.role not in (IGNORE, FOLD) and j.coherent:
-            rclass = self._kinds.get(comp) or self.kind_of(comp)
-            self.coherence.note(ev.time.timestamp(), _KIND_VALUE[kind], comp, rclass)
+        return j if j is not None else self._weigh(key, kind, code, sev, rule, judged)
 
     def _placed(self, ev: HealthEvent) -> tuple[str, Judgement | None]:
         """``ev``'s component (a topology id, or else its node) and the judgement to weigh it by."""
@@ -222,10 +250,8 @@ class Engine:
         if self._fold_queue and self._fold_queue[0][0] < cutoff:
             self._expire_folded(cutoff)
         fresh: list[Symptom] = []
-        key: tuple[object, ...] = (kind, code, sev, rule) if judged is None else (kind, code, judged)
-        j = self._weighed.get(key)
-        if j is None:
-            j = self._weigh(key, kind, code, sev, rule, judged)
+        force = False
+        j = self._weighing(kind, code, sev, rule, judged)
         if j.role == IGNORE:
             pass
         elif comp not in self._comps:
@@ -264,12 +290,32 @@ class Engine:
                     sig = self.coherence.add(t, _KIND_VALUE[kind], comp, self._kinds.get(comp) or self.kind_of(comp),
                                              sym.key, pairs)
                     for c in sig:
-                        fresh += self._boost(c, t)
+                        if not self.coherence.explained_away(c, t):  # its part's pattern: boost nothing more
+                            fresh += self._boost(c, t)
+                        if c not in self._standing and self._inside_standing(c):
+                            # A part of a unit that stands became significant: its cluster is explained
+                            # again even if the unit's verdict would absorb the symptoms (the part may be
+                            # the better answer: Coherence.explained_away).
+                            behind = self._supporting(c, t)
+                            if behind:
+                                fresh += behind
+                                force = True
         if changed:
             return self._evaluate([*changed, *fresh], time)
-        if fresh and not (len(fresh) == 1 and self._absorbed(fresh[0])):
+        if fresh and (force or not (len(fresh) == 1 and self._absorbed(fresh[0]))):
             return self._evaluate(fresh, time)
         return []
+
+    def _inside_standing(self, c: str) -> bool:
+        """Whether a unit containing ``c`` has a standing verdict."""
+        standing = self._standing
+        return bool(standing) and c in self._comps and any(a in standing for a in self.topology.ancestors(c))
+
+    def _supporting(self, c: str, t: float) -> list[Symptom]:
+        """The active symptoms behind ``c``'s witnesses in the coherence window."""
+        assert self.coherence is not None
+        syms = self._syms
+        return [s for key in self.coherence.support(c, t) if (s := syms.get(key)) is not None and s.active]
 
     def _activate(self, sym: Symptom) -> None:
         if not sym.cands:  # computed on first need: most symptoms never activate
@@ -503,7 +549,13 @@ class Engine:
         cover = self._cover
         coh = self.coherence
         return explain(syms, lambda c: cover.get(c, ()), self.kind_of, self._witness,
-                       significant=coh.is_significant if coh is not None else None)
+                       significant=self._significant if coh is not None else None)
+
+    def _significant(self, c: str) -> bool:
+        """``c``'s pattern is significant in its own right: not only through one significant part inside
+        it (``Coherence.explained_away``: the chip's pattern does not make its node the culprit)."""
+        coh = self.coherence
+        return coh is not None and coh.is_significant(c) and not coh.explained_away(c, self._now)
 
     def _cluster(self, seeds: set[str]) -> tuple[set[str], set[Symptom]]:
         cands, syms = set(seeds), set[Symptom]()
@@ -637,7 +689,7 @@ class Engine:
                     kind = self.kind_of(component)
         if finding is Basis.SHARED and all(isinstance(s, Symptom) and s.boosted for s in ex.symptoms):
             finding = Basis.DEGRADING  # no symptom reached its own count: weak signals only
-        if coh is not None and coh.is_significant(c):
+        if coh is not None and self._significant(c):
             # A set of witnesses this unlikely under the background: at the false-alarm threshold as
             # sure as the emit level, each further decade of surprise halves the doubt.
             conf = max(conf, min(0.99, 1.0 - (1.0 - self._emit) * 0.5 ** coh.surprise(c)))

@@ -24,11 +24,16 @@ Ref = int | str  # a 1-based line number of the events file, or a HealthEvent id
 FALSE_ALARM_BUDGET = 1e-3
 
 
+#: The smallest budget accepted: below it a class's share underflows (its logarithm is -inf).
+MIN_FALSE_ALARM_BUDGET = 1e-9
+
+
 def false_alarm_budget(value: object, field: str) -> float:
-    """``value`` as a false-alarm budget (false verdicts per node-day, in (0, 1]); else InvalidInput
+    """``value`` as a false-alarm budget (false verdicts per node-day, from 1e-9 to 1); else InvalidInput
     naming ``field``."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
-        raise InvalidInput(field, value, "false verdicts per node-day in (0, 1], e.g. 0.001 (1 per 1,000 node-days)")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not MIN_FALSE_ALARM_BUDGET <= value <= 1:
+        raise InvalidInput(field, value, "false verdicts per node-day from 1e-9 to 1, e.g. 0.001 (1 per 1,000 "
+                                         "node-days)")
     return float(value)
 
 

@@ -149,13 +149,13 @@ def test_when_the_reload_fails_too_the_window_is_rebuilt_before_the_next_ingest(
 
 
 def _weak_stream(topo: Topology) -> tuple[str, list[HealthEvent]]:
-    """A weak NVSwitch pattern (HGX tune seed 5) after two hours of realistic background: the running
-    engine names the chip; a cold replay of the last 30 minutes named its node instead (test_prime.py).
-    Every event names its node (a switch's report on a host port: the host's)."""
+    """A marginal IB cable (HGX tune seed 5) after two hours of realistic background: the running engine
+    names the cable; a cold replay of the last 30 minutes named nothing (test_prime.py). Every event
+    names its node (a switch's report on a host port: the host's)."""
     from gpufleet.correlate.scenarios import Noise, TopologyKind
     from gpufleet.correlate.weak import Split, WeakFault, generate_weak
 
-    sc = generate_weak(topo, TopologyKind.HGX, WeakFault.NVSWITCH, Noise.REALISTIC, 5, Split.TUNE,
+    sc = generate_weak(topo, TopologyKind.HGX, WeakFault.IB_CABLE, Noise.REALISTIC, 5, Split.TUNE,
                        timedelta(hours=2))
     out = []
     for e in sc.events:

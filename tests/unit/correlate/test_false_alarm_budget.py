@@ -3,7 +3,9 @@ names a weaker pattern, and never takes back a part a smaller budget named."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -11,11 +13,12 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from gpufleet.cli import app
+from gpufleet.cli.errors import exit_code_for
 from gpufleet.correlate.engine import Engine
 from gpufleet.correlate.model import FALSE_ALARM_BUDGET, SuspectAction, VerdictStatus, false_alarm_budget
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.events import EventKind, HealthEvent
-from gpufleet.domain.topology import Topology
+from gpufleet.domain.topology import Topology, dump_topology
 from gpufleet.domain.topology_gen import generate_hgx
 
 T0 = datetime(2026, 11, 21, 12, tzinfo=UTC)
@@ -63,23 +66,33 @@ def test_raising_the_budget_never_takes_back_a_named_part(n: int, gap: float, lo
     assert _blamed(events, low) <= _blamed(events, min(1.0, low * factor))
 
 
-@pytest.mark.parametrize("bad", [0.0, -1e-3, 1.5, float("nan")])
+@pytest.mark.parametrize("bad", [0.0, -1e-3, 1e-320, 1.5, float("nan"), float("inf")])
 def test_a_budget_out_of_range_names_the_field(bad: float) -> None:
-    with pytest.raises(InvalidInput) as err:
-        Engine(HGX, false_alarm_budget=bad)
-    assert err.value.field == "false_alarm_budget"
+    for coherence in (True, False):
+        with pytest.raises(InvalidInput) as err:
+            Engine(HGX, false_alarm_budget=bad, coherence=coherence)
+        assert err.value.field == "false_alarm_budget"
     with pytest.raises(InvalidInput) as err:
         false_alarm_budget(bad, "--false-alarm-budget")
     assert str(err.value).startswith("--false-alarm-budget")
 
 
-def test_the_cli_takes_the_budget_and_refuses_a_bad_one() -> None:
+def test_the_cli_takes_the_budget_and_refuses_a_bad_one(tmp_path: Path) -> None:
     runner = CliRunner()
-    res = runner.invoke(app, ["correlate-eval", "--suite", "weak", "--kind", "hgx", "--fault", "node", "--seeds", "2",
-                              "--false-alarm-budget", "0.01"])
-    assert res.exit_code == 0, res.output
-    assert '"false_alarm_budget": 0.01' in res.stdout
-    for cmd in (["correlate-eval"], ["correlate", "--topology", "t.json", "--events", "e.jsonl"]):
+    topo = tmp_path / "hgx.json"
+    topo.write_text(dump_topology(HGX), encoding="utf-8")
+    events = tmp_path / "four.jsonl"
+    events.write_text("".join(json.dumps({"time": e.time.isoformat(), "kind": e.kind.value, "component": e.component,
+                                          "link": e.link}) + "\n" for e in _gpu_errors(4)), encoding="utf-8")
+    args = ["correlate", "--topology", str(topo), "--events", str(events), "--json"]
+    quiet = runner.invoke(app, args)
+    assert quiet.exit_code == 0, quiet.output  # the default budget: nothing to act on
+    assert json.loads(quiet.stdout)["suspects"] == []
+    looser = runner.invoke(app, [*args, "--false-alarm-budget", "0.01"])
+    assert looser.exit_code == 1, looser.output  # ten times the budget: the node needs action
+    assert json.loads(looser.stdout)["suspects"][0]["component"] == NODE
+    for cmd in (["correlate-eval"], args):
         res = runner.invoke(app, [*cmd, "--false-alarm-budget", "2"])
-        assert res.exit_code != 0
-        assert "--false-alarm-budget" in str(res.exception) or "--false-alarm-budget" in res.output
+        err = res.exception
+        assert isinstance(err, InvalidInput) and err.field == "--false-alarm-budget" and err.value == 2.0
+        assert exit_code_for(err) == 2  # what `gpufleet` exits with (cli/errors.py)

@@ -1,4 +1,4 @@
-"""A rebuilt window judged against the background the engine had learned (``Engine.prime_health_event``):
+"""A rebuilt window judged against the background the engine had learned (``Engine.prime``):
 a controller restart replays its 30-minute window into a fresh engine; primed with the two hours of
 stream before that window, the replay stands the verdicts the running engine stood, where a cold
 replay (what the controller did before) named another part."""
@@ -16,7 +16,7 @@ from gpufleet.correlate.model import SuspectAction
 from gpufleet.correlate.scenarios import T0, Noise, TopologyKind
 from gpufleet.correlate.weak import Split, WeakFault, generate_weak, weak_topology
 from gpufleet.domain.eventio import FileEvent
-from gpufleet.domain.events import HealthEvent
+from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.topology import Topology
 
 HGX: Topology = weak_topology(TopologyKind.HGX)
@@ -40,36 +40,35 @@ def _three_ways(fault: WeakFault, seed: int, split: Split) -> tuple[str, set[str
     live, cold, primed = Engine(HGX), Engine(HGX), Engine(HGX)
     for e in events:
         live.observe_health_event(e)
+    assert primed.prime((e for e in events if e.time < T0), T0 - TWO_HOURS) == sum(e.time < T0 for e in events)
+    for e in events:
         if e.time >= T0:
             cold.observe_health_event(e)
             primed.observe_health_event(e)
-        else:
-            primed.prime_health_event(e)
     return sc.truth, _acting(live), _acting(cold), _acting(primed)
 
 
-def test_a_primed_replay_names_the_chip_the_running_engine_named_where_a_cold_one_named_its_node() -> None:
-    truth, live, cold, primed = _three_ways(WeakFault.NVSWITCH, 5, Split.TUNE)
+def test_a_primed_replay_keeps_the_cable_verdict_the_running_engine_stood_where_a_cold_one_lost_it() -> None:
+    truth, live, cold, primed = _three_ways(WeakFault.IB_CABLE, 5, Split.TUNE)
     assert live == {truth}
     assert primed == live
-    assert cold != live and truth not in cold  # what a restart did before: another part named
+    assert cold == set()  # what a restart did before: the marginal cable no longer named
 
 
 @pytest.mark.parametrize(("fault", "seed", "split"), [
-    (WeakFault.IB_CABLE, 5, Split.TUNE),  # the running engine named the cable; a cold replay did not
-    (WeakFault.LEAF, 7, Split.HELDOUT),  # the running engine named nothing; a cold replay blamed the leaf
+    (WeakFault.IB_CABLE, 7, Split.TUNE),  # the running engine stood nothing; a cold replay blamed the cable
+    (WeakFault.LEAF, 7, Split.HELDOUT),  # likewise a leaf
 ])
 def test_a_primed_replay_stands_what_the_running_engine_stood(fault: WeakFault, seed: int, split: Split) -> None:
-    _, live, cold, primed = _three_ways(fault, seed, split)
-    assert primed == live
-    assert cold != live
+    truth, live, cold, primed = _three_ways(fault, seed, split)
+    assert primed == live == set()
+    assert cold == {truth}
 
 
 def test_priming_is_background_only() -> None:
     sc = generate_weak(HGX, TopologyKind.HGX, WeakFault.NVSWITCH, Noise.HEAVY, 0, Split.TUNE, TWO_HOURS)
     engine = Engine(HGX)
-    for e in sc.events:
-        engine.prime_health_event(_health(e, HGX))  # the fault too: priming judges nothing
+    engine.prime([_health(e, HGX) for e in sc.events], T0 - TWO_HOURS)  # the fault too: priming judges nothing
     assert engine.in_window == 0 and engine.suspects() == [] and engine.emitted() == []
     assert engine.background_window == TWO_HOURS
     assert Engine(HGX, coherence=False).background_window == timedelta(0)
@@ -80,6 +79,22 @@ def test_priming_is_background_only() -> None:
 def test_priming_any_prefix_leaves_no_symptom_and_no_verdict(seed: int, cut: float) -> None:
     sc = generate_weak(HGX, TopologyKind.HGX, WeakFault.NOISE_ONLY, Noise.REALISTIC, seed, Split.TUNE)
     engine = Engine(HGX)
-    for e in sc.events[: round(cut * len(sc.events))]:
-        engine.prime_health_event(_health(e, HGX))
+    engine.prime([_health(e, HGX) for e in sc.events[: round(cut * len(sc.events))]], T0)
     assert engine.in_window == 0 and engine.suspects() == []
+
+
+def test_priming_learns_what_the_running_engine_counted_flaps_in_their_hold_down_once() -> None:
+    """Link flaps 7 s apart on one link: the running engine counts the first only (flap damping, 10 s
+    hold-down), so priming must too, or the replay's background holds a reporter-minute the running
+    engine never had."""
+    link = next(lid for lid in HGX.links_of("r03-n02-nic1"))
+    flaps = [HealthEvent(f"f{i}", "r03-n02", EventKind.LINK_FLAP, T0 - timedelta(minutes=10, seconds=-at),
+                         "r03-n02-nic1", link=link) for i, at in enumerate((55, 62, 130))]
+    live, primed = Engine(HGX), Engine(HGX)
+    for e in flaps:
+        live.observe_health_event(e)
+    primed.prime(flaps, T0 - TWO_HOURS)
+    assert live.coherence is not None and primed.coherence is not None
+    learned = {k: dict(v.last) for k, v in live.coherence._seen.items()}
+    assert learned == {k: dict(v.last) for k, v in primed.coherence._seen.items()}
+    assert sum(u for r in learned.values() for _, u, _ in r.values()) == 2  # :55 and 2:10 counted; :62 damped

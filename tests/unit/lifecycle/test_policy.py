@@ -168,6 +168,7 @@ def test_decision_ids_are_deterministic_for_the_same_evidence() -> None:
         ({"policy": {"correlation_false_alarm_budget": 1.5}}, "policy.correlation_false_alarm_budget"),
         ({"policy": {"correlation_false_alarm_budget": "1/1000"}}, "policy.correlation_false_alarm_budget"),
         ({"policy": {"correlation_false_alarm_budget": True}}, "policy.correlation_false_alarm_budget"),
+        ({"policy": {"correlation_false_alarm_budget": 1e-320}}, "policy.correlation_false_alarm_budget"),
         ({"nonsense": {}}, "nonsense"),
         ({"escalation": [{"kind": "xid", "code": 94, "count": 0, "window": "1h"}]}, "escalation[0].count"),
         ({"override": [{"kind": "bogus", "severity": "fatal"}]}, "override[0].kind"),

@@ -272,6 +272,12 @@ class Store:
         with self.engine.connect() as conn:
             return [event_from(*r) for r in conn.execute(q)]
 
+    def oldest_event_time(self) -> datetime | None:
+        """When the oldest stored event was stamped (None: no event): how far back the store reaches."""
+        with self.engine.connect() as conn:
+            t: datetime | None = conn.execute(select(func.min(EventRow.time))).scalar_one()
+            return t
+
     def events_between(self, since: datetime, until: datetime, *, batch: int = 2000) -> Iterator[HealthEvent]:
         """Events stamped in [``since``, ``until``), oldest first, read ``batch`` rows at a time: the
         correlator's background before its window can be hours of a fleet's events, walked once and
