@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from gpufleet.correlate.model import FALSE_ALARM_BUDGET
 from gpufleet.correlate.scenarios import SPAN, Noise, TopologyKind
 from gpufleet.correlate.scoring import score
 from gpufleet.correlate.weak import WEAK_FAULTS, Split, WeakFault, generate_weak, weak_topology
+from gpufleet.domain.false_alarms import FALSE_ALARM_BUDGET
 from gpufleet.domain.fleet import ComponentKind
 
 BUDGETS = (FALSE_ALARM_BUDGET, 3e-3, 1e-2, 3e-2, 1e-1)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 
-from gpufleet.correlate.model import FALSE_ALARM_BUDGET
+from gpufleet.domain.false_alarms import FALSE_ALARM_BUDGET
 
 if TYPE_CHECKING:
     from gpufleet.correlate.model import Suspect
@@ -41,12 +41,13 @@ def register(app: typer.Typer) -> None:
 
         from gpufleet.cli.errors import EXIT_FOUND_PROBLEM
         from gpufleet.correlate.engine import Engine
-        from gpufleet.correlate.model import SuspectAction, false_alarm_budget, verdicts_json
+        from gpufleet.correlate.model import SuspectAction, verdicts_json
         from gpufleet.domain.catalog import load_default_catalog
         from gpufleet.domain.durations import parse_duration
         from gpufleet.domain.errors import NotFound
         from gpufleet.domain.eventio import FileEvent, parse_time, read_event_fields
         from gpufleet.domain.events import Severity
+        from gpufleet.domain.false_alarms import false_alarm_budget
         from gpufleet.domain.judgement import judge
         from gpufleet.domain.topology import load_topology
 
@@ -132,13 +133,13 @@ def register(app: typer.Typer) -> None:
         import json
         from datetime import timedelta
 
-        from gpufleet.correlate.model import false_alarm_budget
         from gpufleet.correlate.scenarios import FAULTS, FaultType, Noise, Scenario, TopologyKind, generate
         from gpufleet.correlate.scoring import score, summary
         from gpufleet.correlate.weak import WEAK_FAULTS, Split, WeakFault, generate_weak, weak_topology
         from gpufleet.domain.durations import parse_duration
         from gpufleet.domain.errors import InvalidInput
         from gpufleet.domain.eventio import format_event
+        from gpufleet.domain.false_alarms import false_alarm_budget
         from gpufleet.domain.topology import dump_topology
         from gpufleet.domain.topology_gen import generate_hgx, generate_nvl72
 

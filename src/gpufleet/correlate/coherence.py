@@ -45,10 +45,10 @@ from collections.abc import Callable
 
 from gpufleet.correlate.candidates import Cand, Once, cand_of, prune
 from gpufleet.correlate.index import index_of
-from gpufleet.correlate.model import FALSE_ALARM_BUDGET, false_alarm_budget
 from gpufleet.correlate.rates import PRIOR_EXCESS, PRIOR_Q, Reporters, learn
 from gpufleet.correlate.tails import log_negbin_tail as _log_negbin_tail
 from gpufleet.correlate.tails import log_poisson_tail as _log_poisson_tail
+from gpufleet.domain.false_alarms import FALSE_ALARM_BUDGET, false_alarm_budget
 from gpufleet.domain.topology import Topology
 
 SCAN = 3.0

@@ -34,7 +34,6 @@ from gpufleet.correlate.explain import Explanation, SymptomLike, explain
 from gpufleet.correlate.index import Pairs, index_of
 from gpufleet.correlate.inventory import Inventory, MoveRecord
 from gpufleet.correlate.model import (
-    FALSE_ALARM_BUDGET,
     Basis,
     Ref,
     Suspect,
@@ -43,7 +42,6 @@ from gpufleet.correlate.model import (
     VerdictStatus,
     sort_refs,
 )
-from gpufleet.correlate.model import false_alarm_budget as _check_budget
 from gpufleet.correlate.offenders import (
     REPEAT_WINDOW,
     UNIT_KINDS,
@@ -57,6 +55,8 @@ from gpufleet.correlate.symptoms import FOLD, IGNORE, Symptom, Weighing, weigh
 from gpufleet.domain.catalog import Action, Catalog, load_default_catalog
 from gpufleet.domain.eventio import EventFields, FileEvent
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
+from gpufleet.domain.false_alarms import FALSE_ALARM_BUDGET
+from gpufleet.domain.false_alarms import false_alarm_budget as _check_budget
 from gpufleet.domain.judgement import Judgement, judge, judge_event
 from gpufleet.domain.topology import Topology
 

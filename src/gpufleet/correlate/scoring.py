@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from gpufleet.correlate.engine import Engine
-from gpufleet.correlate.model import FALSE_ALARM_BUDGET, SuspectAction, VerdictStatus
+from gpufleet.correlate.model import SuspectAction, VerdictStatus
 from gpufleet.correlate.scenarios import SPAN, SWITCH_KINDS, T0, Scenario
 from gpufleet.domain.catalog import Catalog
+from gpufleet.domain.false_alarms import FALSE_ALARM_BUDGET
 from gpufleet.domain.topology import Topology
 
 

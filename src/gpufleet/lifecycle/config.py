@@ -29,10 +29,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from gpufleet.correlate.model import FALSE_ALARM_BUDGET, false_alarm_budget
 from gpufleet.domain.catalog import Catalog, load_default_catalog
 from gpufleet.domain.durations import parse_duration
 from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.false_alarms import FALSE_ALARM_BUDGET, false_alarm_budget
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,10 @@ from typer.testing import CliRunner
 from gpufleet.cli import app
 from gpufleet.cli.errors import exit_code_for
 from gpufleet.correlate.engine import Engine
-from gpufleet.correlate.model import FALSE_ALARM_BUDGET, SuspectAction, VerdictStatus, false_alarm_budget
+from gpufleet.correlate.model import SuspectAction, VerdictStatus
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.events import EventKind, HealthEvent
+from gpufleet.domain.false_alarms import FALSE_ALARM_BUDGET, false_alarm_budget
 from gpufleet.domain.topology import Topology, dump_topology
 from gpufleet.domain.topology_gen import generate_hgx
 

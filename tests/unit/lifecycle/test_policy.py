@@ -194,7 +194,7 @@ def test_missing_or_broken_policy_file(tmp_path: Path) -> None:
 
 
 def test_the_correlation_false_alarm_budget_is_read_from_the_policy() -> None:
-    from gpufleet.correlate.model import FALSE_ALARM_BUDGET
+    from gpufleet.domain.false_alarms import FALSE_ALARM_BUDGET
     from gpufleet.lifecycle.config import parse_policy
 
     assert parse_policy({}).config.correlation_false_alarm_budget == FALSE_ALARM_BUDGET
