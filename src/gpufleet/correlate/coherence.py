@@ -311,9 +311,7 @@ class Coherence:
         # Repetition (units beyond one per witness) is evidence about the thing a witness reports
         # on — its cable, itself — not about a switch or unit it shares with others: a flapping
         # cable's 12 minutes must not make its leaf surprising. Shared parts use k alone.
-        tail_u = _LOG_SCAN
-        if st.cls not in _SHARED_KINDS:
-            tail_u += self._log_rep_tail(units - k, k)
+        tail_u = self._tail(st.cls, units, k)
         ln = self._links.get(c) if st.cls in self._cables else None  # a cable's class is its link kind
         if ln is None:
             # Screen: mu >= mu_lb (this reporter's own share of the exposure) and the tail grows
@@ -356,14 +354,16 @@ class Coherence:
         return log_k
 
     def explained_away(self, c: str, t: float) -> bool:
-        """Whether unit ``c``'s live pattern is significant only through one significant part inside it:
-        with the witnesses that part accounts for (itself, what it contains, its own witnesses) taken
-        out, what is left of ``c``'s pattern at ``t`` is what the background gives in 1 window in 20 or
-        more (:data:`RESIDUAL_P`). An HGX node whose NVSwitch chip
-        degrades, plus the background's reports from elsewhere in the node, is the chip's pattern, not the
-        node's; a switch tray with both chips failing is the tray's (either chip taken out, the other's
-        witnesses remain). A pattern significant only with one kept from before a move is not explained
-        away (``basis``: the move is the evidence)."""
+        """Whether unit ``c``'s live pattern is significant only through one part inside it whose own
+        live pattern is significant at ``t``: with the witnesses that part accounts for (itself, what it
+        contains, its live witnesses) taken out, what is left of ``c``'s pattern at ``t`` is what the
+        background gives in 1 window in 20 or more (:data:`RESIDUAL_P`; tested against the whole unit's
+        background, which leans towards the part). An HGX node whose NVSwitch chip degrades, plus the
+        background's reports from elsewhere in the node, is the chip's pattern, not the node's. The part
+        is judged on its witnesses inside the window now, not on a flag from its last scoring (which can
+        be older than the window) nor on a pattern kept from before a move. A unit's own pattern
+        significant only with one kept from before a move is not explained away (``basis``: the move is
+        the evidence)."""
         st = self._cands.get(c)
         if not isinstance(st, Cand) or not st.significant or st.basis or st.cls not in _UNIT_KINDS:
             return False
@@ -373,12 +373,28 @@ class Coherence:
             sd = self._cands.get(d)
             if not isinstance(sd, Cand) or not sd.significant:
                 continue
-            gone = {d, *topo.descendants(d), *sd.wit}
+            live = {w: v for w, v in sd.wit.items() if v[0] >= cutoff}
+            if not live or sd.cls in self._cables or not self._live_significant(d, sd.cls, live, t):
+                continue
+            # A part's "self:<kind>" witness is its own report, not one of the unit's inner components.
+            gone = {d, *topo.descendants(d), *(w for w in live if not w.startswith("self:"))}
             rest = {w: v for w, v in st.wit.items() if w not in gone and v[0] >= cutoff}
-            # Units' repetition is not counted (shared kinds): the scan factor is the whole tail term.
             if not rest or self._witnesses_log_p(c, rest, len(rest), t) > _LOG_RESIDUAL:
                 return True
         return False
+
+    def _live_significant(self, c: str, cls: str, wit: dict[str, tuple[float, int, int, str]], t: float) -> bool:
+        """Whether ``wit`` (witnesses of candidate ``c`` of class ``cls``, not a cable) is significant now,
+        as :meth:`_score` judges a live pattern, without changing ``c``'s state."""
+        k = len(wit)
+        units = sum(v[1] for v in wit.values())
+        return self._witnesses_log_p(c, wit, k, t) + self._tail(cls, units, k) <= self._log_alpha[cls]
+
+    def _tail(self, cls: str, units: int, k: int) -> float:
+        """The scan factor and, for what is not shared, the repetition tail of ``units`` over ``k``
+        witnesses (repetition is evidence about the thing a witness reports on, not about a switch or a
+        unit it shares with others)."""
+        return _LOG_SCAN if cls in _SHARED_KINDS else _LOG_SCAN + self._log_rep_tail(units - k, k)
 
     def _score_live(self, c: str, st: Cand, t: float) -> bool:
         """:meth:`_score` of ``c``'s witnesses now, without the screens and without a pattern kept from an

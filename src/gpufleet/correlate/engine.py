@@ -63,6 +63,7 @@ from gpufleet.domain.topology import Topology
 log = logging.getLogger(__name__)
 
 _FOLDED_PER_COMPONENT = 8
+_REEXPLAINED_KEPT = 4096  # (part, unit) pairs remembered at most
 _EPS = 1e-9
 _NO_LOCAL: frozenset[str] = frozenset()
 _ABSORB = 0.9
@@ -119,6 +120,7 @@ class Engine:
         self._fold_queue: deque[tuple[float, str]] = deque()  # (time, component) per folded event
         self._emitted: dict[str, tuple[Suspect, str]] = {}  # output component -> (suspect, candidate)
         self._standing: dict[str, float] = {}  # candidate -> confidence of its standing verdict
+        self._reexplained: set[tuple[str, str]] = set()  # (part, unit): re-explained once while the unit stood
         self._index = index_of(topology)  # kinds, units, degrees: memoised once per topology
         self._kinds = self._index.kinds
         self._placements = self._index.placements
@@ -181,11 +183,12 @@ class Engine:
         engine with the :attr:`background_window` of stream before that window, then replays the
         window: the replay judges against the background the engine had learned, not a cold start's
         (which underestimates it). ``since``: where the primed stream begins (the stream's own first
-        event may come later in a quiet fleet). An event feeds the background exactly when
-        :meth:`observe_health_event` would feed it: counted (a damped kind outside the hold-down of its
-        symptom's last counted event), of a coherent weighing, on a component of the topology. The
-        reporters a significant pattern explained are not left out as the running engine left them
-        (nothing is judged here). Returns the events read."""
+        event may come later in a quiet fleet). An event feeds the background when
+        :meth:`observe_health_event` would have fed it in order: counted (a damped kind outside the
+        hold-down of its symptom's last counted event), of a coherent weighing, on a component of the
+        topology. Not reproduced: the reporters a significant pattern explained, which the running engine
+        leaves out of its rates (nothing is judged here); events that arrived older than the window,
+        which it dropped; and a move's reset of its slot's hold-downs. Returns the events read."""
         coh = self.coherence
         n = 0
         if coh is None:
@@ -201,15 +204,16 @@ class Engine:
                 continue
             kind = ev.kind
             j = self._weighing(kind, ev.code, ev.severity, ev.attr("rule"), judged)
-            if j.role in (IGNORE, FOLD) or not j.coherent:
+            if j.role in (IGNORE, FOLD):
                 continue
             t = ev.time.timestamp()
             key = (comp, ev.link if ev.link is not None and ev.link in self._links else "")
             before = last.get(key)
             if j.damped and before is not None and t - before < self._holddown:
                 continue
-            last[key] = t
-            coh.note(t, _KIND_VALUE[kind], comp, self._kinds.get(comp) or self.kind_of(comp))
+            last[key] = t  # a counted event, coherent or not, starts its symptom's hold-down (as _event)
+            if j.coherent:
+                coh.note(t, _KIND_VALUE[kind], comp, self._kinds.get(comp) or self.kind_of(comp))
         return n
 
     def _weighing(self, kind: EventKind, code: int | None, sev: Severity | None, rule: str,
@@ -292,10 +296,9 @@ class Engine:
                     for c in sig:
                         if not self.coherence.explained_away(c, t):  # its part's pattern: boost nothing more
                             fresh += self._boost(c, t)
-                        if c not in self._standing and self._inside_standing(c):
-                            # A part of a unit that stands became significant: its cluster is explained
-                            # again even if the unit's verdict would absorb the symptoms (the part may be
-                            # the better answer: Coherence.explained_away).
+                        if c not in self._standing and self._explains_a_standing_unit(c, t):
+                            # A part's pattern now explains a unit that stands: the cluster is explained
+                            # again even though the unit's verdict would absorb the symptoms.
                             behind = self._supporting(c, t)
                             if behind:
                                 fresh += behind
@@ -306,10 +309,23 @@ class Engine:
             return self._evaluate(fresh, time)
         return []
 
-    def _inside_standing(self, c: str) -> bool:
-        """Whether a unit containing ``c`` has a standing verdict."""
+    def _explains_a_standing_unit(self, c: str, t: float) -> bool:
+        """Whether a unit containing ``c`` stands on a verdict that its pattern no longer supports
+        (``Coherence.explained_away``): once per (part, unit) while the unit stands, so a part that keeps
+        gathering witnesses does not re-explain its cluster at every one."""
         standing = self._standing
-        return bool(standing) and c in self._comps and any(a in standing for a in self.topology.ancestors(c))
+        if not standing or c not in self._comps:
+            return False
+        coh = self.coherence
+        assert coh is not None
+        done = self._reexplained
+        for a in self.topology.ancestors(c):
+            if a in standing and (c, a) not in done and coh.explained_away(a, t):
+                if len(done) >= _REEXPLAINED_KEPT:
+                    done.clear()  # bounded: forgetting only allows one more re-explanation
+                done.add((c, a))
+                return True
+        return False
 
     def _supporting(self, c: str, t: float) -> list[Symptom]:
         """The active symptoms behind ``c``'s witnesses in the coherence window."""
@@ -587,6 +603,8 @@ class Engine:
             if cur is None or cur.confidence < self._clear:
                 del self._emitted[comp]
                 self._standing.pop(cand, None)
+                if self._reexplained:
+                    self._reexplained = {p for p in self._reexplained if p[1] != cand}
                 out.append(Verdict(VerdictStatus.CLEARED, prev, time))
                 continue
             self._standing[expl[comp].candidate] = cur.confidence  # current, even when not re-emitted

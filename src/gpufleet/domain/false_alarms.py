@@ -14,7 +14,9 @@ from gpufleet.domain.errors import InvalidInput
 FALSE_ALARM_BUDGET = 1e-3
 
 
-#: The smallest budget accepted: below it a class's share underflows (its logarithm is -inf).
+#: The smallest budget accepted: one false verdict per billion node-days, far below any useful budget
+#: (a candidate's alpha is then about 1e-19); a bound, so that a typo such as 1e-320 is refused by name
+#: instead of failing deep in the statistic (a share of 0 has no logarithm).
 MIN_FALSE_ALARM_BUDGET = 1e-9
 
 

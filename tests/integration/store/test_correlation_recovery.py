@@ -195,3 +195,54 @@ def test_a_restart_primes_the_background_and_stands_the_verdicts_it_stood(engine
 
     restarted = Controller(store, load_policy(), ManualClock(end), topology=hgx)
     assert {s.component for s in restarted.verdicts if s.action is not SuspectAction.OBSERVE} == standing
+
+
+def _ingest_as_agents(c: Controller, stream: list[HealthEvent]) -> None:
+    clock = c.clock
+    assert isinstance(clock, ManualClock)
+    batch: list[HealthEvent] = []
+    for e in stream:
+        if batch and e.time - batch[0].time >= timedelta(minutes=1):
+            clock.advance(batch[-1].time - clock.now())
+            c.ingest(batch)
+            batch = []
+        batch.append(e)
+    clock.advance(batch[-1].time - clock.now())
+    c.ingest(batch)
+
+
+def test_a_store_that_reaches_back_less_far_primes_from_its_oldest_event(engine: Engine, hgx: Topology) -> None:
+    """A controller that has run for 50 minutes: its store holds 20 minutes before the window, and the
+    rebuilt engine learns its background over those 20 minutes, not over two hours it never saw."""
+    _, stream = _weak_stream(hgx)
+    end = stream[-1].time
+    recent = [e for e in stream if e.time >= end - timedelta(minutes=50)]
+    live = Controller(Store(engine), load_policy(), ManualClock(recent[0].time), topology=hgx)
+    live.register_fleet(to_fleet(hgx), NodeState.READY)
+    _ingest_as_agents(live, recent)
+    store = Store(engine)
+    oldest = store.oldest_event_time()
+    assert oldest == min(e.time for e in recent)
+    restarted = Controller(store, load_policy(), ManualClock(end), topology=hgx)
+    coh = restarted.correlator.coherence if restarted.correlator is not None else None
+    assert coh is not None
+    assert coh._start == oldest.timestamp()  # what the rates' span is measured from
+
+
+def test_a_store_error_while_priming_keeps_the_old_engine_and_rebuilds_on_the_next_round(
+        engine: Engine, hgx: Topology) -> None:
+    _, stream = _weak_stream(hgx)
+    live = Controller(Store(engine), load_policy(), ManualClock(stream[0].time), topology=hgx)
+    live.register_fleet(to_fleet(hgx), NodeState.READY)
+    _ingest_as_agents(live, stream)
+    before = live.correlator
+    # The background read (events before the window, in batches) fails as on a dropped connection.
+    refuse = Refuse(engine, lambda sql: "events.time <" in sql.replace('"', "") and "FROM events" in sql, times=1)
+    try:
+        live.rebuild()
+    finally:
+        refuse.off()
+    assert refuse.left == 0  # the background read was tried, and failed
+    assert live.correlator is before  # the old engine stays
+    live.ingest([HealthEvent("after", stream[-1].node, EventKind.ECC_SBE, stream[-1].time, stream[-1].component)])
+    assert live.correlator is not before  # rebuilt with the next round

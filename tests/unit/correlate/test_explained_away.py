@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gpufleet.correlate.engine import Engine
-from gpufleet.correlate.model import SuspectAction
+from gpufleet.correlate.model import SuspectAction, VerdictStatus
 from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.topology import Topology
 from gpufleet.domain.topology_gen import generate_hgx
@@ -68,3 +68,40 @@ def test_a_unit_with_no_significant_part_is_not_explained_away() -> None:
     coh = engine.coherence
     assert coh is not None and not coh.explained_away(NODE, (T0 + timedelta(minutes=5)).timestamp())
     assert not coh.explained_away(CHIP, (T0 + timedelta(minutes=5)).timestamp())  # a chip is no unit
+
+
+def test_a_part_is_judged_on_its_witnesses_inside_the_window_not_on_an_old_flag() -> None:
+    """The chip's five GPUs report at 0:00-1:20 and it is named; 18 minutes later the same five GPUs log
+    corrected AERs, a pattern of the node's own. The chip's witnesses have left the window by then: it
+    no longer explains the node (it did while its flag from 0:01 was trusted: the node went unnamed)."""
+    events = []
+    for i, lid in enumerate(HGX.links_of(CHIP)[:5]):
+        gpu = HGX.links[lid].other(CHIP)
+        events.append(HealthEvent(f"c{i}", NODE, EventKind.LINK_ERROR, T0 + timedelta(seconds=20 * i + 1), gpu,
+                                  link=lid))
+        events.append(HealthEvent(f"a{i}", NODE, EventKind.AER_CORRECTED, T0 + timedelta(minutes=18, seconds=30 * i),
+                                  gpu))
+    # Elsewhere in the fleet, at 15:10: the coherence sweep runs while the chip's witnesses are in the window.
+    events.append(HealthEvent("bg", "r01-n01", EventKind.AER_CORRECTED, T0 + timedelta(minutes=15, seconds=10),
+                              "r01-n01-nic0"))
+    engine, standing = _standing(sorted(events, key=lambda e: e.time))
+    assert NODE in standing
+    coh = engine.coherence
+    assert coh is not None and not coh.explained_away(NODE, (T0 + timedelta(minutes=20)).timestamp())
+
+
+def test_a_part_that_keeps_erring_does_not_churn_the_verdicts() -> None:
+    """Five GPUs err towards the chip every minute for 20 minutes, and four of the node's NICs report in
+    the first three: the chip stands throughout (one NEW, never CLEARED); the node, named for its NICs,
+    is re-explained once their witnesses leave the window, not at every new chip witness."""
+    events = [HealthEvent(f"c{m}-{i}", NODE, EventKind.LINK_ERROR, T0 + timedelta(seconds=60 * m + 10 * i),
+                          HGX.links[lid].other(CHIP), link=lid)
+              for m in range(20) for i, lid in enumerate(HGX.links_of(CHIP)[:5])]
+    events += [HealthEvent(f"n{i}", NODE, EventKind.AER_CORRECTED, T0 + timedelta(seconds=15 + 40 * i),
+                           f"{NODE}-nic{i}") for i in range(4)]
+    engine = Engine(HGX)
+    changes = [(v.status, v.suspect.component) for e in sorted(events, key=lambda e: e.time)
+               for v in engine.observe_health_event(e)]
+    chip = [status for status, comp in changes if comp == CHIP]
+    assert chip == [VerdictStatus.NEW]
+    assert len(changes) <= 4, changes

@@ -6,6 +6,7 @@ entries, the audit lines, the node rows) go through :meth:`Store.commit` in ONE 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -66,6 +67,8 @@ from .models import (
     SettingRow,
     TransitionRow,
 )
+
+log = logging.getLogger(__name__)
 
 _EXACT_COUNT_UP_TO = 1_000_000  # events: count(*) below, the planner's estimate above (a status page)
 
@@ -281,12 +284,23 @@ class Store:
     def events_between(self, since: datetime, until: datetime, *, batch: int = 2000) -> Iterator[HealthEvent]:
         """Events stamped in [``since``, ``until``), oldest first, read ``batch`` rows at a time: the
         correlator's background before its window can be hours of a fleet's events, walked once and
-        never held in memory together. Merged sightings are left out, as in :meth:`events_since`."""
+        never held in memory together. Merged sightings are left out, as in :meth:`events_since`; so is a
+        row this version cannot read (an event kind it does not know, after a downgrade), with a warning
+        that counts them: one bad row must not keep the correlator from being rebuilt."""
         q = (select(*EVENT_COLUMNS).where(EventRow.time >= since, EventRow.time < until, EventRow.fault_of.is_(None))
              .order_by(EventRow.time).execution_options(yield_per=batch))
+        unread = 0
         with self.engine.connect() as conn:
             for r in conn.execute(q):
-                yield event_from(*r)
+                try:
+                    e = event_from(*r)
+                except ValueError:
+                    unread += 1
+                    continue
+                yield e
+        if unread:
+            log.warning("%d stored event(s) from %s to %s could not be read (an event kind this version does not "
+                        "know?) and were left out", unread, since.isoformat(), until.isoformat())
 
     def check_events_since(self, since: datetime, checks: Collection[str], *,
                            exclude_source: str = "") -> list[CheckEvent]:
