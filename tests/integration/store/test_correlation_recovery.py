@@ -171,17 +171,7 @@ def test_a_restart_primes_the_background_and_stands_the_verdicts_it_stood(engine
     truth, stream = _weak_stream(hgx)
     live = Controller(Store(engine), load_policy(), ManualClock(stream[0].time), topology=hgx)
     live.register_fleet(to_fleet(hgx), NodeState.READY)
-    clock = live.clock
-    assert isinstance(clock, ManualClock)
-    batch: list[HealthEvent] = []
-    for e in stream:  # as agents push: a batch per minute, the clock at its last event
-        if batch and e.time - batch[0].time >= timedelta(minutes=1):
-            clock.advance(batch[-1].time - clock.now())
-            live.ingest(batch)
-            batch = []
-        batch.append(e)
-    clock.advance(batch[-1].time - clock.now())
-    live.ingest(batch)
+    _ingest_as_agents(live, stream)
     standing = {s.component for s in live.verdicts if s.action is not SuspectAction.OBSERVE}
     assert truth in standing
 
@@ -198,6 +188,7 @@ def test_a_restart_primes_the_background_and_stands_the_verdicts_it_stood(engine
 
 
 def _ingest_as_agents(c: Controller, stream: list[HealthEvent]) -> None:
+    """As agents push: a batch per minute, the controller's clock at the batch's last event."""
     clock = c.clock
     assert isinstance(clock, ManualClock)
     batch: list[HealthEvent] = []
