@@ -8,6 +8,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpufleet.correlate.engine import Engine
 from gpufleet.correlate.model import SuspectAction, VerdictStatus
@@ -105,3 +107,23 @@ def test_a_part_that_keeps_erring_does_not_churn_the_verdicts() -> None:
     chip = [status for status, comp in changes if comp == CHIP]
     assert chip == [VerdictStatus.NEW]
     assert len(changes) <= 4, changes
+
+
+def _node_confidence(chip_gpus: int, nic_times: list[float]) -> float:
+    events = _stream(chip_gpus, 0)
+    events += [HealthEvent(f"n{i}", NODE, EventKind.AER_CORRECTED, T0 + timedelta(seconds=at), f"{NODE}-nic{i}")
+               for i, at in enumerate(nic_times)]
+    engine, _ = _standing(sorted(events, key=lambda e: e.time))
+    return max((s.confidence for s in engine.suspects() if s.component == NODE), default=0.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(chip_gpus=st.integers(0, 6), nic_times=st.lists(st.floats(0, 300), max_size=6), at=st.floats(0, 300))
+def test_a_witness_of_the_units_own_never_lowers_its_confidence(chip_gpus: int, nic_times: list[float],
+                                                                 at: float) -> None:
+    """One more of the node's NICs reporting is evidence for the node beyond its chip: it can only make
+    the node's pattern its own. (A witness of the chip can lower the node's confidence — that is the
+    explaining away — so the property is stated for the unit's own witnesses.)"""
+    before = _node_confidence(chip_gpus, nic_times)
+    after = _node_confidence(chip_gpus, [*nic_times, at])
+    assert after >= before - 1e-9, (before, after)
