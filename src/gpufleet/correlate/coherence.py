@@ -44,6 +44,7 @@ import math
 from collections.abc import Callable
 
 from gpufleet.correlate.candidates import Cand, Once, cand_of, prune
+from gpufleet.correlate.explain import UNITS as _UNIT_KINDS  # what contains other candidates
 from gpufleet.correlate.index import index_of
 from gpufleet.correlate.rates import PRIOR_EXCESS, PRIOR_Q, Reporters, learn
 from gpufleet.correlate.tails import log_negbin_tail as _log_negbin_tail
@@ -60,7 +61,6 @@ REFRESH_S = 60.0
 _DAY = 86400.0
 FOLLOWS, STAYS = "follows", "stays"
 _SELF: dict[str, str] = {}
-_UNIT_KINDS = frozenset({"node", "compute_tray", "switch_tray"})  # what contains other candidates
 # A unit whose pattern is significant through one significant part inside it keeps its own standing
 # only if the rest of its witnesses would come from the background in fewer than 1 window in 20
 # (explained_away). On the tune split 0.05-0.1 did alike; 0.01 lost an HGX node, 0.3 three degrading chips.
@@ -199,7 +199,7 @@ class Coherence:
                 wit[w] = (t, old[1], minute, old[3])
                 continue  # same witness, same minute: the statistic did not move
             if cls not in cables and not (hist and c in hist):
-                # _score's first screen, inline (most scores end here): the same numbers and state.
+                # _score's first screen, inline (most scores end here; tail_u as _tail): the same numbers and state.
                 if st.oldest < t - window:
                     prune(st, t - window)
                 k = len(wit)

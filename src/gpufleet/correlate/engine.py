@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 
 from gpufleet.correlate.coherence import FOLLOWS, STAYS, Coherence
 from gpufleet.correlate.describe import action_for, reason_for
+from gpufleet.correlate.explain import UNITS as _UNIT_KINDS  # what contains other candidates
 from gpufleet.correlate.explain import Explanation, SymptomLike, explain
 from gpufleet.correlate.index import Pairs, index_of
 from gpufleet.correlate.inventory import Inventory, MoveRecord
@@ -69,7 +70,6 @@ _NO_LOCAL: frozenset[str] = frozenset()
 _ABSORB = 0.9
 _MOVED = EventKind.MOVED  # module constants: an enum member looked up on its class costs ~60 ns
 _NO_ACTION = Action.NONE
-_UNIT_KINDS = frozenset({"node", "compute_tray", "switch_tray"})
 _KIND_VALUE = {k: k.value for k in EventKind}  # the same: an enum's .value is a property call
 
 

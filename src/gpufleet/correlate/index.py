@@ -10,13 +10,13 @@ lookup it wraps); the methods fill them.
 
 from __future__ import annotations
 
+from gpufleet.correlate.explain import UNITS as _UNIT_KINDS  # what contains other candidates
 from gpufleet.domain.topology import Topology
 
 _EXPOSURE_CACHE = 200_000  # candidates whose exposure is kept
 _PLACEMENT_CACHE = 50_000  # (reporter, link) placements kept (about 0.6 kB each); all dropped when full
 Pairs = tuple[tuple[str, str, str, bool], ...]  # (candidate, witness, class, reporter inside it) per candidate
 _KEEP = 4  # topologies whose index is kept
-_UNIT_KINDS = frozenset({"node", "compute_tray", "switch_tray"})
 
 
 class TopologyIndex:
