@@ -456,33 +456,9 @@ class Coherence:
         """Expected number of witnesses of ``c`` in one window under the background."""
         exp = self._index.exposure.get(c)
         if exp is None:
-            exp = self._expose(c)
-            self._index.keep_exposure(c, exp)
+            exp = self._index.expose(c)
         q = self._q
         return sum(e * q.get(r, PRIOR_Q) for r, e in exp.items())
-
-    def _expose(self, c: str) -> dict[str, float]:
-        topo = self._topo
-        out: dict[str, float] = {}
-
-        def far(r: str) -> None:
-            cls = self._kind_of(r)
-            out[cls] = out.get(cls, 0.0) + 1.0 / self._index.deg(r)
-
-        if c in topo.links:
-            ln = topo.links[c]
-            far(ln.a)
-            far(ln.b)
-            return out
-        inside = {c, *topo.descendants(c)}
-        for m in inside:
-            cls = self._kind_of(m)
-            out[cls] = out.get(cls, 0.0) + 1.0
-            for lid in topo.links_of(m):
-                other = topo.links[lid].other(m)
-                if other not in inside:
-                    far(other)
-        return out
 
     def _refresh(self, t: float) -> None:
         """Re-learn the background rates from the last ``rate_window`` of the stream."""

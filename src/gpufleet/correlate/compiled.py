@@ -28,6 +28,7 @@ MODULES: tuple[str, ...] = (
     "gpufleet.correlate.rates",
     "gpufleet.correlate.symptoms",
     "gpufleet.correlate.tails",
+    "gpufleet.correlate.verdicts",
 )
 
 

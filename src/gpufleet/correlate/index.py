@@ -108,10 +108,34 @@ class TopologyIndex:
                 pairs.append((c, link, kind, False))
         return tuple(cands), tuple(pairs)
 
-    def keep_exposure(self, c: str, exp: dict[str, float]) -> None:
-        self.exposure[c] = exp
+    def expose(self, c: str) -> dict[str, float]:
+        """Candidate ``c``'s exposure per reporter class (kept): the reporters that can name it, a
+        reporter inside ``c`` (or ``c`` itself) counting 1 and the far end of a link to it 1/deg (the
+        coherence statistic's ``E(c, r)``)."""
+        topo = self.topology
+        out: dict[str, float] = {}
+
+        def far(r: str) -> None:
+            cls = self.kind_of(r)
+            out[cls] = out.get(cls, 0.0) + 1.0 / self.deg(r)
+
+        if c in topo.links:
+            ln = topo.links[c]
+            far(ln.a)
+            far(ln.b)
+        else:
+            inside = {c, *topo.descendants(c)}
+            for m in inside:
+                cls = self.kind_of(m)
+                out[cls] = out.get(cls, 0.0) + 1.0
+                for lid in topo.links_of(m):
+                    other = topo.links[lid].other(m)
+                    if other not in inside:
+                        far(other)
+        self.exposure[c] = out
         if len(self.exposure) > _EXPOSURE_CACHE:
             self.exposure.pop(next(iter(self.exposure)))
+        return out
 
     def keep_placement(self, key: tuple[str, str], cands: tuple[str, ...], pairs: Pairs) -> None:
         """Keep a placement. When the memo is full it is emptied (cheaper than evicting one by one);
