@@ -8,7 +8,8 @@ starts with nothing memoised for the topology (exposures, kinds, units, placemen
 on one topology, see gpufleet.correlate.index), the second finds what the first left there, as a
 long-running engine would; a third pass runs as the second with the controller's collector thresholds
 (``gpufleet.controller.heap.tune``: young collections every 10,000 allocations, not 700), which is how
-``controller serve`` runs the engine. ``python -m bench correlate_scale`` (a few minutes at full size);
+``controller serve`` runs the engine; a last pass times each ``observe`` call for the verdict latency.
+``python -m bench correlate_scale`` (a few minutes at full size);
 ``bench_correlate`` runs this comparison too, but only after its other parts warmed the topology.
 """
 
@@ -22,6 +23,8 @@ from gpufleet.controller import heap
 from gpufleet.correlate import compiled
 from gpufleet.correlate.engine import Engine
 from gpufleet.correlate.scenarios import FAULTS, Noise, TopologyKind, generate
+from gpufleet.domain.eventio import FileEvent
+from gpufleet.domain.topology import Topology
 from gpufleet.domain.topology_gen import generate_hgx
 
 
@@ -62,6 +65,55 @@ def run(quick: bool) -> dict[str, object]:
             "v2_median_of_streams": round(statistics.median(rates[True])),
             "v1_median_of_streams": round(statistics.median(rates[False])),
         }
+    out["verdict_latency"] = _verdict_latency(topo, streams)  # still with the controller's collector
     gc.set_threshold(*default)
     gc.unfreeze()
     return out
+
+
+def _verdict_latency(topo: Topology, streams: list[tuple[FileEvent, ...]]) -> dict[str, object]:
+    """Issue #14's "verdict <= 1 s after the evidence that decides it": a verdict comes out of the
+    ``observe`` call that took the deciding event (the controller correlates inside the ingest request
+    that carried it), so its delay in the engine is that call's CPU time. Timed per call here, in a
+    pass of its own (the timer costs about what a bare event does), for v2 and v1 alike."""
+    out: dict[str, object] = {}
+    collecting = [0.0, 0.0]  # CPU seconds in the cycle collector so far; when the running collection began
+
+    def collector(phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            collecting[1] = time.process_time()
+        else:
+            collecting[0] += time.process_time() - collecting[1]
+
+    gc.callbacks.append(collector)
+    try:
+        for coherence in (True, False):
+            verdict_calls: list[float] = []
+            slowest = slowest_gc = 0.0
+            for evs in streams:
+                eng = Engine(topo, coherence=coherence)
+                clock = time.process_time
+                for ev in evs:
+                    g, a = collecting[0], clock()
+                    changed = eng.observe(ev)
+                    dt = clock() - a
+                    if changed:
+                        verdict_calls.append(dt)
+                    if dt > slowest:
+                        slowest, slowest_gc = dt, collecting[0] - g
+            verdict_calls.sort()
+            out["v2_coherence" if coherence else "v1_counts_only"] = {
+                "verdict_calls": len(verdict_calls),
+                "verdict_ms_p50": _ms(verdict_calls, 0.5),
+                "verdict_ms_p99": _ms(verdict_calls, 0.99),
+                "verdict_ms_max": _ms(verdict_calls, 1.0),
+                "any_call_ms_max": round(1000 * slowest, 2),
+                "any_call_max_of_it_collector_ms": round(1000 * slowest_gc, 2),
+            }
+    finally:
+        gc.callbacks.remove(collector)
+    return out
+
+
+def _ms(sorted_s: list[float], q: float) -> float | None:
+    return round(1000 * sorted_s[round(q * (len(sorted_s) - 1))], 3) if sorted_s else None
