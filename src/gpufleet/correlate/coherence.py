@@ -355,11 +355,12 @@ class Coherence:
 
     def explained_away(self, c: str, t: float) -> bool:
         """Whether unit ``c``'s live pattern is significant only through one part inside it whose own
-        live pattern is significant at ``t``: with the witnesses that part accounts for (itself, what it
-        contains, its live witnesses) taken out, what is left of ``c``'s pattern at ``t`` is what the
-        background gives in 1 window in 20 or more (:data:`RESIDUAL_P`; tested against the whole unit's
-        background, which leans towards the part). An HGX node whose NVSwitch chip degrades, plus the
-        background's reports from elsewhere in the node, is the chip's pattern, not the node's. The part
+        live pattern is significant at ``t``: the witnesses of ``c`` with a live report the part does not
+        account for (:meth:`_unaccounted`) are what the background gives in 1 window in 20 or more
+        (:data:`RESIDUAL_P`; tested against the whole unit's background, which leans towards the part). An
+        HGX node whose NVSwitch chip degrades, plus the background's reports from elsewhere in the node, is
+        the chip's pattern, not the node's; GPUs erring towards the chip and towards other chips of the
+        node too are the node's (decision 0116). The part
         is judged on its witnesses inside the window now, not on a flag from its last scoring (which can
         be older than the window) nor on a pattern kept from before a move. A unit's own pattern
         significant only with one kept from before a move is not explained away (``basis``: the move is
@@ -376,12 +377,29 @@ class Coherence:
             live = {w: v for w, v in sd.wit.items() if v[0] >= cutoff}
             if not live or sd.cls in self._cables or not self._live_significant(d, sd.cls, live, t):
                 continue
-            # A part's "self:<kind>" witness is its own report, not one of the unit's inner components.
-            gone = {d, *topo.descendants(d), *(w for w in live if not w.startswith("self:"))}
-            rest = {w: v for w, v in st.wit.items() if w not in gone and v[0] >= cutoff}
+            rest = self._unaccounted(c, st, {d, *topo.descendants(d)}, cutoff)
             if not rest or self._witnesses_log_p(c, rest, len(rest), t) > _LOG_RESIDUAL:
                 return True
         return False
+
+    def _unaccounted(self, c: str, st: Cand, part: set[str], cutoff: float) -> dict[str, tuple[float, int, int, str]]:
+        """``c``'s live witnesses with a report since ``cutoff`` that ``part`` (a part and what it
+        contains) does not account for: a report by something else about something else (a GPU's link
+        errors towards another chip, a NIC's corrected AER), not one by the part or on a link to it."""
+        links, place = self._links, self._index.place
+        out: dict[str, tuple[float, int, int, str]] = {}
+        for (reporter, link), when in st.keys.items():
+            if when < cutoff or reporter in part:
+                continue
+            if link:
+                ln = links[link]
+                if ln.a in part or ln.b in part:
+                    continue
+            for cand, w, _, _ in place(reporter, link)[1]:
+                v = st.wit.get(w) if cand == c else None
+                if v is not None and v[0] >= cutoff:
+                    out[w] = v
+        return out
 
     def _live_significant(self, c: str, cls: str, wit: dict[str, tuple[float, int, int, str]], t: float) -> bool:
         """Whether ``wit`` (witnesses of candidate ``c`` of class ``cls``, not a cable) is significant now,

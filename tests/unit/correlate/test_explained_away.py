@@ -127,3 +127,41 @@ def test_a_witness_of_the_units_own_never_lowers_its_confidence(chip_gpus: int, 
     before = _node_confidence(chip_gpus, nic_times)
     after = _node_confidence(chip_gpus, [*nic_times, at])
     assert after >= before - 1e-9, (before, after)
+
+
+OTHER = "r05-n02-nvsw2"
+
+
+def _spread(chip_gpus: int, also_other: int) -> list[HealthEvent]:
+    """``chip_gpus`` GPUs each log one corrected error on their link to CHIP (30 s apart); the first
+    ``also_other`` of them also one on their link to another chip of the node, 10 s later."""
+    out = []
+    for i, lid in enumerate(HGX.links_of(CHIP)[:chip_gpus]):
+        gpu = HGX.links[lid].other(CHIP)
+        at = T0 + timedelta(seconds=30 * i)
+        out.append(HealthEvent(f"c{i}", NODE, EventKind.LINK_ERROR, at, gpu, link=lid))
+        if i < also_other:
+            other = next(x for x in HGX.links_of(gpu) if HGX.links[x].other(gpu) == OTHER)
+            out.append(HealthEvent(f"o{i}", NODE, EventKind.LINK_ERROR, at + timedelta(seconds=10), gpu, link=other))
+    return out
+
+
+@pytest.mark.parametrize("chip_gpus", [5, 6])
+@pytest.mark.parametrize("also_other", [2, 3])
+def test_a_chips_witness_erring_towards_another_chip_too_is_left_to_its_node(chip_gpus: int, also_other: int) -> None:
+    """A node fault whose GPUs erred mostly towards one chip: the chip accounts for their reports on
+    links to it, not for their reports towards another chip, which stay the node's own pattern (before,
+    every report of a GPU that had witnessed the chip went with it, and the chip was blamed)."""
+    engine, standing = _standing(_spread(chip_gpus, also_other))
+    coh = engine.coherence
+    assert coh is not None and coh.is_significant(CHIP) and not coh.is_significant(OTHER)
+    assert not coh.explained_away(NODE, (T0 + timedelta(minutes=5)).timestamp())
+    assert standing == {NODE}
+
+
+@pytest.mark.parametrize("chip_gpus", [5, 6])
+def test_one_report_towards_another_chip_leaves_the_chip_named(chip_gpus: int) -> None:
+    engine, standing = _standing(_spread(chip_gpus, 1))  # one such GPU is what the background gives
+    coh = engine.coherence
+    assert coh is not None and coh.explained_away(NODE, (T0 + timedelta(minutes=5)).timestamp())
+    assert standing == {CHIP}
