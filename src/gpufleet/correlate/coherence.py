@@ -385,20 +385,29 @@ class Coherence:
     def _unaccounted(self, c: str, st: Cand, part: set[str], cutoff: float) -> dict[str, tuple[float, int, int, str]]:
         """``c``'s live witnesses with a report since ``cutoff`` that ``part`` (a part and what it
         contains) does not account for: a report by something else about something else (a GPU's link
-        errors towards another chip, a NIC's corrected AER), not one by the part or on a link to it."""
-        links, place = self._links, self._index.place
+        errors towards another chip, a NIC's corrected AER, the unit's own reports), not one by the part
+        or on a link to it. Each keeps the time of its newest such report, not that of a report the part
+        explains (which would put it on the short scale by the part's evidence)."""
+        links, index, wit = self._links, self._index, st.wit
         out: dict[str, tuple[float, int, int, str]] = {}
-        for (reporter, link), when in st.keys.items():
+        for key, when in st.keys.items():
+            reporter, link = key
             if when < cutoff or reporter in part:
                 continue
             if link:
                 ln = links[link]
                 if ln.a in part or ln.b in part:
                     continue
-            for cand, w, _, _ in place(reporter, link)[1]:
-                v = st.wit.get(w) if cand == c else None
-                if v is not None and v[0] >= cutoff:
-                    out[w] = v
+            placed = index.placements.get(key)
+            for cand, w, _, _ in placed[1] if placed is not None else index.place(reporter, link)[1]:
+                if cand != c:
+                    continue
+                # The unit reporting about itself: its witnesses are one per kind ("self:<kind>").
+                names = [n for n in wit if n.startswith("self:")] if w == "self" else [w]
+                for n in names:
+                    v = wit.get(n)
+                    if v is not None and v[0] >= cutoff and (n not in out or when > out[n][0]):
+                        out[n] = (when, v[1], v[2], v[3])
         return out
 
     def _live_significant(self, c: str, cls: str, wit: dict[str, tuple[float, int, int, str]], t: float) -> bool:

@@ -25,7 +25,6 @@ Weighing (from the judgement, :mod:`gpufleet.domain.judgement`):
 
 from __future__ import annotations
 
-import logging
 from collections import deque
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -45,8 +44,6 @@ from gpufleet.domain.false_alarms import FALSE_ALARM_BUDGET
 from gpufleet.domain.false_alarms import false_alarm_budget as _check_budget
 from gpufleet.domain.judgement import Judgement, judge, judge_event
 from gpufleet.domain.topology import Topology
-
-log = logging.getLogger(__name__)
 
 _FOLDED_PER_COMPONENT = 8
 _REEXPLAINED_KEPT = 4096  # (part, unit) pairs remembered at most

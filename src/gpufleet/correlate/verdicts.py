@@ -6,7 +6,8 @@ decides with and what it leaves behind: the cluster of symptoms sharing candidat
 ones, its explanation (:mod:`gpufleet.correlate.explain`, with the coherence statistic's significant
 candidates), each explanation made a :class:`~gpufleet.correlate.model.Suspect` (its finding: shared,
 follows the serial, stays at the slot, degrading; its confidence, action, evidence and reason), and the
-verdicts standing since (new, changed by ``min_change`` or more, cleared below ``clear_confidence``).
+verdicts standing since (new; changed when the confidence moves by ``min_change`` or more or the action
+or finding changes; cleared below ``clear_confidence``).
 A unit named by an actionable verdict is recorded by serial, so one named again after an earlier
 episode is a repeat offender (:mod:`gpufleet.correlate.offenders`).
 """
@@ -65,7 +66,7 @@ class Verdicts:
     _repeats: dict[str, tuple[Naming, ...]]  # serial -> its earlier episodes' first namings
 
     def _expire(self, now: float) -> list[Symptom] | None:
-        """Age the window to ``now``; the symptoms whose activity or severity that changed (the engine's)."""
+        """Age the window to ``now``; the symptoms whose activity or severity it changed (the engine's)."""
         raise NotImplementedError
 
     def kind_of(self, ident: str) -> str:

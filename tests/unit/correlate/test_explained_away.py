@@ -165,3 +165,32 @@ def test_one_report_towards_another_chip_leaves_the_chip_named(chip_gpus: int) -
     coh = engine.coherence
     assert coh is not None and coh.explained_away(NODE, (T0 + timedelta(minutes=5)).timestamp())
     assert standing == {CHIP}
+
+
+def test_the_units_own_reports_are_never_its_parts() -> None:
+    """An event naming only the node (its agent could not place it on a component) is the node's own
+    report, one witness per kind ("self:<kind>"): the chip does not account for it."""
+    events = [*_stream(5, 1), HealthEvent("s0", NODE, EventKind.AER_CORRECTED, T0 + timedelta(seconds=20), None)]
+    engine, standing = _standing(sorted(events, key=lambda e: e.time))
+    coh = engine.coherence
+    assert coh is not None and coh.is_significant(CHIP)
+    assert not coh.explained_away(NODE, (T0 + timedelta(minutes=5)).timestamp())
+    assert NODE in standing
+
+
+def test_a_residual_witness_is_dated_by_its_own_unexplained_report() -> None:
+    """A GPU that erred towards another chip twelve minutes ago and towards the chip just now is in the
+    node's residual as of its old report: the chip's fresh evidence does not put it on the short scale."""
+    gpu = HGX.links[HGX.links_of(CHIP)[0]].other(CHIP)
+    other = next(x for x in HGX.links_of(gpu) if HGX.links[x].other(gpu) == OTHER)
+    old = T0 - timedelta(minutes=12)
+    events = [HealthEvent("o", NODE, EventKind.LINK_ERROR, old, gpu, link=other), *_stream(5, 0)]
+    engine, _ = _standing(events)
+    coh = engine.coherence
+    assert coh is not None
+    st = coh._cands[NODE]
+    assert not isinstance(st, tuple)
+    t = (T0 + timedelta(minutes=2)).timestamp()
+    rest = coh._unaccounted(NODE, st, {CHIP}, t - coh.window)
+    assert set(rest) == {gpu}
+    assert rest[gpu][0] == old.timestamp() < st.wit[gpu][0]
