@@ -21,16 +21,21 @@ MEASURED = {
     TopologyKind.NVL72: (0.72, {"nvswitch": 1.0, "switch_tray": 1.0, "leaf": 0.85, "compute_tray": 0.45,
                                 "tray_follows": 0.75, "cable_stays": 0.85, "ib_cable": 0.6}),
 }
-_RUNS: dict[tuple[TopologyKind, bool], Score] = {}
+# The same in heavy noise (decision 0116 traded an HGX degrading chip's 0.9 for 0.8 here: two chips whose
+# GPUs also carried the noise's reports towards other chips are named as their node).
+MEASURED_HEAVY = {
+    TopologyKind.HGX: (0.65, {"degrading": 0.8, "node": 0.85, "nvswitch": 0.65, "cable_stays": 0.95}),
+    TopologyKind.NVL72: (0.59, {"degrading": 1.0, "nvswitch": 1.0, "switch_tray": 1.0, "leaf": 0.85}),
+}
+_RUNS: dict[tuple[TopologyKind, bool, Noise], Score] = {}
 
 
-def _run(kind: TopologyKind, coherence: bool = True) -> Score:
-    if (kind, coherence) not in _RUNS:
+def _run(kind: TopologyKind, coherence: bool = True, noise: Noise = Noise.REALISTIC) -> Score:
+    if (kind, coherence, noise) not in _RUNS:
         topo = weak_topology(kind)
-        scs = [generate_weak(topo, kind, f, Noise.REALISTIC, s, Split.HELDOUT) for f in WEAK_FAULTS[kind]
-               for s in range(20)]
-        _RUNS[(kind, coherence)] = score(topo, scs, coherence=coherence)
-    return _RUNS[(kind, coherence)]
+        scs = [generate_weak(topo, kind, f, noise, s, Split.HELDOUT) for f in WEAK_FAULTS[kind] for s in range(20)]
+        _RUNS[(kind, coherence, noise)] = score(topo, scs, coherence=coherence)
+    return _RUNS[(kind, coherence, noise)]
 
 
 @pytest.mark.parametrize("kind", list(TopologyKind))
@@ -41,6 +46,17 @@ def test_heldout_weak_suite_holds_the_measured_accuracy(kind: TopologyKind) -> N
     by = res.by(1)
     for fault, floor in per_fault.items():
         assert by[fault][1] >= floor - 1e-9, (fault, by[fault])
+
+
+@pytest.mark.parametrize("kind", list(TopologyKind))
+def test_heldout_weak_suite_holds_the_measured_accuracy_in_heavy_noise(kind: TopologyKind) -> None:
+    res = _run(kind, noise=Noise.HEAVY)
+    overall, per_fault = MEASURED_HEAVY[kind]
+    assert res.top1() >= overall - 1e-9, [(o.scenario, o.truth, o.top) for o in res.misses()]
+    by = res.by(1)
+    for fault, floor in per_fault.items():
+        assert by[fault][1] >= floor - 1e-9, (fault, by[fault])
+    assert res.wrong_switch_scenarios() == 0 and res.false_alarms() == 0
 
 
 @pytest.mark.parametrize("kind", list(TopologyKind))
