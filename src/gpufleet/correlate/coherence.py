@@ -28,7 +28,8 @@ verdict per 1,000 node-days) that falls on one candidate of its kind in one wind
 ``budget * nodes * window / 1 day / (kinds * candidates of the kind)``.
 
 Moves: when a unit leaves a slot, the pattern there (its ``p``) is kept for ``rate_window`` as
-evidence that *stays* with the slot and *follows* the unit (:meth:`Coherence.moved`). A later pattern
+evidence that *stays* with the slot and *follows* the unit (:mod:`gpufleet.correlate.kept`, this class's
+base: :meth:`~gpufleet.correlate.kept.KeptPatterns.moved`). A later pattern
 at either place is combined with it by Fisher's method and tested against the budget share split over
 the few kept patterns of its class (not over every candidate: only moved units are tried).
 
@@ -43,9 +44,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
-from gpufleet.correlate.candidates import Cand, Once, cand_of, prune
+from gpufleet.correlate.candidates import Cand, cand_of, prune
 from gpufleet.correlate.explain import UNITS as _UNIT_KINDS  # what contains other candidates
 from gpufleet.correlate.index import index_of
+from gpufleet.correlate.kept import KeptPatterns
 from gpufleet.correlate.rates import PRIOR_EXCESS, PRIOR_Q, Reporters, learn
 from gpufleet.correlate.tails import log_negbin_tail as _log_negbin_tail
 from gpufleet.correlate.tails import log_poisson_tail as _log_poisson_tail
@@ -59,7 +61,6 @@ _LOG_SCAN = math.log(SCAN)
 UNIT_S = 60.0
 REFRESH_S = 60.0
 _DAY = 86400.0
-FOLLOWS, STAYS = "follows", "stays"
 _SELF: dict[str, str] = {}
 # A unit whose pattern is significant through one significant part inside it keeps its own standing
 # only if the rest of its witnesses would come from the background in fewer than 1 window in 20
@@ -70,7 +71,7 @@ _SHARED_KINDS = frozenset({"nvswitch", "leaf_switch", "spine_switch", "core_swit
                            "switch_tray"})
 
 
-class Coherence:
+class Coherence(KeptPatterns):
     """Distinct-witness scan statistic per candidate against a learned Poisson background."""
 
     def __init__(
@@ -96,10 +97,10 @@ class Coherence:
         self._alpha = {k: share / n for k, n in counts.items()}
         self._log_alpha = {k: math.log(a) for k, a in self._alpha.items()}
         self._log_share = math.log(share)
-        self._cands: dict[str, Cand | Once] = {}
+        self._cands = {}  # candidate -> its witnesses and symptoms (candidates.py)
         self._seen: dict[tuple[str, str], Reporters] = {}  # (kind, class) -> its reporters in the rate window
-        self._hist: dict[str, dict[str, tuple[float, float]]] = {}  # candidate -> basis -> (move time, ln p)
-        self._log_alpha_hist: dict[str, float] = {}  # per class: the share over the kept patterns of the class
+        self._hist = {}  # patterns kept from before a move (kept.py)
+        self._log_alpha_hist = {}
         self._explained: dict[str, float] = {}  # reporter -> until when it is left out of the rates
         self._q: dict[str, float] = {}
         self._rep = (PRIOR_EXCESS, math.inf)  # (mean excess per witness, negative-binomial size; inf: Poisson)
@@ -253,49 +254,6 @@ class Coherence:
         st = self._cands.get(c)
         return isinstance(st, Cand) and st.significant
 
-    def moved(self, from_slot: str, to_slot: str, t: float) -> None:
-        """A unit left ``from_slot`` for ``to_slot``. The weak pattern seen at the old slot (the slot
-        itself, what is inside it, the cables on it) is kept for ``rate_window`` twice: as evidence
-        that *stays* with the slot (its cabling, its connector) and, for the unit and what it carries,
-        as evidence that *follows* it to the same relative place under ``to_slot``. The live patterns
-        there start afresh: the occupant changed. A later pattern at either place is combined with
-        the kept one (:meth:`_score`)."""
-        topo = self._topo
-        inside = {from_slot, *topo.descendants(from_slot)}
-        links = topo.links
-        hist = self._hist
-        for c in list(self._cands):
-            ln = links.get(c)
-            if not (c in inside or (ln is not None and (ln.a in inside or ln.b in inside))):
-                continue
-            st = self._cands.pop(c)
-            lp = self._live_log_p(c, cand_of(st, self._cls(c)) if isinstance(st, tuple) else st, t)
-            if lp >= 0.0:
-                continue  # nothing there but the background
-            self._keep(c, STAYS, t, lp)
-            if ln is None and c.startswith(from_slot):
-                dest = to_slot + c[len(from_slot):]
-                if dest in topo.components:
-                    self._keep(dest, FOLLOWS, t, lp)
-        self._hist = hist = {c: h for c, h in hist.items() if any(t - v[0] <= self._rate_window for v in h.values())}
-        fam: dict[str, int] = {}
-        for c, h in hist.items():
-            cls = self._cls(c)
-            fam[cls] = fam.get(cls, 0) + len(h)
-        self._log_alpha_hist = {cls: self._log_share - math.log(n) for cls, n in fam.items()}
-
-    def _keep(self, c: str, basis: str, t: float, lp: float) -> None:
-        h = self._hist.setdefault(c, {})
-        old = h.get(basis)
-        if old is None or t - old[0] > self._rate_window or lp < old[1]:
-            h[basis] = (t, lp)
-
-    def basis(self, c: str) -> str:
-        """``follows`` / ``stays`` when ``c`` is significant only with the pattern kept from before a
-        move (:meth:`moved`); else ``""``."""
-        st = self._cands.get(c)
-        return st.basis if isinstance(st, Cand) and st.significant else ""
-
     # -- the statistic ------------------------------------------------------------------------------------
 
     def _score(self, c: str, st: Cand, t: float, mu_lb: float) -> bool:
@@ -422,48 +380,6 @@ class Coherence:
         witnesses (repetition is evidence about the thing a witness reports on, not about a switch or a
         unit it shares with others)."""
         return _LOG_SCAN if cls in _SHARED_KINDS else _LOG_SCAN + self._log_rep_tail(units - k, k)
-
-    def _score_live(self, c: str, st: Cand, t: float) -> bool:
-        """:meth:`_score` of ``c``'s witnesses now, without the screens and without a pattern kept from an
-        earlier move (``st.log_p``: the live pattern's ln p)."""
-        hist = self._hist.pop(c, None)
-        try:
-            return self._score(c, st, t, 0.0)
-        finally:
-            if hist is not None:
-                self._hist[c] = hist
-
-    def _live_log_p(self, c: str, st: Cand, t: float) -> float:
-        """What a move keeps: the pattern seen at the slot, never combined with one an earlier move left
-        there. Combined, the second half of a swap handed the unit that left the evidence of the unit that
-        arrived (a healthy NIC named ``follows_serial`` for its partner's pattern: test_coherence_moves.py)."""
-        self._score_live(c, st, t)
-        return st.log_p
-
-    def _score_with_history(self, c: str, st: Cand, t: float, hist: dict[str, tuple[float, float]]) -> bool:
-        """``c``'s pattern now, alone or combined with one kept from before a move (Fisher's method
-        for two independent p-values, ``x (1 - ln x)`` with ``x`` their product, and a factor 2 for
-        trying both the slot's and the unit's history)."""
-        if self._score_live(c, st, t):  # the live pattern alone first, against the class's threshold
-            return True
-        # The combined test is tried only on the few candidates a move left a pattern for: its share
-        # of the budget is split over those (per class), not over every candidate of the class.
-        alone = st.log_p
-        log_alpha = self._log_alpha_hist.get(st.cls, self._log_share)
-        sig = False
-        for basis, (th, lp) in hist.items():
-            if t - th > self._rate_window:
-                continue
-            # ln of the product, at most 0: the live ln p can exceed 0 (SCAN times a tail of 1 when the
-            # window is empty: ln 3), and Fisher's x (1 - ln x) needs x <= 1. Clamped, such a pair is
-            # never significant, as it was not before (where it did not raise).
-            x = min(alone + lp, 0.0)
-            comb = x + math.log1p(-x) + _LN2
-            if comb <= log_alpha and (not sig or comb < st.log_p):
-                st.log_p, st.basis, sig = comb, basis, True
-        if not sig:
-            st.significant = False
-        return sig
 
     def _log_rep_tail(self, e: int, k: int) -> float:
         """ln P(the excess minutes of ``k`` background witnesses sum to ``e`` or more)."""

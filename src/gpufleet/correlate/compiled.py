@@ -23,6 +23,7 @@ MODULES: tuple[str, ...] = (
     "gpufleet.correlate.explain",
     "gpufleet.correlate.index",
     "gpufleet.correlate.inventory",
+    "gpufleet.correlate.kept",
     "gpufleet.correlate.model",
     "gpufleet.correlate.offenders",
     "gpufleet.correlate.rates",

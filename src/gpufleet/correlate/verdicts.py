@@ -18,11 +18,12 @@ import logging
 from collections.abc import Mapping
 from datetime import datetime
 
-from gpufleet.correlate.coherence import FOLLOWS, STAYS, Coherence
+from gpufleet.correlate.coherence import Coherence
 from gpufleet.correlate.describe import action_for, reason_for
 from gpufleet.correlate.explain import Explanation, SymptomLike, explain
 from gpufleet.correlate.index import TopologyIndex
 from gpufleet.correlate.inventory import Inventory, MoveRecord
+from gpufleet.correlate.kept import FOLLOWS, STAYS
 from gpufleet.correlate.model import Basis, Ref, Suspect, SuspectAction, Verdict, VerdictStatus, sort_refs
 from gpufleet.correlate.offenders import (
     REPEAT_WINDOW,
