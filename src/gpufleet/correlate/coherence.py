@@ -28,8 +28,8 @@ verdict per 1,000 node-days) that falls on one candidate of its kind in one wind
 ``budget * nodes * window / 1 day / (kinds * candidates of the kind)``.
 
 Moves: when a unit leaves a slot, the pattern there (its ``p``) is kept for ``rate_window`` as
-evidence that *stays* with the slot and *follows* the unit (:mod:`gpufleet.correlate.kept`, this class's
-base: :meth:`~gpufleet.correlate.kept.KeptPatterns.moved`). A later pattern
+evidence that *stays* with the slot and *follows* the unit (:meth:`Coherence.moved`; the kept patterns are
+this class's base, :mod:`gpufleet.correlate.kept`). A later pattern
 at either place is combined with it by Fisher's method and tested against the budget share split over
 the few kept patterns of its class (not over every candidate: only moved units are tried).
 
@@ -246,20 +246,43 @@ class Coherence(KeptPatterns):
             return 0.0
         return (self._log_alpha[self._cls(c)] - (st.log_p if isinstance(st, Cand) else 0.0)) / math.log(10)
 
-    def _cls(self, c: str) -> str:
-        kind = self._kind_of(c)
-        return self._topo.links[c].kind if kind == "link" else kind
-
     def is_significant(self, c: str) -> bool:
         st = self._cands.get(c)
         return isinstance(st, Cand) and st.significant
+
+    def moved(self, from_slot: str, to_slot: str, t: float) -> None:
+        """A unit left ``from_slot`` for ``to_slot``. The weak pattern seen at the old slot (the slot
+        itself, what is inside it, the cables on it) is kept for ``rate_window`` twice: as evidence
+        that *stays* with the slot (its cabling, its connector) and, for the unit and what it carries,
+        as evidence that *follows* it to the same relative place under ``to_slot``. The live patterns
+        there start afresh: the occupant changed. A later pattern at either place is combined with
+        the kept one (:meth:`_score`)."""
+        self._keep_left(from_slot, to_slot, t, self._live_log_p)
+
+    def _score_live(self, c: str, st: Cand, t: float) -> bool:
+        """:meth:`_score` of ``c``'s witnesses now, without the screens and without a pattern kept from an
+        earlier move (``st.log_p``: the live pattern's ln p)."""
+        hist = self._hist.pop(c, None)
+        try:
+            return self._score(c, st, t, 0.0)
+        finally:
+            if hist is not None:
+                self._hist[c] = hist
+
+    def _live_log_p(self, c: str, st: Cand, t: float) -> float:
+        """What a move keeps: the pattern seen at the slot, never combined with one an earlier move left
+        there. Combined, the second half of a swap handed the unit that left the evidence of the unit that
+        arrived (a healthy NIC named ``follows_serial`` for its partner's pattern: test_coherence_moves.py)."""
+        self._score_live(c, st, t)
+        return st.log_p
 
     # -- the statistic ------------------------------------------------------------------------------------
 
     def _score(self, c: str, st: Cand, t: float, mu_lb: float) -> bool:
         hist = self._hist.get(c) if self._hist else None
         if hist:
-            return self._score_with_history(c, st, t, hist)
+            # the live pattern alone first, against the class's threshold; else with the one kept
+            return self._score_live(c, st, t) or self._combined(st, t, hist)
         wit = st.wit
         if st.oldest < t - self.window:
             prune(st, t - self.window)

@@ -33,7 +33,7 @@ from gpufleet.correlate.coherence import Coherence
 from gpufleet.correlate.explain import UNITS as _UNIT_KINDS  # what contains other candidates
 from gpufleet.correlate.index import Pairs, index_of
 from gpufleet.correlate.inventory import Inventory, MoveRecord
-from gpufleet.correlate.model import Ref, Verdict, sort_refs
+from gpufleet.correlate.model import Ref, Suspect, Verdict, sort_refs
 from gpufleet.correlate.offenders import MemoryHistory, UnitHistory
 from gpufleet.correlate.symptoms import FOLD, IGNORE, Symptom, Weighing, weigh
 from gpufleet.correlate.verdicts import Verdicts
@@ -516,3 +516,32 @@ class Engine(Verdicts):
             return (sym.reporter,)
         ln = self._links[sym.link]
         return (sym.reporter, ln.a, ln.b)
+
+    # -- output -----------------------------------------------------------------------------------------
+
+    def suspects(self, now: datetime | None = None) -> list[Suspect]:
+        """Every current suspect, ranked by confidence (primaries and their alternatives)."""
+        if now is not None:
+            t = now.timestamp()
+            self._now = max(self._now, t)
+            self._expire(self._now)
+        active = {s for s in self._syms.values() if s.active}
+        out: dict[str, Suspect] = {}
+        alts: dict[str, Suspect] = {}
+        done: set[Symptom] = set()
+        for s in active:
+            if s in done:
+                continue
+            _, syms = self._cluster(set(s.cands))
+            done |= syms
+            for ex in self._explain(syms):
+                sus = self._suspect(ex, full=True)
+                if sus.component not in out or out[sus.component].confidence < sus.confidence:
+                    out[sus.component] = sus
+                for other, conf in ex.alternatives:
+                    alt = self._alternative(other, conf, sus)
+                    if other not in alts or alts[other].confidence < conf:
+                        alts[other] = alt
+        ranked = sorted(out.values(), key=lambda x: (-x.confidence, x.component))
+        ranked += sorted((a for k, a in alts.items() if k not in out), key=lambda x: (-x.confidence, x.component))
+        return ranked

@@ -14,7 +14,7 @@ evidence for the unit (or, again at the old slot under a new unit, for the slot)
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from gpufleet.correlate.candidates import Cand, Once, cand_of
 from gpufleet.domain.topology import Link, Topology
@@ -28,6 +28,7 @@ class KeptPatterns:
     ``Coherence``, which sets every attribute declared here and scores the live patterns)."""
 
     _topo: Topology
+    _kind_of: Callable[[str], str]
     _links: Mapping[str, Link]
     _cands: dict[str, Cand | Once]
     _rate_window: float
@@ -35,21 +36,15 @@ class KeptPatterns:
     _hist: dict[str, dict[str, tuple[float, float]]]  # candidate -> basis -> (move time, ln p)
     _log_alpha_hist: dict[str, float]  # per class: the share over the kept patterns of the class
 
-    def _score(self, c: str, st: Cand, t: float, mu_lb: float) -> bool:
-        """Score ``c``'s pattern now (``Coherence``'s statistic): whether it is significant."""
-        raise NotImplementedError
-
     def _cls(self, c: str) -> str:
-        """``c``'s candidate class (``Coherence``)."""
-        raise NotImplementedError
+        """``c``'s candidate class: its kind, or its link's kind for a cable."""
+        kind = self._kind_of(c)
+        return self._topo.links[c].kind if kind == "link" else kind
 
-    def moved(self, from_slot: str, to_slot: str, t: float) -> None:
-        """A unit left ``from_slot`` for ``to_slot``. The weak pattern seen at the old slot (the slot
-        itself, what is inside it, the cables on it) is kept for ``rate_window`` twice: as evidence
-        that *stays* with the slot (its cabling, its connector) and, for the unit and what it carries,
-        as evidence that *follows* it to the same relative place under ``to_slot``. The live patterns
-        there start afresh: the occupant changed. A later pattern at either place is combined with
-        the kept one (:meth:`_score`)."""
+    def _keep_left(self, from_slot: str, to_slot: str, t: float,
+                   live_log_p: Callable[[str, Cand, float], float]) -> None:
+        """Keep the patterns at ``from_slot`` (each candidate's ln p now, by ``live_log_p``) as staying
+        there and following its unit to ``to_slot`` (``Coherence.moved``)."""
         topo = self._topo
         inside = {from_slot, *topo.descendants(from_slot)}
         links = topo.links
@@ -59,7 +54,7 @@ class KeptPatterns:
             if not (c in inside or (ln is not None and (ln.a in inside or ln.b in inside))):
                 continue
             st = self._cands.pop(c)
-            lp = self._live_log_p(c, cand_of(st, self._cls(c)) if isinstance(st, tuple) else st, t)
+            lp = live_log_p(c, cand_of(st, self._cls(c)) if isinstance(st, tuple) else st, t)
             if lp >= 0.0:
                 continue  # nothing there but the background
             self._keep(c, STAYS, t, lp)
@@ -82,33 +77,15 @@ class KeptPatterns:
 
     def basis(self, c: str) -> str:
         """``follows`` / ``stays`` when ``c`` is significant only with the pattern kept from before a
-        move (:meth:`moved`); else ``""``."""
+        move (``Coherence.moved``); else ``""``."""
         st = self._cands.get(c)
         return st.basis if isinstance(st, Cand) and st.significant else ""
 
-    def _score_live(self, c: str, st: Cand, t: float) -> bool:
-        """:meth:`_score` of ``c``'s witnesses now, without the screens and without a pattern kept from an
-        earlier move (``st.log_p``: the live pattern's ln p)."""
-        hist = self._hist.pop(c, None)
-        try:
-            return self._score(c, st, t, 0.0)
-        finally:
-            if hist is not None:
-                self._hist[c] = hist
-
-    def _live_log_p(self, c: str, st: Cand, t: float) -> float:
-        """What a move keeps: the pattern seen at the slot, never combined with one an earlier move left
-        there. Combined, the second half of a swap handed the unit that left the evidence of the unit that
-        arrived (a healthy NIC named ``follows_serial`` for its partner's pattern: test_coherence_moves.py)."""
-        self._score_live(c, st, t)
-        return st.log_p
-
-    def _score_with_history(self, c: str, st: Cand, t: float, hist: dict[str, tuple[float, float]]) -> bool:
-        """``c``'s pattern now, alone or combined with one kept from before a move (Fisher's method
-        for two independent p-values, ``x (1 - ln x)`` with ``x`` their product, and a factor 2 for
-        trying both the slot's and the unit's history)."""
-        if self._score_live(c, st, t):  # the live pattern alone first, against the class's threshold
-            return True
+    def _combined(self, st: Cand, t: float, hist: dict[str, tuple[float, float]]) -> bool:
+        """A live pattern not significant alone (``st.log_p``, as ``Coherence._score_live`` left it),
+        combined with one kept from before a move (Fisher's method for two independent p-values,
+        ``x (1 - ln x)`` with ``x`` their product, and a factor 2 for trying both the slot's and the
+        unit's history): whether that is significant (``st.log_p`` and ``st.basis`` then say how)."""
         # The combined test is tried only on the few candidates a move left a pattern for: its share
         # of the budget is split over those (per class), not over every candidate of the class.
         alone = st.log_p

@@ -66,10 +66,6 @@ class Verdicts:
     history: UnitHistory
     _repeats: dict[str, tuple[Naming, ...]]  # serial -> its earlier episodes' first namings
 
-    def _expire(self, now: float) -> list[Symptom] | None:
-        """Age the window to ``now``; the symptoms whose activity or severity it changed (the engine's)."""
-        raise NotImplementedError
-
     def kind_of(self, ident: str) -> str:
         """A component's kind; ``"link"`` for any other id."""
         k = self._kinds.get(ident)
@@ -177,33 +173,6 @@ class Verdicts:
         if before:
             self._repeats[s.serial] = tuple(before)
         self.history.record(Naming(s.serial, s.component, s.kind, time))
-
-    def suspects(self, now: datetime | None = None) -> list[Suspect]:
-        """Every current suspect, ranked by confidence (primaries and their alternatives)."""
-        if now is not None:
-            t = now.timestamp()
-            self._now = max(self._now, t)
-            self._expire(self._now)
-        active = {s for s in self._syms.values() if s.active}
-        out: dict[str, Suspect] = {}
-        alts: dict[str, Suspect] = {}
-        done: set[Symptom] = set()
-        for s in active:
-            if s in done:
-                continue
-            _, syms = self._cluster(set(s.cands))
-            done |= syms
-            for ex in self._explain(syms):
-                sus = self._suspect(ex, full=True)
-                if sus.component not in out or out[sus.component].confidence < sus.confidence:
-                    out[sus.component] = sus
-                for other, conf in ex.alternatives:
-                    alt = self._alternative(other, conf, sus)
-                    if other not in alts or alts[other].confidence < conf:
-                        alts[other] = alt
-        ranked = sorted(out.values(), key=lambda x: (-x.confidence, x.component))
-        ranked += sorted((a for k, a in alts.items() if k not in out), key=lambda x: (-x.confidence, x.component))
-        return ranked
 
     def _alternative(self, comp: str, conf: float, of: Suspect) -> Suspect:
         return Suspect(
