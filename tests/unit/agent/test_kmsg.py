@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpufleet.agent.clock import FakeClock
-from gpufleet.agent.collectors.kmsg import KmsgFollower
+from gpufleet.agent.collectors.kmsg import KmsgFollower, boot_time
 from gpufleet.domain.events import EventKind, HealthEvent
 
 BTIME = 1_795_000_000
@@ -212,3 +212,28 @@ def test_no_kmsg_and_no_journalctl_is_not_a_crash(tmp_path: Path, proc: Path) ->
     assert f.start() == "none"
     assert f.poll() == []
     f.close()
+
+
+def test_a_recorded_or_test_proc_root_keeps_its_btime(proc: Path) -> None:
+    """A ``/proc`` that is not this machine's (a test's, a recorded one) is taken at its word: its
+    ``btime``, not this machine's boot."""
+    assert boot_time(proc) == datetime.fromtimestamp(BTIME, UTC)
+    (proc / "stat").write_text("cpu  1 2 3\n")
+    assert boot_time(proc) is None
+
+
+def test_this_machines_boot_time_is_not_rounded_to_the_second() -> None:
+    """A record the kernel stamps now must land now. ``btime`` alone is whole seconds (truncated): on a
+    real H200 every kernel-log XID landed 0.93 s before NVML delivered it. Checked against the kernel's
+    own uptime (``/proc/uptime``, 10 ms resolution), which the boot time is not computed from. (The agent
+    runs on Linux only: this reads the machine's own /proc.)"""
+    real = Path("/proc")
+    btime = next(int(ln.split()[1]) for ln in (real / "stat").read_text().splitlines() if ln.startswith("btime "))
+    boot = boot_time(real)
+    assert boot is not None
+    assert btime <= boot.timestamp() < btime + 1
+    before = datetime.now(UTC)
+    up = float((real / "uptime").read_text().split()[0])
+    after = datetime.now(UTC)
+    placed = boot + timedelta(seconds=up)
+    assert before - timedelta(seconds=0.05) <= placed <= after + timedelta(seconds=0.05), (placed, before, after)

@@ -31,6 +31,7 @@ import json
 import logging
 import os
 import subprocess
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
@@ -326,7 +327,15 @@ class KmsgFollower:
 
 # --- shared by every kernel-log source ---------------------------------------------------------
 def boot_time(proc_root: Path) -> datetime | None:
-    """The machine's boot time (``btime`` in ``<proc_root>/stat``), or None when unreadable."""
+    """The machine's boot time, or None when unreadable: ``btime`` in ``<proc_root>/stat``, to the
+    microsecond when this process can tell it.
+
+    ``btime`` is whole seconds (the kernel truncates), so kernel-log records placed after it land up to a
+    second early: on a real H200 (2026-11-27) each XID's kernel-log line came 0.93 s *before* NVML
+    delivered the same XID. This machine's wall clock less its time since boot (``CLOCK_BOOTTIME``) is
+    the same instant, unrounded; it is used when it falls within that second of ``btime``, i.e. when
+    ``proc_root`` is this machine's own ``/proc`` (not a recorded or test one) and the clock was not
+    stepped since."""
     try:
         text = (proc_root / "stat").read_text()
     except OSError:
@@ -334,10 +343,21 @@ def boot_time(proc_root: Path) -> datetime | None:
     for line in text.splitlines():
         if line.startswith("btime "):
             try:
-                return datetime.fromtimestamp(int(line.split()[1]), UTC)
+                btime = int(line.split()[1])
             except (IndexError, ValueError):
                 return None
+            return datetime.fromtimestamp(_precise_boot(btime), UTC)
     return None
+
+
+def _precise_boot(btime: int) -> float:
+    """``btime`` refined to this machine's wall clock less ``CLOCK_BOOTTIME`` when that lies in
+    ``[btime, btime + 1)``; else ``btime`` itself."""
+    try:
+        precise = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
+    except (AttributeError, OSError):  # no CLOCK_BOOTTIME (not Linux)
+        return float(btime)
+    return precise if btime <= precise < btime + 1 else float(btime)
 
 
 def feed_guarded(decoder: LogDecoder, message: str, seq: int, when: datetime) -> list[tuple[int, HealthEvent]]:
