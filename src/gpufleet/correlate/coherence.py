@@ -99,6 +99,9 @@ class Coherence(KeptPatterns):
         self._log_share = math.log(share)
         self._cands = {}  # candidate -> its witnesses and symptoms (candidates.py)
         self._seen: dict[tuple[str, str], Reporters] = {}  # (kind, class) -> its reporters in the rate window
+        # the same, of reports naming a link by components with one link (a NIC): _p_end
+        self._seen_link: dict[tuple[str, str], Reporters] = {}
+        self._q_link: dict[str, float] = {}
         self._hist = {}  # patterns kept from before a move (kept.py)
         self._log_alpha_hist = {}
         self._explained: dict[str, float] = {}  # reporter -> until when it is left out of the rates
@@ -123,25 +126,22 @@ class Coherence(KeptPatterns):
         """The stream about to be :meth:`note`-d begins at ``t`` (its first event may come later)."""
         self._start = min(self._start, t)
 
-    def note(self, t: float, kind: str, reporter: str, rclass: str) -> None:
+    def note(self, t: float, kind: str, reporter: str, rclass: str, link: str = "") -> None:
         """Learn one event of the background only (what :meth:`add` does first): a restart primes the
         rates with the stream before its replay, so the replay tests against the background the engine
-        had learned, not a cold start's (``Engine.prime``)."""
+        had learned, not a cold start's (``Engine.prime``). ``link``: the link the event names, if any."""
         self._start = min(self._start, t)
-        seen = self._seen.get((kind, rclass))
-        if seen is None:
-            seen = self._seen[(kind, rclass)] = Reporters()
-        prev = seen.last.get(reporter)
         minute = int(t // UNIT_S)
-        if prev is None or prev[2] != minute:
-            seen.saw(reporter, t, minute, prev)
+        _saw(self._seen, kind, rclass, reporter, t, minute)
+        if link and (self._index.degree.get(reporter) or self._index.deg(reporter)) == 1:
+            _saw(self._seen_link, kind, rclass, reporter, t, minute)
 
     def add(self, t: float, kind: str, reporter: str, rclass: str, key: tuple[str, str],
             pairs: tuple[tuple[str, str, str, bool], ...]) -> list[str]:
         """One event of ``kind`` from ``reporter`` (class ``rclass``) on symptom ``key`` whose
         candidates and witnesses are ``pairs``; returns the candidates that are significant after
         this event moved their statistic (a new witness or witness-minute)."""
-        self.note(t, kind, reporter, rclass)
+        self.note(t, kind, reporter, rclass, key[1])
         minute = int(t // UNIT_S)
         if t - self._refreshed >= REFRESH_S:
             self._refresh(t)
@@ -415,8 +415,17 @@ class Coherence(KeptPatterns):
         return v
 
     def _p_end(self, r: str) -> float:
-        """Probability that end ``r`` of a cable reports on that cable in one window."""
-        return min(1.0, self._q.get(self._kind_of(r), PRIOR_Q) / self._index.deg(r))
+        """Probability that end ``r`` of a cable reports on that cable in one window. An end with one link
+        (a NIC) reports on it exactly when it reports a link-naming event: its class's rate of those, a
+        part of its rate of any report (the whole of it while the class has named no link in the rate
+        window). An end with more links keeps its rate of any report over its links (decision 0115: for
+        a switch the over-count and the bursts' several links roughly cancel). Decision 0118."""
+        cls = self._kind_of(r)
+        q = self._q.get(cls, PRIOR_Q)
+        deg = self._index.deg(r)
+        if deg == 1:
+            return min(1.0, q, self._q_link.get(cls, q))
+        return min(1.0, q / deg)
 
     def mu(self, c: str) -> float:
         """Expected number of witnesses of ``c`` in one window under the background."""
@@ -434,6 +443,7 @@ class Coherence(KeptPatterns):
             self._explained = {r: u for r, u in self._explained.items() if u > t}
         left_out = [r for r, u in self._explained.items() if u > t]
         self._q, self._rep = learn(self._seen, t - self._rate_window, span / self.window, left_out, self._class_size)
+        self._q_link = learn(self._seen_link, t - self._rate_window, span / self.window, left_out, self._class_size)[0]
         self._poisson_memo = {}
         self._rep_memo = {}
         if t - self._swept >= self.window:
@@ -442,3 +452,13 @@ class Coherence(KeptPatterns):
             for c in [c for c, st in self._cands.items()
                       if (st[0] < gone if isinstance(st, tuple) else all(v[0] < gone for v in st.wit.values()))]:
                 del self._cands[c]
+
+
+def _saw(seen: dict[tuple[str, str], Reporters], kind: str, rclass: str, reporter: str, t: float, minute: int) -> None:
+    """``reporter`` (class ``rclass``) reported ``kind`` at ``t``: one more minute of it, if a new one."""
+    rs = seen.get((kind, rclass))
+    if rs is None:
+        rs = seen[(kind, rclass)] = Reporters()
+    prev = rs.last.get(reporter)
+    if prev is None or prev[2] != minute:
+        rs.saw(reporter, t, minute, prev)

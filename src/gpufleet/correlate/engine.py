@@ -195,7 +195,7 @@ class Engine(Verdicts):
                 continue
             last[key] = t  # a counted event, coherent or not, starts its symptom's hold-down (as _event)
             if j.coherent:
-                coh.note(t, _KIND_VALUE[kind], comp, self._kinds.get(comp) or self.kind_of(comp))
+                coh.note(t, _KIND_VALUE[kind], comp, self._kinds.get(comp) or self.kind_of(comp), key[1])
         return n
 
     def _weighing(self, kind: EventKind, code: int | None, sev: Severity | None, rule: str,

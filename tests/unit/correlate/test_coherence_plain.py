@@ -24,14 +24,8 @@ from tests.unit.correlate.test_coherence_state import TOPO, weak_streams
 
 def _plain_add(self: co.Coherence, t: float, kind: str, reporter: str, rclass: str, key: tuple[str, str],
                pairs: tuple[tuple[str, str, str, bool], ...]) -> list[str]:
-    self._start = min(self._start, t)
+    self.note(t, kind, reporter, rclass, key[1])  # the background: not one of the shortcuts
     minute = int(t // co.UNIT_S)
-    seen = self._seen.get((kind, rclass))
-    if seen is None:
-        seen = self._seen[(kind, rclass)] = co.Reporters()
-    prev = seen.last.get(reporter)
-    if prev is None or prev[2] != minute:
-        seen.saw(reporter, t, minute, prev)
     if t - self._refreshed >= co.REFRESH_S:
         self._refresh(t)
     q_r = self._q.get(rclass, co.PRIOR_Q)

@@ -68,16 +68,24 @@ class _Reference:
     def __init__(self, coh: co.Coherence) -> None:
         self.coh = coh
         self.seen: dict[tuple[str, str], dict[str, tuple[float, int, int]]] = {}
+        # the same for reports naming a link by a component with one link (a NIC): the cable-end rate
+        self.seen_link: dict[tuple[str, str], dict[str, tuple[float, int, int]]] = {}
         add, refresh = coh.add, coh._refresh
 
         def checked_add(t: float, kind: str, reporter: str, rclass: str, *rest: object) -> list[str]:
-            seen = self.seen.setdefault((kind, rclass), {})
+            key = rest[0]
+            assert isinstance(key, tuple)
             minute = int(t // co.UNIT_S)
-            prev = seen.get(reporter)
-            if prev is None:
-                seen[reporter] = (t, 1, minute)
-            elif prev[2] != minute:
-                seen[reporter] = (t, prev[1] + 1, minute)
+            mirrors = [self.seen]
+            if key[1] and len(TOPO.links_of(reporter)) == 1:
+                mirrors.append(self.seen_link)
+            for mirror in mirrors:
+                seen = mirror.setdefault((kind, rclass), {})
+                prev = seen.get(reporter)
+                if prev is None:
+                    seen[reporter] = (t, 1, minute)
+                elif prev[2] != minute:
+                    seen[reporter] = (t, prev[1] + 1, minute)
             return add(t, kind, reporter, rclass, *rest)  # type: ignore[arg-type]
 
         def checked_refresh(t: float) -> None:
@@ -110,6 +118,17 @@ class _Reference:
             rate = (rates.PRIOR_Q * rates.PRIOR_WEIGHT + n / windows) / (rates.PRIOR_WEIGHT + size)
             per_class[cls] = per_class.get(cls, 0.0) + rate
         assert coh._q == per_class
+        link_rates: dict[str, float] = {}
+        for key, seen in self.seen_link.items():
+            for r in [r for r, v in seen.items() if v[0] < cutoff]:
+                del seen[r]
+            assert coh._seen_link[key].last == seen
+            n = sum(1 for r in seen if coh._explained.get(r, -math.inf) <= t)
+            cls = key[1]
+            size = coh._class_size.get(cls, 1)
+            rate = (rates.PRIOR_Q * rates.PRIOR_WEIGHT + n / windows) / (rates.PRIOR_WEIGHT + size)
+            link_rates[cls] = link_rates.get(cls, 0.0) + rate
+        assert coh._q_link == link_rates
         w = rates.PRIOR_REP_WEIGHT
         m = (rates.PRIOR_EXCESS * w + excess) / (w + active)
         var = (rates.PRIOR_EXCESS * (1 + rates.PRIOR_EXCESS) * w + excess2) / (w + active) - m * m
