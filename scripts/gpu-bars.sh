@@ -11,17 +11,11 @@
 # importable (pip install -e . or PYTHONPATH=src) and torch with CUDA. Each step is time-boxed and a failing
 # step does not stop the next. Results go in docs/benchmarks.md (section checks) and, as rates,
 # tests/fixtures/checks/<sku>-healthy-runs.json.
-set -u
-OUT_DIR=${1:-gpu-bars}
-mkdir -p "$OUT_DIR"
-LOG="$OUT_DIR/log.txt"
-PY=${PYTHON:-python3}
-export PYTHONUNBUFFERED=1
-step() { echo "=== $(date -u +%H:%M:%S) $*" | tee -a "$LOG"; }
+DEFAULT_OUT=gpu-bars
+# shellcheck source=scripts/gpu-lib.sh
+. "$(dirname "$0")/gpu-lib.sh"
 
-step "nvidia-smi"
-nvidia-smi -q > "$OUT_DIR/smi.txt" 2>&1
-"$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))' >> "$LOG" 2>&1
+identify
 
 step "NVML field survey"
 timeout 60 "$PY" scripts/nvml_survey.py --reads 20 > "$OUT_DIR/survey.json" 2>> "$LOG"

@@ -9,17 +9,12 @@
 #   log.txt          everything the steps printed
 # Needs the package importable (pip install -e . or PYTHONPATH=src) and torch with CUDA. Each step is time-
 # boxed and a failing step does not stop the next. See docs/benchmarks.md for the recorded results.
-set -u
-OUT_DIR=${1:-gpu-survey}
-mkdir -p "$OUT_DIR"
-LOG="$OUT_DIR/log.txt"
-PY=${PYTHON:-python3}
-export PYTHONUNBUFFERED=1
-step() { echo "=== $(date -u +%H:%M:%S) $*" | tee -a "$LOG"; }
+DEFAULT_OUT=gpu-survey
+# shellcheck source=scripts/gpu-lib.sh
+. "$(dirname "$0")/gpu-lib.sh"
 
-step "nvidia-smi"
-{ nvidia-smi -q; nvidia-smi topo -m; nvidia-smi nvlink -s; } > "$OUT_DIR/smi.txt" 2>&1
-"$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(0))' >> "$LOG" 2>&1
+identify
+{ nvidia-smi topo -m; nvidia-smi nvlink -s; } >> "$OUT_DIR/smi.txt" 2>&1
 
 step "agent (background)"
 STATE=$(mktemp -d)
