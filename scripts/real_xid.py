@@ -27,11 +27,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -61,12 +63,15 @@ def _port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait(what: str, check: Any, timeout: float) -> Any:
+def _wait(what: str, check: Any, timeout: float, procs: list[subprocess.Popen[bytes]]) -> Any:
     end = time.monotonic() + timeout
     while True:
         got = check()
         if got:
             return got
+        dead = [p.args[3] for p in procs if p.poll() is not None]  # type: ignore[index]
+        if dead:
+            raise RuntimeError(f"{', '.join(map(str, dead))} exited while waiting for {what} (its log is below)")
         if time.monotonic() > end:
             raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
         time.sleep(0.2)
@@ -93,18 +98,30 @@ def main() -> int:
     p.add_argument("--simulate", action="store_true", help="the simulated device, XIDs injected (no GPU)")
     a = p.parse_args()
     if not a.simulate:
-        probe = subprocess.run([sys.executable, "-c", "import cupy; assert cupy.cuda.runtime.getDeviceCount() > 0"],
-                               check=False, capture_output=True, text=True, timeout=120)
-        if probe.returncode != 0:
-            print(f"no GPU to fault: {(probe.stderr.strip().splitlines() or ['?'])[-1]}", file=sys.stderr)
+        try:
+            probe = subprocess.run([sys.executable, "-c", "import cupy; assert cupy.cuda.runtime.getDeviceCount() > 0"],
+                                   check=False, capture_output=True, text=True, timeout=120)
+            why = (probe.stderr.strip().splitlines() or ["?"])[-1] if probe.returncode else ""
+        except subprocess.TimeoutExpired:
+            why = "CuPy did not answer in 120 s"
+        if why:
+            print(f"no GPU to fault: {why}", file=sys.stderr)
             return 2
     root = Path(tempfile.mkdtemp(prefix="real-xid-"))
+    try:
+        return _run(a, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _run(a: argparse.Namespace, root: Path) -> int:
     port = _port()
     import gpufleet  # the subprocesses run in a scratch directory: give them this package, wherever it is
 
-    src = str(Path(gpufleet.__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH", "")) if p)}
+    pkg = str(Path(gpufleet.__file__).resolve().parents[1])
+    # no GPUFLEET_* setting from the caller's shell: it would override the config written here
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUFLEET_")}
+    env |= {"PYTHONUNBUFFERED": "1", "PYTHONPATH": os.pathsep.join(p for p in (pkg, env.get("PYTHONPATH", "")) if p)}
     (root / "policy.toml").write_text("[policy]\nauto_repair = false\n")
     (root / "agent-token").write_text(AGENT + "\n")
     (root / "controller.toml").write_text("\n".join([
@@ -118,11 +135,11 @@ def main() -> int:
     cli = [sys.executable, "-m", "gpufleet.cli"]
     procs: list[subprocess.Popen[bytes]] = []
     out: dict[str, Any] = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    api = httpx.Client(base_url=f"http://127.0.0.1:{port}/v1", headers={"Authorization": f"Bearer {ADMIN}"},
+                       timeout=10)
     try:
         procs.append(_spawn([*cli, "controller", "serve", "--config", str(root / "controller.toml"),
                              "--sim-state", str(root / "sim.json")], root / "controller.log", env))
-        api = httpx.Client(base_url=f"http://127.0.0.1:{port}/v1", headers={"Authorization": f"Bearer {ADMIN}"},
-                           timeout=10)
 
         def answers() -> bool:
             try:
@@ -130,9 +147,12 @@ def main() -> int:
             except httpx.TransportError:
                 return False
 
-        _wait("the controller", answers, 60)
+        _wait("the controller", answers, 60, procs)
         api.post("/nodes", json={"nodes": [{"id": NODE, "rack": "r01", "leaves": []}], "state": "ready"}) \
             .raise_for_status()
+        # The faults' XIDs are the events from here on: a fresh agent reads the whole kernel ring, earlier
+        # XIDs of this boot included, and kernel-log times are exact to the microsecond (decision 0117).
+        since = datetime.now(UTC) - timedelta(seconds=1)
         device = ["--device", "sim", "--gpus", "2", "--kmsg-path", str(root / "sim-kmsg"),
                   "--inject", "xid:31@gpu0@+3", "--inject", "xid:43@gpu1@+4"] if a.simulate else ["--device", "nvml"]
         procs.append(_spawn([*cli, "agent", *device, "--controller", f"http://127.0.0.1:{port}",
@@ -140,22 +160,21 @@ def main() -> int:
                              str(root / "agent"), "--config", str(root / "agent.toml"), "--kmsg",
                              "--metrics-port", "0", "--metrics-addr", "127.0.0.1"], root / "agent.log", env))
         _wait("the agent's first heartbeat",
-              lambda: api.get(f"/nodes/{NODE}").json()["node"].get("last_heartbeat"), 60)
-        before = {e["id"] for e in api.get("/events", params={"node": NODE, "limit": 1000}).json()}
+              lambda: api.get(f"/nodes/{NODE}").json()["node"].get("last_heartbeat"), 60, procs)
         dmesg_before = set(_dmesg_xids())
         out["faults"] = {}
-        for name, src in KERNELS.items():
+        for name, kernel in KERNELS.items():
             if a.simulate:
                 out["faults"][name] = {"rc": None, "error": "simulated: injected by the agent"}
                 continue
-            r = subprocess.run([sys.executable, "-c", FAULT, src], check=False, capture_output=True, text=True,
+            r = subprocess.run([sys.executable, "-c", FAULT, kernel], check=False, capture_output=True, text=True,
                                timeout=60)
             out["faults"][name] = {"rc": r.returncode, "error": (r.stderr.strip().splitlines() or [""])[-1][:300]}
             time.sleep(1.0)  # the two faults apart in time (each its own process and context)
 
         def new_events() -> list[dict[str, Any]]:
             got = api.get("/events", params={"node": NODE, "limit": 1000}).json()
-            return [e for e in got if e["id"] not in before]
+            return [e for e in got if datetime.fromisoformat(e["time"].replace("Z", "+00:00")) >= since]
 
         def arrived() -> bool:  # an XID per kernel, each from both sources (NVML's event set, the kernel log)
             seen: dict[int, set[str]] = {}
@@ -165,7 +184,7 @@ def main() -> int:
             return len(seen) >= len(KERNELS) and all(len(v) >= 2 for v in seen.values())
 
         try:  # up to --settle seconds for them to arrive; what arrived is reported either way
-            _wait("an XID per kernel from both sources", arrived, a.settle)
+            _wait("an XID per kernel from both sources", arrived, a.settle, procs)
         except TimeoutError as exc:
             out["wait"] = str(exc)
         out["kernel_log"] = [ln for ln in _dmesg_xids() if ln not in dmesg_before]
@@ -183,13 +202,16 @@ def main() -> int:
             "counted_per_code": {c: len(v) for c, v in counted.items()},
             "node_state": out["node"].get("state"),
         }
-        ok = bool(codes) and all(len(v) == 1 for v in counted.values()) and out["node"].get("state") == "ready"
+        ok = ("wait" not in out and len(codes) >= len(KERNELS)
+              and all(s == ["kmsg", "nvml"] for s in out["summary"]["sources_per_code"].values())
+              and all(len(v) == 1 for v in counted.values()) and out["node"].get("state") == "ready")
         out["summary"]["ok"] = ok
         return 0 if ok else 1
-    except TimeoutError as exc:
-        out["error"] = str(exc)
+    except Exception as exc:  # what went wrong goes in the report, with the logs, and the exit status says so
+        out["error"] = repr(exc)
         return 1
     finally:
+        api.close()
         for proc in reversed(procs):
             proc.terminate()
             try:

@@ -24,6 +24,7 @@ def test_each_xid_from_nvml_and_the_kernel_log_is_one_counted_fault(tmp_path: Pa
     out = tmp_path / "xid.json"
     r = subprocess.run([sys.executable, str(SCRIPT), "--out", str(out), "--simulate", "--settle", "60"],
                        check=False, capture_output=True, text=True, timeout=180)
+    assert out.exists(), (r.returncode, r.stdout, r.stderr[-3000:])
     got = json.loads(out.read_text())
     assert r.returncode == 0, (r.stdout, r.stderr[-3000:], got.get("error"), got.get("agent.log", "")[-3000:])
     xids = [e for e in got["events"] if e["kind"] == "xid"]

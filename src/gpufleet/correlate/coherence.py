@@ -134,7 +134,9 @@ class Coherence(KeptPatterns):
         minute = int(t // UNIT_S)
         _saw(self._seen, kind, rclass, reporter, t, minute)
         if link and (self._index.degree.get(reporter) or self._index.deg(reporter)) == 1:
-            _saw(self._seen_link, kind, rclass, reporter, t, minute)
+            ln = self._links.get(link)
+            if ln is not None and reporter in (ln.a, ln.b):  # a one-link end about its own link
+                _saw(self._seen_link, kind, rclass, reporter, t, minute)
 
     def add(self, t: float, kind: str, reporter: str, rclass: str, key: tuple[str, str],
             pairs: tuple[tuple[str, str, str, bool], ...]) -> list[str]:
@@ -417,8 +419,8 @@ class Coherence(KeptPatterns):
     def _p_end(self, r: str) -> float:
         """Probability that end ``r`` of a cable reports on that cable in one window. An end with one link
         (a NIC) reports on it exactly when it reports a link-naming event: its class's rate of those, a
-        part of its rate of any report (the whole of it while the class has named no link in the rate
-        window). An end with more links keeps its rate of any report over its links (decision 0115: for
+        part of its rate of any report (the whole of it while no component of the class has named its
+        link in the rate window). An end with more links keeps its rate of any report over its links (decision 0115: for
         a switch the over-count and the bursts' several links roughly cancel). Decision 0118."""
         cls = self._kind_of(r)
         q = self._q.get(cls, PRIOR_Q)
@@ -443,7 +445,16 @@ class Coherence(KeptPatterns):
             self._explained = {r: u for r, u in self._explained.items() if u > t}
         left_out = [r for r, u in self._explained.items() if u > t]
         self._q, self._rep = learn(self._seen, t - self._rate_window, span / self.window, left_out, self._class_size)
-        self._q_link = learn(self._seen_link, t - self._rate_window, span / self.window, left_out, self._class_size)[0]
+        # A (kind, class) that named no link in the rate window is dropped, so that _p_end falls back to the
+        # any-report rate as it does before the first such report: a restart primed with the rate window
+        # then judges a cable as the running engine does.
+        cutoff = t - self._rate_window
+        for k in list(self._seen_link):
+            rs = self._seen_link[k]
+            rs.forget_before(cutoff)
+            if not rs.last:
+                del self._seen_link[k]
+        self._q_link = learn(self._seen_link, cutoff, span / self.window, left_out, self._class_size)[0]
         self._poisson_memo = {}
         self._rep_memo = {}
         if t - self._swept >= self.window:

@@ -77,7 +77,8 @@ class _Reference:
             assert isinstance(key, tuple)
             minute = int(t // co.UNIT_S)
             mirrors = [self.seen]
-            if key[1] and len(TOPO.links_of(reporter)) == 1:
+            if key[1] and len(TOPO.links_of(reporter)) == 1 and reporter in (TOPO.links[key[1]].a,
+                                                                              TOPO.links[key[1]].b):
                 mirrors.append(self.seen_link)
             for mirror in mirrors:
                 seen = mirror.setdefault((kind, rclass), {})
@@ -119,16 +120,19 @@ class _Reference:
             per_class[cls] = per_class.get(cls, 0.0) + rate
         assert coh._q == per_class
         link_rates: dict[str, float] = {}
-        for key, seen in self.seen_link.items():
+        for key, seen in list(self.seen_link.items()):
             for r in [r for r, v in seen.items() if v[0] < cutoff]:
                 del seen[r]
+            if not seen:  # named no link in the rate window: dropped (the any-report rate stands in)
+                del self.seen_link[key]
+                continue
             assert coh._seen_link[key].last == seen
             n = sum(1 for r in seen if coh._explained.get(r, -math.inf) <= t)
             cls = key[1]
             size = coh._class_size.get(cls, 1)
             rate = (rates.PRIOR_Q * rates.PRIOR_WEIGHT + n / windows) / (rates.PRIOR_WEIGHT + size)
             link_rates[cls] = link_rates.get(cls, 0.0) + rate
-        assert coh._q_link == link_rates
+        assert coh._q_link == link_rates and set(coh._seen_link) == set(self.seen_link)
         w = rates.PRIOR_REP_WEIGHT
         m = (rates.PRIOR_EXCESS * w + excess) / (w + active)
         var = (rates.PRIOR_EXCESS * (1 + rates.PRIOR_EXCESS) * w + excess2) / (w + active) - m * m
@@ -143,7 +147,7 @@ def _check_state(eng: Engine) -> None:
         assert state.units == sum(v[1] for v in state.wit.values())
         assert all(state.oldest <= v[0] for v in state.wit.values())
         assert state.cls == coh._cls(c)
-    for seen in coh._seen.values():
+    for seen in [*coh._seen.values(), *coh._seen_link.values()]:
         assert seen.n == len(seen.last)
         assert seen.excess == sum(v[1] - 1 for v in seen.last.values())
         assert seen.excess2 == sum((v[1] - 1) ** 2 for v in seen.last.values())

@@ -333,9 +333,9 @@ def boot_time(proc_root: Path) -> datetime | None:
     ``btime`` is whole seconds (the kernel truncates), so kernel-log records placed after it land up to a
     second early: on a real H200 (2026-11-27) each XID's kernel-log line came 0.93 s *before* NVML
     delivered the same XID. This machine's wall clock less its time since boot (``CLOCK_BOOTTIME``) is
-    the same instant, unrounded; it is used when it falls within that second of ``btime``, i.e. when
-    ``proc_root`` is this machine's own ``/proc`` (not a recorded or test one) and the clock was not
-    stepped since."""
+    the same instant, unrounded (the kernel computes ``btime`` from the same two clocks at each read, so a
+    stepped wall clock moves both); it is used when it falls within that second of ``btime``, i.e. when
+    ``proc_root`` is this machine's own ``/proc``, not a recorded, a test's or another host's one."""
     try:
         text = (proc_root / "stat").read_text()
     except OSError:
@@ -352,12 +352,16 @@ def boot_time(proc_root: Path) -> datetime | None:
 
 def _precise_boot(btime: int) -> float:
     """``btime`` refined to this machine's wall clock less ``CLOCK_BOOTTIME`` when that lies in
-    ``[btime, btime + 1)``; else ``btime`` itself."""
+    ``[btime, btime + 1)`` (give or take the 10 ms the two clock reads and the kernel's own read of
+    ``btime`` may be apart); else ``btime`` itself."""
     try:
         precise = time.time() - time.clock_gettime(time.CLOCK_BOOTTIME)
     except (AttributeError, OSError):  # no CLOCK_BOOTTIME (not Linux)
         return float(btime)
-    return precise if btime <= precise < btime + 1 else float(btime)
+    return precise if btime - _READ_SKEW_S <= precise < btime + 1 + _READ_SKEW_S else float(btime)
+
+
+_READ_SKEW_S = 0.01
 
 
 def feed_guarded(decoder: LogDecoder, message: str, seq: int, when: datetime) -> list[tuple[int, HealthEvent]]:
