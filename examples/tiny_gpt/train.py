@@ -33,7 +33,7 @@ from model import TinyGPT, loss_of
 
 from gpufleet.goodput.durable import RunRecorder
 from gpufleet.goodput.flops import transformer_flops_per_step
-from gpufleet.goodput.torch_checkpoint import Checkpointer, ModelOptimState
+from gpufleet.goodput.torch_checkpoint import Checkpointer, ModelOptimState, complete_checkpoints
 
 
 def main() -> None:
@@ -70,7 +70,8 @@ def main() -> None:
     params = list(model.parameters())
 
     run_dir = Path(a.run_dir)
-    rec = RunRecorder(run_dir)
+    # a run that resumes from a checkpoint continues its log, even after the run's end (more --steps)
+    rec = RunRecorder(run_dir, append_after_end=bool(complete_checkpoints(run_dir / "ckpt")))
     # the model FLOPs of one rank's step: the analytic formula (tests/unit/goodput checks it against
     # torch.utils.flop_counter on this model)
     rec.model(transformer_flops_per_step(batch=a.batch, seq=a.seq, d_model=a.d_model, layers=a.layers,

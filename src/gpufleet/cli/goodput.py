@@ -184,9 +184,10 @@ def register(app: typer.Typer) -> None:
         tracker = "mlflow" if mlflow is not None else "wandb"
         try:
             if mlflow is not None:
-                from gpufleet.goodput.mlflow_export import MlflowExporter
+                from gpufleet.goodput.mlflow_export import MlflowExporter, probe
 
                 exporter = MlflowExporter(mlflow, run_id=mlflow_run, experiment=experiment, run_name=run_name)
+                probe(mlflow)  # a mistyped URI fails now, not after MLflow's minutes of retries
             else:
                 from gpufleet.goodput.wandb_export import WandbExporter
 

@@ -18,6 +18,11 @@ completes on its upload thread, so the loop does not wait for that ``fsync``), a
 one; the reader tolerates that (:mod:`gpufleet.goodput.runlog`). The recorder is thread-safe (an async
 checkpoint's completion is recorded from its own thread) and never touches the controller.
 
+A run directory holds one run: an attempt opened on a rank file whose last record is ``end`` (the run
+finished) is refused, since appending would make the next experiment a restart of the finished one, its
+gap badput (``append_after_end=True`` continues the finished run, e.g. training extended by more steps).
+A crashed or killed attempt leaves no ``end``, so its relaunch resumes as before.
+
 Times: the attempt's ``launched`` time is, in order, the ``launched`` argument, ``$GPUFLEET_LAUNCH_TIME``
 (Unix seconds; set it before ``torchrun``/``srun`` to count launcher start-up) or the process's start
 time from ``/proc``; record times are the wall clock read once, advanced by ``time.monotonic``.
@@ -55,7 +60,7 @@ def rank_file(run_dir: str | Path, rank: int) -> Path:
 class RunRecorder:
     def __init__(self, run_dir: str | Path, *, rank: int | None = None, world: int | None = None,
                  launched: float | None = None, fsync: FsyncPolicy = "checkpoint", push: bool | None = None,
-                 host: str | None = None,
+                 host: str | None = None, append_after_end: bool = False,
                  monotonic: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
         if fsync not in ("always", "checkpoint", "never"):
             raise InvalidInput("fsync", fsync, "always, checkpoint or never")
@@ -73,6 +78,10 @@ class RunRecorder:
         self._compute = 0.0
         self._ended = False
         self.path = rank_file(run_dir, self.rank)
+        if not append_after_end and _ended(self.path):
+            raise InvalidInput("run_dir", str(run_dir),
+                               f"a directory without a finished run ({self.path.name} ends with the run's end record): "
+                               "a new directory per run, or append_after_end=True to continue the finished run")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         if os.fstat(self._fd).st_size and not _ends_with_newline(self.path):
@@ -220,6 +229,26 @@ def _env_int(*names: str, default: int = 0) -> int:
                 raise InvalidInput(name, raw, "a non-negative integer")
             return int(raw)
     return default
+
+
+def _ended(path: Path) -> bool:
+    """Whether ``path``'s last whole record is the run's ``end`` (a clean finish; a torn or missing last
+    line is a crash, which a relaunch resumes)."""
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - 4096))
+            tail = f.read()
+    except FileNotFoundError:
+        return False
+    if not tail.endswith(b"\n"):
+        return False
+    last = tail.rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    try:
+        doc = json.loads(last)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and doc.get("ev") == "end"
 
 
 def _ends_with_newline(path: Path) -> bool:

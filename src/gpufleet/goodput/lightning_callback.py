@@ -64,7 +64,10 @@ class GoodputCallback(pl.Callback):
 
     # ---- the run ------------------------------------------------------------------------------
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.recorder = RunRecorder(self.run_dir, rank=trainer.global_rank, world=trainer.world_size)
+        # fit(ckpt_path=...) continues the run, even one whose log ended; a fit from scratch into a finished
+        # run's directory is refused (RunRecorder): it would read back as a restart that redid every step
+        self.recorder = RunRecorder(self.run_dir, rank=trainer.global_rank, world=trainer.world_size,
+                                    append_after_end=trainer.ckpt_path is not None)
         if self.flops_per_step is not None:
             self.recorder.model(self.flops_per_step, peak_flops=self.peak_flops, dtype=self.dtype)
         if trainer.ckpt_path:  # fit(ckpt_path=...) resumed: the restore happened before this hook

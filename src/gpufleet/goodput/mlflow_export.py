@@ -22,12 +22,38 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.errors import ExternalError, InvalidInput
 from gpufleet.goodput.trackers import EVENT_COLUMNS, InfraEvent, SeriesPoint, missing_extra
 
 EVENTS_ARTIFACT = "gpufleet/infra_events.json"
+PROBE_TIMEOUT_S = 10.0
 MAX_BATCH = 1000  # MLflow's limit of metrics per log_batch call
 MAX_TAG = 5000
+
+
+def probe(tracking_uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
+    """Raise :class:`ExternalError` (not retryable) when nothing answers HTTP at an ``http(s)://``
+    tracking URI: a refused connection, an unknown host or no answer within ``timeout_s``. MLflow's
+    client retries such a request with backoff for minutes (seven tries by default), so a mistyped
+    ``--mlflow`` would hang the one-shot export instead of failing. Any HTTP answer, an error status
+    included, is a server: what it says is left to MLflow. Other URIs (``file:``, ``databricks``, a
+    path) are not probed. Not for the training loop's exporter, which must start whether or not its
+    tracker is up."""
+    if not tracking_uri.startswith(("http://", "https://")):
+        return
+    import urllib.error
+    import urllib.request
+
+    url = tracking_uri.rstrip("/") + "/health"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s):
+            return
+    except urllib.error.HTTPError:
+        return  # it answered
+    except (urllib.error.URLError, OSError) as err:
+        why = getattr(err, "reason", err)
+        raise ExternalError("mlflow", f"no tracking server answers at {tracking_uri} ({why}); check --mlflow",
+                            retryable=False) from None
 
 
 class MlflowExporter:

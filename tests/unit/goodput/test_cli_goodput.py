@@ -109,6 +109,24 @@ def test_export_errors_name_the_option_and_never_end_in_a_traceback(tmp_path: Pa
     assert isinstance(err, ExternalError) and err.system == "mlflow" and "nosuchscheme://x" in str(err), err
 
 
+def test_export_to_a_tracking_uri_where_nothing_listens_fails_at_once_naming_it(tmp_path: Path) -> None:
+    """A mistyped ``--mlflow`` (nothing listens there): MLflow's client would retry for minutes (the test's
+    60 s would end it); the export says at once that nothing answers there, and names the option."""
+    import socket
+
+    from gpufleet.domain.errors import ExternalError
+
+    _crash_and_resume(tmp_path)
+    with socket.socket() as s:  # a port nothing listens on: bound, never listening
+        s.bind(("127.0.0.1", 0))
+        uri = f"http://127.0.0.1:{s.getsockname()[1]}"
+        env = {"GPUFLEET_CONTROLLER": "", "GPUFLEET_TOKEN_FILE": "", "MLFLOW_HTTP_REQUEST_TIMEOUT": "60"}
+        out = CliRunner().invoke(app, ["goodput", "export", str(tmp_path), "--mlflow", uri], env=env)
+    err = out.exception
+    assert isinstance(err, ExternalError) and err.system == "mlflow" and not err.retryable, err
+    assert uri in str(err) and "--mlflow" in str(err) and exit_code_for(err) != 0
+
+
 def _declared_run(run: Path, *, model: bool = True) -> None:
     """Four steps of exactly 1 s each doing 2 TFLOP (2 TFLOP/s achieved); peak 10 TFLOP/s, bf16."""
     from gpufleet.goodput.durable import RunRecorder

@@ -109,3 +109,17 @@ def test_with_a_tracker_the_fit_logs_its_goodput_series_to_wandb_offline(tmp_pat
     assert len(points) == len(report.intervals) == 3
     assert points[-1]["goodput/ettr"] == pytest.approx(report.goodput.ettr, abs=1e-9)
     assert summary(log)["goodput_total/steps_kept"] == 12
+
+
+def test_a_fit_from_scratch_into_a_finished_runs_directory_is_refused(tmp_path: Path) -> None:
+    """Without ``ckpt_path`` the model starts over: appended, it would read back as a restart of the
+    finished run that redid every step."""
+    from gpufleet.domain.errors import InvalidInput
+
+    run = tmp_path / "run"
+    _trainer(tmp_path, 6, run).fit(Regression(), _data())
+    before = (run / "goodput-rank0.jsonl").read_text()
+    with pytest.raises(InvalidInput) as err:
+        _trainer(tmp_path, 6, run).fit(Regression(), _data())
+    assert err.value.field == "run_dir"
+    assert (run / "goodput-rank0.jsonl").read_text() == before

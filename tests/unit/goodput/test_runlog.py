@@ -202,3 +202,31 @@ def test_the_push_process_refuses_a_period_that_is_not_positive(tmp_path: Path) 
 
     with pytest.raises(InvalidInput):
         GoodputPusher(tmp_path, "http://127.0.0.1:1", "t").follow(threading.Event(), period_s=0)
+
+
+def test_a_finished_run_is_not_appended_to_unless_asked(tmp_path: Path) -> None:
+    """The crash-and-resume run ended: a new attempt in its directory would read back as a restart of the
+    finished run (its gap badput, its steps redone) and is refused naming the directory; asked for (a
+    resume from its checkpoint, training extended), it continues the run. A crash's log (no end) and a
+    torn last line are resumed as before."""
+
+    _crash_and_resume(tmp_path)
+    before = (tmp_path / "goodput-rank0.jsonl").read_bytes()
+    with pytest.raises(InvalidInput) as err:
+        _rec(tmp_path, Clock(5000.0), 5000.0)
+    assert err.value.field == "run_dir" and err.value.value == str(tmp_path) and "append_after_end" in str(err.value)
+    assert (tmp_path / "goodput-rank0.jsonl").read_bytes() == before  # nothing written
+    c = Clock(5000.0)
+    r = RunRecorder(tmp_path, rank=0, world=1, launched=c.t, monotonic=c, wall=c, fsync="never",
+                    append_after_end=True)
+    r.end()
+    r.close()
+    assert len(run_report(read_run(tmp_path)).restarts) == 2
+    torn = tmp_path / "torn"
+    torn.mkdir()
+    (torn / "goodput-rank0.jsonl").write_bytes(before + b'{"ev":"attempt","form')  # killed mid-write
+    _rec(torn, Clock(6000.0), 6000.0).close()  # resumes
+    crashed = tmp_path / "crashed"
+    crashed.mkdir()
+    (crashed / "goodput-rank0.jsonl").write_bytes(before.rsplit(b'{"t"', 1)[0])  # the end record never written
+    _rec(crashed, Clock(6000.0), 6000.0).close()
