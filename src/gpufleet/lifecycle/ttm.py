@@ -46,7 +46,7 @@ class NodeHistory:
     node: str
     registered: datetime
     state: NodeState  # now
-    steps: tuple[Step, ...]  # its transitions, oldest first
+    steps: tuple[Step, ...]  # its transitions, oldest first (those after its first ready are not needed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +95,7 @@ class ClusterTtm:
 
 
 def node_ttm(h: NodeHistory) -> NodeTtm:
-    steps = sorted(h.steps, key=lambda s: s.time)
+    steps = h.steps  # in the order they were written (the store reads them so, and stops at the first ready)
     initial = steps[0].from_state if steps else h.state
     first_ready = h.registered if initial in READY_STATES else None
     burned = failures = 0

@@ -39,7 +39,7 @@ from gpufleet.lifecycle.decisions import Decision, DecisionStatus
 from gpufleet.lifecycle.engine import NodeRecord
 from gpufleet.lifecycle.plan import OutboxAction, Plan
 from gpufleet.lifecycle.states import NodeState
-from gpufleet.lifecycle.ttm import NodeHistory, Step
+from gpufleet.lifecycle.ttm import READY_STATES, NodeHistory, Step
 
 from .convert import (
     EVENT_COLUMNS,
@@ -359,13 +359,22 @@ class Store:
             return list(s.scalars(q))
 
     def histories(self) -> list[NodeHistory]:
-        """Every node's registration, current state and transitions (oldest first): what time to market
-        is computed from (lifecycle.ttm). Two queries, whatever the fleet's size."""
+        """Every node's registration, current state and transitions (oldest first) up to its first ready:
+        what time to market is computed from (lifecycle.ttm, which reads no further). Two queries, whatever
+        the fleet's size; the second stops at each node's first transition into or out of a ready state
+        (a node registered ready leaves one), so a fleet's years of later transitions are not read."""
+        ready = [st.value for st in READY_STATES]
+        first = (select(TransitionRow.node.label("node"), func.min(TransitionRow.seq).label("seq"))
+                 .where(TransitionRow.to_state.in_(ready) | TransitionRow.from_state.in_(ready))
+                 .group_by(TransitionRow.node).subquery())
+        q = (select(TransitionRow.node, TransitionRow.time, TransitionRow.from_state, TransitionRow.to_state)
+             .outerjoin(first, first.c.node == TransitionRow.node)
+             .where(first.c.seq.is_(None) | (TransitionRow.seq <= first.c.seq))
+             .order_by(TransitionRow.seq))
         with self.session() as s:
             nodes = list(s.execute(select(NodeRow.id, NodeRow.registered, NodeRow.state)))
             steps: dict[str, list[Step]] = {}
-            for node, t, a, b in s.execute(select(TransitionRow.node, TransitionRow.time, TransitionRow.from_state,
-                                                  TransitionRow.to_state).order_by(TransitionRow.seq)):
+            for node, t, a, b in s.execute(q):
                 steps.setdefault(node, []).append(Step(t, NodeState(a), NodeState(b)))
         return [NodeHistory(n, reg, NodeState(st), tuple(steps.get(n, ()))) for n, reg, st in nodes]
 
