@@ -444,16 +444,11 @@ class Coherence(KeptPatterns):
         if self._explained and t - self._swept >= self._rate_window:
             self._explained = {r: u for r, u in self._explained.items() if u > t}
         left_out = [r for r, u in self._explained.items() if u > t]
-        self._q, self._rep = learn(self._seen, t - self._rate_window, span / self.window, left_out, self._class_size)
-        # A (kind, class) that named no link in the rate window is dropped, so that _p_end falls back to the
-        # any-report rate as it does before the first such report: a restart primed with the rate window
-        # then judges a cable as the running engine does.
+        # learn() drops a (kind, class) nobody reported in the rate window: its class is back at the prior
+        # (and, for the link-naming reports, _p_end back at the any-report rate), as before its first report
+        # and after a restart primed with the rate window.
         cutoff = t - self._rate_window
-        for k in list(self._seen_link):
-            rs = self._seen_link[k]
-            rs.forget_before(cutoff)
-            if not rs.last:
-                del self._seen_link[k]
+        self._q, self._rep = learn(self._seen, cutoff, span / self.window, left_out, self._class_size)
         self._q_link = learn(self._seen_link, cutoff, span / self.window, left_out, self._class_size)[0]
         self._poisson_memo = {}
         self._rep_memo = {}

@@ -80,11 +80,20 @@ class Reporters:
 def learn(seen: dict[tuple[str, str], Reporters], cutoff: float, windows: float, left_out: list[str],
           class_size: dict[str, int]) -> tuple[dict[str, float], tuple[float, float]]:
     """(``q`` per class, (mean excess, negative-binomial size; inf: Poisson)) from the reporters seen
-    since ``cutoff`` (``windows`` coherence windows of stream), leaving out ``left_out``."""
+    since ``cutoff`` (``windows`` coherence windows of stream), leaving out ``left_out``. A (kind, class)
+    that nobody reported since ``cutoff`` is dropped from ``seen``: a class silent for the whole rate
+    window is back at the prior (``PRIOR_Q``, the callers' default for a class with no entry), as it is
+    before its first report and after a restart primed with the rate window (decision 0113). Kept, it
+    gave the shrunk rate of zero reports (about 0.5 / class size), a rate no restart reproduces."""
     per_class: dict[str, float] = {}
     active = excess = excess2 = 0
-    for (_, cls), rs in seen.items():
+    for key in list(seen):
+        rs = seen[key]
         rs.forget_before(cutoff)
+        if not rs.last:
+            del seen[key]
+            continue
+        cls = key[1]
         n, ex, ex2 = rs.n, rs.excess, rs.excess2
         last = rs.last
         for r in left_out:

@@ -103,3 +103,29 @@ def test_priming_learns_what_the_running_engine_counted_flaps_in_their_hold_down
     assert {k: dict(v.last) for k, v in live.coherence._seen_link.items()} == \
         {k: dict(v.last) for k, v in primed.coherence._seen_link.items()}
     assert sum(u for r in learned.values() for _, u, _ in r.values()) == 2  # :55 and 2:10 counted; :62 damped
+
+
+def test_a_class_silent_for_the_rate_window_is_back_at_the_prior_in_the_running_engine_as_after_a_restart() -> None:
+    """A leaf's corrected AER, then three hours of GPU reports only: the running engine must judge the
+    leaves at the rate a restart primed with the last two hours has (the prior: it saw no leaf report),
+    not at a rate of zero reports it kept from the leaf's old one."""
+    leaf = sorted(c for c in HGX.components if HGX.components[c].kind.value == "leaf_switch")[0]
+    gpus = sorted(c for c in HGX.components if HGX.components[c].kind.value == "gpu")
+    events = [HealthEvent("leaf", HGX.node_of(leaf) or leaf, EventKind.AER_CORRECTED, T0 - timedelta(hours=3), leaf)]
+    one_per_node = gpus[::8]  # one GPU of each node: no node gathers a pattern, all is background
+    events += [HealthEvent(f"g{i}", HGX.node_of(g) or g, EventKind.ECC_SBE,
+                           T0 - timedelta(hours=3) + timedelta(minutes=5 * i + 1), g)
+               for i, g in enumerate(one_per_node[:40])]
+    live, primed = Engine(HGX), Engine(HGX)
+    for e in events:
+        live.observe_health_event(e)
+    primed.prime([e for e in events if e.time >= events[-1].time - TWO_HOURS], events[-1].time - TWO_HOURS)
+    last = one_per_node[-1]
+    now = HealthEvent("now", HGX.node_of(last) or last, EventKind.ECC_SBE, events[-1].time + timedelta(minutes=2), last)
+    live.observe_health_event(now)
+    primed.observe_health_event(now)
+    assert live.coherence is not None and primed.coherence is not None
+    assert not live.coherence._explained
+    assert "leaf_switch" not in live.coherence._q and "leaf_switch" not in primed.coherence._q  # at the prior
+    assert live.coherence.mu(leaf) == primed.coherence.mu(leaf)
+    assert live.coherence._q["gpu"] == primed.coherence._q["gpu"]  # what both still see is learned alike
