@@ -59,7 +59,8 @@ def node_names(n: int) -> list[str]:
 
 # ---- the server (child process) -----------------------------------------------------------------
 def serve(database_url: str, nodes: int, reconciler: bool, queue_events: int | None = None,
-          max_inflight: int | None = None, retention_events: str = "", policy_file: str = "") -> None:
+          max_inflight: int | None = None, retention_events: str = "", policy_file: str = "",
+          retention_archive: str = "") -> None:
     """Run the controller like ``gpufleet controller serve``; print the port; stop when stdin closes."""
     import logging
 
@@ -80,7 +81,8 @@ def serve(database_url: str, nodes: int, reconciler: bool, queue_events: int | N
     settings = ControllerSettings(
         database_url=database_url, host="127.0.0.1", port=0, scheduler=SchedulerKind.SIM, limits=limits,
         policy_file=Path(policy_file) if policy_file else None,
-        retention=RetentionSettings(events=retention_events or "0", interval=1.0),  # [retention], every second
+        retention=RetentionSettings(events=retention_events or "0", interval=1.0,  # [retention], every second
+                                    archive_dir=Path(retention_archive) if retention_archive else None),
         tokens=(TokenConfig(name="bench-admin", role=Role.ADMIN, token=ADMIN),
                 TokenConfig(name="bench-agent", role=Role.AGENT, token=AGENT, nodes=("*",))))
     rt = build(settings, SimScheduler(node_names(nodes)))
@@ -93,13 +95,14 @@ def serve(database_url: str, nodes: int, reconciler: bool, queue_events: int | N
 
 @contextmanager
 def server(database_url: str, nodes: int, *, reconciler: bool = True, queue_events: int | None = None,
-           max_inflight: int | None = None, retention_events: str = "", policy_file: str = ""
-           ) -> Iterator[tuple[str, int]]:
+           max_inflight: int | None = None, retention_events: str = "", policy_file: str = "",
+           retention_archive: str = "") -> Iterator[tuple[str, int]]:
     cmd = [sys.executable, "-m", "bench.bench_ingest", "serve", "--database-url", database_url,
            "--nodes", str(nodes)] + ([] if reconciler else ["--no-reconciler"]) + (
            [] if queue_events is None else ["--queue-events", str(queue_events)]) + (
            [] if max_inflight is None else ["--max-inflight", str(max_inflight)]) + (
            ["--retention-events", retention_events] if retention_events else []) + (
+           ["--retention-archive", retention_archive] if retention_archive else []) + (
            ["--policy-file", policy_file] if policy_file else [])
     proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
@@ -443,9 +446,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--max-inflight", type=int, default=None, help="[limits] max_inflight_reports")
     s.add_argument("--retention-events", default="", help="[retention] events (run every second)")
     s.add_argument("--policy-file", default="", help="the controller's policy_file")
+    s.add_argument("--retention-archive", default="", help="[retention] archive_dir")
     args = ap.parse_args(argv)
     serve(args.database_url, args.nodes, not args.no_reconciler, args.queue_events, args.max_inflight,
-          args.retention_events, args.policy_file)
+          args.retention_events, args.policy_file, args.retention_archive)
     return 0
 
 

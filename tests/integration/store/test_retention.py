@@ -153,3 +153,45 @@ def test_the_store_keeps_each_jobs_latest_checkpoint_only_and_retention_forgets_
     off = Retention(store, ManualClock(T0 + 400 * day), timedelta(0))  # retention off: nothing is forgotten
     off.run_once()
     assert store.last_checkpoints(["c"]) == {"c": T0 + 35 * day}
+
+
+def test_a_run_stops_between_batches_when_the_replica_stops_leading(engine: Engine) -> None:
+    store = Store(engine)
+    _store_events(store, 12, T0, "old")
+    r = Retention(store, ManualClock(T0 + timedelta(days=40)), KEEP, batch=4, min_pause_s=0.0)
+    asked: list[int] = []
+
+    def leads() -> bool:  # deposed after the first batch
+        asked.append(r.deleted)
+        return False
+
+    assert r.run_once(leads) == 4
+    assert asked == [4] and r.deleted == 4 and len(_ids(store)) == 8  # asked once, before the second batch
+    assert r.run_once() == 8
+
+
+def test_a_write_the_fence_refuses_mid_run_is_a_warning_and_the_loop_goes_on(engine: Engine,
+                                                                              caplog: pytest.LogCaptureFixture) -> None:
+    import threading
+
+    from gpufleet.controller.ha.fence import Fenced
+
+    store = Store(engine)
+    _store_events(store, 3, T0, "old")
+    r = Retention(store, ManualClock(T0 + timedelta(days=40)), KEEP)
+    stop = threading.Event()
+    runs: list[int] = []
+
+    def fenced_then_stop(cutoff: datetime) -> tuple[int, int, bool]:
+        runs.append(1)
+        if len(runs) == 2:
+            stop.set()
+        raise Fenced(None, None)
+
+    r._batch = fenced_then_stop  # type: ignore[method-assign]
+    with caplog.at_level("WARNING", logger="gpufleet.controller.retention"):
+        r.run_forever(stop, 0.0)
+    assert len(runs) == 2  # the loop went on after the first refusal
+    records = [x for x in caplog.records if x.name == "gpufleet.controller.retention"]
+    assert records and all(x.levelname == "WARNING" and x.exc_info is None for x in records)
+    assert "stopped leading" in records[0].getMessage()
