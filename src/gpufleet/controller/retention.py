@@ -158,7 +158,8 @@ class Retention:
         With one, the rows are read as plain columns in a read-only transaction, written and fsynced
         to the archive outside any transaction, then deleted by one DELETE of the old rows up to the
         last one read: the rows read as ORM objects, the archive written and the delete by a list of
-        2,000 keys, all inside one transaction, put 0.1-0.5 s on ingest's p99 (bench retention, 2026-11-27).
+        2,000 keys, all inside one transaction, cost the thread twice the CPU per batch (bench retention,
+        2026-11-27) and held the transaction across the fsync.
         Rows with a lower ``seq`` that were not yet visible when the batch was read are recent (not
         before ``cutoff``), so the DELETE takes exactly the rows archived."""
         if self.archive_dir is None:

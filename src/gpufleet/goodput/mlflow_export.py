@@ -36,11 +36,13 @@ def probe(tracking_uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
     tracking URI: a refused connection, an unknown host or no answer within ``timeout_s``. MLflow's
     client retries such a request with backoff for minutes (seven tries by default), so a mistyped
     ``--mlflow`` would hang the one-shot export instead of failing. Any HTTP answer, an error status
-    included, is a server: what it says is left to MLflow. Other URIs (``file:``, ``databricks``, a
-    path) are not probed. Not for the training loop's exporter, which must start whether or not its
-    tracker is up."""
+    included, is a server: what it says is left to MLflow; so is a TLS handshake this probe cannot
+    verify (MLflow has its own CA and ``MLFLOW_TRACKING_INSECURE_TLS`` settings). Other URIs (``file:``,
+    ``databricks``, a path) are not probed. Not for the training loop's exporter, which must start
+    whether or not its tracker is up."""
     if not tracking_uri.startswith(("http://", "https://")):
         return
+    import ssl
     import urllib.error
     import urllib.request
 
@@ -52,6 +54,8 @@ def probe(tracking_uri: str, timeout_s: float = PROBE_TIMEOUT_S) -> None:
         return  # it answered
     except (urllib.error.URLError, OSError) as err:
         why = getattr(err, "reason", err)
+        if isinstance(why, ssl.SSLError) or isinstance(err, ssl.SSLError):
+            return  # something speaks TLS there: MLflow verifies it with its own settings
         raise ExternalError("mlflow", f"no tracking server answers at {tracking_uri} ({why}); check --mlflow",
                             retryable=False) from None
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from gpufleet.cli import app
@@ -186,3 +187,41 @@ def test_a_ceiling_that_cannot_be_used_is_named(tmp_path: Path) -> None:
         assert isinstance(out.exception, InvalidInput), (args, out.output)
         assert field in out.exception.field and words in str(out.exception), (args, str(out.exception))
         assert exit_code_for(out.exception) == 2
+
+
+def test_the_probe_leaves_a_tls_server_it_cannot_verify_to_mlflow(tmp_path: Path) -> None:
+    """A tracking server with a private CA: the probe cannot verify its certificate, but something answers
+    there, so MLflow (with its own CA setting) decides; a refused port still fails at once."""
+    import socket
+    import ssl
+    import subprocess
+    import threading
+
+    from gpufleet.domain.errors import ExternalError
+    from gpufleet.goodput.mlflow_export import probe
+
+    key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=localhost"], check=True, capture_output=True)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    with socket.socket() as srv:
+        srv.bind(("127.0.0.1", 0))
+        srv.listen(1)
+
+        def handshake_once() -> None:
+            conn, _ = srv.accept()
+            try:
+                with ctx.wrap_socket(conn, server_side=True):
+                    pass
+            except (ssl.SSLError, OSError):
+                pass  # the client gives up on the unverified certificate
+
+        t = threading.Thread(target=handshake_once, daemon=True)
+        t.start()
+        probe(f"https://127.0.0.1:{srv.getsockname()[1]}", timeout_s=10)  # no error: left to MLflow
+        t.join(10)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        with pytest.raises(ExternalError):
+            probe(f"https://127.0.0.1:{s.getsockname()[1]}", timeout_s=10)
