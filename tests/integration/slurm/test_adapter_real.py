@@ -36,9 +36,11 @@ def test_hold_and_release(lab: SlurmLab, sched: SlurmScheduler) -> None:
 
 
 def test_signal_reaches_the_batch_script(lab: SlurmLab, sched: SlurmScheduler) -> None:
-    flag = lab.root / "jobs" / "got-usr1"
-    job = lab.sbatch("n1", f"trap 'touch {flag}' USR1; while true; do sleep 0.2; done")
-    wait_for(lambda: lab.job_state(job) == "RUNNING", "job running")
+    flag, trapped = lab.root / "jobs" / "got-usr1", lab.root / "jobs" / "usr1-trapped"
+    job = lab.sbatch("n1", f"trap 'touch {flag}' USR1; touch {trapped}; while true; do sleep 0.2; done")
+    # Signal only once the script has set its trap: slurmctld says RUNNING before slurmd has launched the
+    # batch step (a signal then is "Invalid job id"), and a USR1 before the trap ends the script.
+    wait_for(trapped.exists, "the batch script running with its trap set")
     wait_for(lambda: (sched.signal(job, "USR1"), flag.exists())[1], "USR1 delivered to the batch script")
 
 
