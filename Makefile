@@ -5,10 +5,8 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install -q --disable-pip-version-check --no-compile  # .pyc written on first import instead
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
-# test processes for `make test` (pytest-xdist; every Slurm test runs in one of them, the longest groups go
-# first: tests/conftest.py, tests/durations.json). 3 on a 2-core box: most tests wait on services and
-# subprocesses (2026-11-27, pytest alone: 796 s against 928 s with 2); 0: one process
-PYTEST_WORKERS ?= 3
+# test processes for `make test` (pytest-xdist; every Slurm test runs in one of them: tests/conftest.py); 0: one process
+PYTEST_WORKERS ?= 2
 
 .PHONY: demo test lint typecheck unit bench clean install install-dev wheel wheel-compiled
 

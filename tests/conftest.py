@@ -70,46 +70,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                                 "name pytest.mark.slurm in their file")
 
 
-def scope_of(nodeid: str) -> str:
-    """The group a test runs in: ``slurm`` (the lab's worker) or its file."""
-    return "slurm" if in_slurm_group(nodeid) else nodeid.split("::", 1)[0]
-
-
-# Longest first: xdist hands out groups in order of their number of tests, which left the few long tests
-# (the schema fuzz, the compiled build: two or three tests, two minutes each) to the end of the run, one
-# worker busy while the other idled. Each group's seconds in a recent CI run (tests/durations.json, written
-# by scripts/test_durations.py from pytest's --junitxml); a group not in it counts UNKNOWN_S per test.
-DURATIONS = Path(__file__).with_name("durations.json")
-UNKNOWN_S = 0.5
-
-
-def scope_costs() -> dict[str, float]:
-    import json
-
-    try:
-        doc = json.loads(DURATIONS.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return {str(k): float(v) for k, v in doc.get("seconds", {}).items()}
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     from xdist.scheduler import LoadScopeScheduling
 
     class SlurmTogether(LoadScopeScheduling):  # type: ignore[misc]
-        ordered = False
-
         def _split_scope(self, nodeid: str) -> str:
-            return scope_of(nodeid)
-
-        def _assign_work_unit(self, node: Any) -> None:
-            if not self.ordered:  # the first hand-out: the queue is complete, reorder it once
-                self.ordered = True
-                cost = scope_costs()
-                queue = sorted(self.workqueue.items(), key=lambda kv: -cost.get(kv[0], UNKNOWN_S * len(kv[1])))
-                self.workqueue.clear()
-                self.workqueue.update(queue)
-            super()._assign_work_unit(node)
+            return "slurm" if in_slurm_group(nodeid) else nodeid.split("::", 1)[0]
 
     return SlurmTogether(config, log)
