@@ -102,10 +102,15 @@ def test_export_errors_name_the_option_and_never_end_in_a_traceback(tmp_path: Pa
                           "--job", "7"], "--token-file")):
         err = export(*args)
         assert isinstance(err, InvalidInput) and err.field == field, (args, err)
-    monkeypatch.setitem(sys.modules, "mlflow", None)  # not installed: import mlflow raises ImportError
+    # Not installed: importing mlflow raises ImportError. Its submodules too: one an earlier test in this
+    # process imported would otherwise be found in sys.modules without its parent.
+    hidden = ["mlflow", *(m for m in sys.modules if m.startswith("mlflow."))]
+    for name in hidden:
+        monkeypatch.setitem(sys.modules, name, None)
     err = export("--mlflow", "http://127.0.0.1:1")
     assert isinstance(err, InvalidInput) and err.field == "--mlflow" and "gpufleet[mlflow]" in str(err), err
-    monkeypatch.delitem(sys.modules, "mlflow")
+    for name in hidden:
+        monkeypatch.delitem(sys.modules, name)
     err = export("--mlflow", "nosuchscheme://x")  # the tracker itself fails: the system is named, exit 5
     assert isinstance(err, ExternalError) and err.system == "mlflow" and "nosuchscheme://x" in str(err), err
 
