@@ -46,7 +46,7 @@ from collections.abc import Callable
 
 from gpufleet.correlate.candidates import Cand, cand_of, prune
 from gpufleet.correlate.explain import UNITS as _UNIT_KINDS  # what contains other candidates
-from gpufleet.correlate.index import index_of
+from gpufleet.correlate.index import Pairs, index_of
 from gpufleet.correlate.kept import KeptPatterns
 from gpufleet.correlate.rates import PRIOR_EXCESS, PRIOR_Q, Reporters, learn
 from gpufleet.correlate.tails import log_negbin_tail as _log_negbin_tail
@@ -139,7 +139,7 @@ class Coherence(KeptPatterns):
                 _saw(self._seen_link, kind, rclass, reporter, t, minute)
 
     def add(self, t: float, kind: str, reporter: str, rclass: str, key: tuple[str, str],
-            pairs: tuple[tuple[str, str, str, bool], ...]) -> list[str]:
+            pairs: Pairs) -> list[str]:
         """One event of ``kind`` from ``reporter`` (class ``rclass``) on symptom ``key`` whose
         candidates and witnesses are ``pairs``; returns the candidates that are significant after
         this event moved their statistic (a new witness or witness-minute)."""
@@ -148,7 +148,6 @@ class Coherence(KeptPatterns):
         if t - self._refreshed >= REFRESH_S:
             self._refresh(t)
         q_r = self._q.get(rclass, PRIOR_Q)
-        deg = self._index.degree.get(reporter) or self._index.deg(reporter)
         out: list[str] = []
         alpha = self._alpha
         log_alpha = self._log_alpha  # = ln alpha, as computed from it
@@ -158,8 +157,8 @@ class Coherence(KeptPatterns):
         me = _SELF.get(kind) or _SELF.setdefault(kind, "self:" + kind)
         cables = self._cables
         memo = self._poisson_memo
-        for c, named, cls, inside in pairs:
-            lb = q_r if inside else q_r / deg  # this reporter's own share of mu(c)
+        for c, named, cls, share in pairs:
+            lb = q_r * share  # this reporter's own share of mu(c): a lower bound of it (own_share)
             w = me if named == "self" else named  # about itself: one witness per kind of event it reports
             st = cands.get(c)
             if st is None:
@@ -179,7 +178,7 @@ class Coherence(KeptPatterns):
                         continue
                     units = st[5] + 1
                     rep = 0.0 if cls in _SHARED_KINDS else self._log_rep_tail(units - 1, 1)
-                    if math.log(SCAN * lb * (1 - lb / 2)) + rep >= log_alpha[cls]:
+                    if lb > 0.0 and math.log(SCAN * lb * (1 - lb / 2)) + rep >= log_alpha[cls]:
                         cands[c] = (t, minute, w, st[3], key, units)
                         continue
                 st = cands[c] = cand_of(st, cls)
@@ -196,7 +195,7 @@ class Coherence(KeptPatterns):
                 st.units += 1
                 if len(wit) == 1 and c not in hist:
                     rep = 0.0 if cls in _SHARED_KINDS else self._log_rep_tail(units - 1, 1)
-                    if math.log(SCAN * lb * (1 - lb / 2)) + rep >= log_alpha[cls]:
+                    if lb > 0.0 and math.log(SCAN * lb * (1 - lb / 2)) + rep >= log_alpha[cls]:
                         continue  # one witness: p >= SCAN * P(it speaks) * P(excess >= units-1), not significant
             else:
                 wit[w] = (t, old[1], minute, old[3])
@@ -225,12 +224,26 @@ class Coherence(KeptPatterns):
             self._explained[v[3]] = until
         return c
 
-    def pair(self, c: str, kind: str, w: str, reporter: str) -> tuple[str, str, str, bool]:
-        """(candidate, witness, candidate class, reporter inside the candidate) for :meth:`add`;
-        ``kind`` is ``c``'s kind (``"link"`` for a cable)."""
+    def pair(self, c: str, kind: str, w: str, reporter: str, link: str) -> tuple[str, str, str, float]:
+        """(candidate, witness, candidate class, :meth:`own_share`) for :meth:`add`; ``kind`` is ``c``'s
+        kind (``"link"`` for a cable), ``link`` the link the report names (``""``: none)."""
         links = self._links
-        inside = w == "self" or (w == reporter and c not in links)
-        return (c, w, links[c].kind if kind == "link" else kind, inside)
+        return (c, w, links[c].kind if kind == "link" else kind, self.own_share(c, reporter, link))
+
+    def own_share(self, c: str, reporter: str, link: str) -> float:
+        """The reporter's own part of candidate ``c``'s exposure to its class, ``E(c, class)``: 1 when it
+        is ``c`` or inside ``c``; ``1/deg`` when it is an end of the link it names (a far end of a link
+        into ``c``, or an end of the cable ``c``); else 0. ``q * own_share`` is the reporter's own share
+        of ``mu(c)``, so never more than ``mu(c)``: the screens in :meth:`add` and :meth:`_score` use it
+        as the smallest background the pattern can have. (A far end is never inside: an HGX GPU naming
+        its link to a chip of its own node is 1/deg of the chip's exposure, not 1; a chip with fewer
+        GPU links than a GPU has links has less than one GPU's worth in all.)"""
+        if c == reporter or c in self._topo.ancestors(reporter):
+            return 1.0
+        ln = self._links.get(link) if link else None
+        if ln is not None and reporter in (ln.a, ln.b):
+            return 1.0 / self._index.deg(reporter)
+        return 0.0
 
     def support(self, c: str, now: float) -> list[tuple[str, str]]:
         """Symptom keys behind ``c``'s witnesses within the window."""

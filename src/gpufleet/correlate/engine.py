@@ -348,7 +348,7 @@ class Engine(Verdicts):
                 w = reporter  # a chip inside an HGX node naming three ports is one witness
             else:
                 w = self._witness(c, kind, sym)
-            out.append(coh.pair(c, kind, w, reporter))
+            out.append(coh.pair(c, kind, w, reporter, sym.link))
         return tuple(out)
 
     def _boost(self, c: str, t: float) -> list[Symptom]:

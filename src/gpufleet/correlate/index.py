@@ -15,7 +15,8 @@ from gpufleet.domain.topology import Topology
 
 _EXPOSURE_CACHE = 200_000  # candidates whose exposure is kept
 _PLACEMENT_CACHE = 50_000  # (reporter, link) placements kept (about 0.6 kB each); all dropped when full
-Pairs = tuple[tuple[str, str, str, bool], ...]  # (candidate, witness, class, reporter inside it) per candidate
+# (candidate, witness, class, the reporter's own exposure to the candidate) per candidate: see own_share
+Pairs = tuple[tuple[str, str, str, float], ...]
 _KEEP = 4  # topologies whose index is kept
 
 
@@ -83,29 +84,31 @@ class TopologyIndex:
             if u is not None and u not in out:
                 out.append(u)
         runit = units[reporter]
+        # The reporter's own exposure to a candidate (own_share): 1 inside it, 1/deg as an end of the link.
+        end_share = 1.0 / (self.degree.get(reporter) or self.deg(reporter)) if reporter in (a, b) else 0.0
         cands: list[str] = []
-        pairs: list[tuple[str, str, str, bool]] = []
+        pairs: list[tuple[str, str, str, float]] = []
         for c in out:
             kind = kinds.get(c) or kind_of(c)
             if kind == "rack":
                 continue
             cands.append(c)
             if kind == "link":
-                pairs.append((c, reporter, ln.kind, False))
+                pairs.append((c, reporter, ln.kind, end_share))
             elif c == reporter:
-                pairs.append((c, "self", kind, True))
+                pairs.append((c, "self", kind, 1.0))
             elif kind in _UNIT_KINDS:
                 w = reporter if runit == c or not link else a if unit_of(a) == c else b if unit_of(b) == c else reporter
-                pairs.append((c, w, kind, w == reporter))
+                pairs.append((c, w, kind, 1.0 if runit == c else end_share))
             elif not link:
-                pairs.append((c, reporter, kind, True))
+                pairs.append((c, reporter, kind, 1.0))
             elif c in (a, b):
                 far = b if c == a else a
                 fu = unit_of(far)
                 w = fu if fu is not None and fu != unit_of(c) else far
-                pairs.append((c, w, kind, w == reporter))
+                pairs.append((c, w, kind, end_share))  # the reporter is the far end, never inside c
             else:
-                pairs.append((c, link, kind, False))
+                pairs.append((c, link, kind, end_share))
         return tuple(cands), tuple(pairs)
 
     def expose(self, c: str) -> dict[str, float]:

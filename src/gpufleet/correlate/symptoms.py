@@ -83,7 +83,7 @@ class Symptom:
         self.action = _NO_ACTION
         self.gone = False
         self.floor = 0
-        self.wit: tuple[tuple[str, str, str, bool], ...] | None = None  # (candidate, witness) pairs, on first use
+        self.wit: tuple[tuple[str, str, str, float], ...] | None = None  # (candidate, witness) pairs, on first use
 
     @property
     def counts(self) -> tuple[int, int, int]:

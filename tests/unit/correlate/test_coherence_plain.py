@@ -23,18 +23,17 @@ from tests.unit.correlate.test_coherence_state import TOPO, weak_streams
 
 
 def _plain_add(self: co.Coherence, t: float, kind: str, reporter: str, rclass: str, key: tuple[str, str],
-               pairs: tuple[tuple[str, str, str, bool], ...]) -> list[str]:
+               pairs: tuple[tuple[str, str, str, float], ...]) -> list[str]:
     self.note(t, kind, reporter, rclass, key[1])  # the background: not one of the shortcuts
     minute = int(t // co.UNIT_S)
     if t - self._refreshed >= co.REFRESH_S:
         self._refresh(t)
     q_r = self._q.get(rclass, co.PRIOR_Q)
-    deg = self._index.deg(reporter)
     out: list[str] = []
     hist = self._hist
     me = "self:" + kind
-    for c, named, cls, inside in pairs:
-        lb = q_r if inside else q_r / deg
+    for c, named, cls, share in pairs:
+        lb = q_r * share
         w = me if named == "self" else named
         st = self._cands.get(c)
         if st is None:
@@ -58,7 +57,7 @@ def _plain_add(self: co.Coherence, t: float, kind: str, reporter: str, rclass: s
             st.units += 1
             if len(wit) == 1 and c not in hist:
                 rep = 0.0 if cls in co._SHARED_KINDS else self._log_rep_tail(units - 1, 1)
-                if math.log(co.SCAN * lb * (1 - lb / 2)) + rep >= self._log_alpha[cls]:
+                if lb > 0.0 and math.log(co.SCAN * lb * (1 - lb / 2)) + rep >= self._log_alpha[cls]:
                     continue
         else:
             wit[w] = (t, old[1], minute, old[3])
