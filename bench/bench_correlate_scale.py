@@ -9,6 +9,8 @@ on one topology, see gpufleet.correlate.index), the second finds what the first 
 long-running engine would; a third pass runs as the second with the controller's collector thresholds
 (``gpufleet.controller.heap.tune``: young collections every 10,000 allocations, not 700), which is how
 ``controller serve`` runs the engine; a last pass times each ``observe`` call for the verdict latency.
+Each of the three passes also reports how much of each engine's CPU time the cycle collector took, by
+generation (young, middle, full): the part of the speed goal that is not the engine's own work.
 ``python -m bench correlate_scale`` (a few minutes at full size);
 ``bench_correlate`` runs this comparison too, but only after its other parts warmed the topology.
 """
@@ -49,26 +51,64 @@ def run(quick: bool) -> dict[str, object]:
             heap.tune()
         rates: dict[bool, list[float]] = {False: [], True: []}
         cpu = {False: 0.0, True: 0.0}
-        for evs in streams:
-            for coherence in (False, True):
-                eng = Engine(topo, coherence=coherence)
-                c0 = time.process_time()
-                for ev in evs:
-                    eng.observe(ev)
-                dt = max(1e-9, time.process_time() - c0)
-                rates[coherence].append(len(evs) / dt)
-                cpu[coherence] += dt
+        collector = _CollectorClock()
+        gc.callbacks.append(collector)
+        try:
+            for evs in streams:
+                for coherence in (False, True):
+                    eng = Engine(topo, coherence=coherence)
+                    collector.engine = coherence
+                    c0 = time.process_time()
+                    for ev in evs:
+                        eng.observe(ev)
+                    dt = max(1e-9, time.process_time() - c0)
+                    collector.engine = None
+                    rates[coherence].append(len(evs) / dt)
+                    cpu[coherence] += dt
+        finally:
+            gc.callbacks.remove(collector)
         out[phase] = {
             "v2_coherence_events_per_cpu_s": round(events / cpu[True]),
             "v1_counts_only_events_per_cpu_s": round(events / cpu[False]),
             "v2_over_v1": round(cpu[False] / cpu[True], 3),
             "v2_median_of_streams": round(statistics.median(rates[True])),
             "v1_median_of_streams": round(statistics.median(rates[False])),
+            "v2_collector": collector.report(True, cpu[True]),
+            "v1_collector": collector.report(False, cpu[False]),
         }
     out["verdict_latency"] = _verdict_latency(topo, streams)  # still with the controller's collector
     gc.set_threshold(*default)
     gc.unfreeze()
     return out
+
+
+class _CollectorClock:
+    """A ``gc.callbacks`` entry: CPU seconds of the cycle collections that ran while an engine observed
+    events, by engine (``engine``: True coherence, False counts only, None neither) and generation."""
+
+    def __init__(self) -> None:
+        self.engine: bool | None = None
+        self._began = 0.0
+        self._spent: dict[tuple[bool, int], list[float]] = {}  # (engine, generation) -> [collections, s]
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._began = time.process_time()
+        elif self.engine is not None:
+            row = self._spent.setdefault((self.engine, info["generation"]), [0, 0.0])
+            row[0] += 1
+            row[1] += time.process_time() - self._began
+
+    def report(self, engine: bool, cpu_s: float) -> dict[str, object]:
+        """Collections and CPU seconds per generation, and their share of the engine's CPU time."""
+        out: dict[str, object] = {}
+        total = 0.0
+        for gen, name in enumerate(("young", "middle", "full")):
+            n, s = self._spent.get((engine, gen), [0, 0.0])
+            out[name] = {"collections": int(n), "cpu_s": round(s, 3)}
+            total += s
+        out["share_of_cpu"] = round(total / cpu_s, 3) if cpu_s > 0 else None
+        return out
 
 
 def _verdict_latency(topo: Topology, streams: list[tuple[FileEvent, ...]]) -> dict[str, object]:
