@@ -1,4 +1,5 @@
-"""Run benchmarks: ``python -m bench [NAME ...] [--quick]``; results go to bench/results/NAME.json."""
+"""Run benchmarks: ``python -m bench [NAME ...] [--quick]``; results go to bench/results/NAME.json, a
+``--quick`` (smoke) run's to NAME.quick.json, so that it never replaces the full-size results the docs cite."""
 
 from __future__ import annotations
 
@@ -18,11 +19,16 @@ BY_NAME_ONLY = {
 }
 
 
+def result_path(out: Path, name: str, quick: bool) -> Path:
+    """Where benchmark ``name``'s results go: ``NAME.json``, or ``NAME.quick.json`` for a ``--quick`` run."""
+    return out / f"{name}.quick.json" if quick else out / f"{name}.json"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     ap.add_argument("names", nargs="*", help="benchmark names (bench_<name>.py); default: all but "
                     + ", ".join(BY_NAME_ONLY) + " (run only when named)")
-    ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    ap.add_argument("--quick", action="store_true", help="small sizes, for a smoke run (results: NAME.quick.json)")
     ap.add_argument("--out", type=Path, default=HERE / "results")
     args = ap.parse_args(argv)
     available = sorted(p.stem.removeprefix("bench_") for p in HERE.glob("bench_*.py"))
@@ -46,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             "wall_s": round(time.perf_counter() - t0, 2),
             "results": result,
         }
-        (args.out / f"{name}.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")
+        result_path(args.out, name, args.quick).write_text(json.dumps(doc, indent=2, default=str) + "\n")
         print(json.dumps(result, indent=2, default=str), flush=True)
     return 0
 
