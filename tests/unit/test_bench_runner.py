@@ -26,7 +26,7 @@ def _stub(calls: list[bool]) -> types.ModuleType:
 def test_a_quick_run_writes_its_own_file_and_keeps_the_full_results(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[bool] = []
-    monkeypatch.setattr("importlib.import_module", lambda name: _stub(calls))  # the runner loads bench_NAME so
+    monkeypatch.setattr("importlib.import_module", lambda name: _stub(calls))  # how the runner loads bench_NAME
     assert runner.main(["sim", "--out", str(tmp_path)]) == 0
     full = json.loads((tmp_path / "sim.json").read_text())
     assert runner.main(["sim", "--quick", "--out", str(tmp_path)]) == 0
