@@ -7,14 +7,13 @@ URL). ``id`` (also sent as the ``Idempotency-Key`` header) is
 the step's key: a controller that crashed between the POST and recording it sends the same ticket
 again with the same id, for the receiver to deduplicate. 2xx = filed; 408/429/5xx or no answer =
 retried; any other status is a refusal (Conflict: the action fails, visible and retryable by hand).
+``httpx`` is imported when a ticket is sent, not at every controller start (most file none).
 """
 
 from __future__ import annotations
 
 from typing import Any
 from urllib.parse import quote
-
-import httpx
 
 from gpufleet.domain.errors import Conflict, ExternalError
 
@@ -51,6 +50,8 @@ class TicketExecutor:
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
 
     def start(self, req: StepRequest) -> None:
+        import httpx
+
         headers = {**self._headers, "Idempotency-Key": req.key}
         try:
             r = httpx.post(self.url, json=ticket_body(req, self.public_url), headers=headers, timeout=self.timeout)
