@@ -1,4 +1,5 @@
-"""The controller process the crash test kills: ``python -m tests.integration.crash.child DIR``.
+"""The controller process the crash test kills: ``python -m tests.integration.crash.child DIR``, or
+forked by ``tests.integration.forkserver`` (as the test starts it: the imports once, not per start).
 
 Runs the production runtime (SQLite store, reconciler thread, HTTP API) with a file-backed simulated
 scheduler, and writes the bound port to DIR/port once it serves.
@@ -38,5 +39,10 @@ def main(workdir: Path) -> None:
     threading.Event().wait()
 
 
+def cli(args: list[str]) -> None:
+    """``DIR``: serve until killed (what the fork server runs in each process it forks)."""
+    main(Path(args[0]))
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    cli(sys.argv[1:])

@@ -8,12 +8,8 @@ consistent with what the scheduler shows.
 from __future__ import annotations
 
 import json
-import os
 import random
-import signal
 import sqlite3
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +21,7 @@ import pytest
 
 from gpufleet.lifecycle.states import TRANSITIONS, UNAVAILABLE, NodeState
 from tests.integration.crash.child import NODES, TOKEN
+from tests.integration.forkserver import Forked, ForkServer
 
 EVENTS = 1000
 BATCH = 10
@@ -34,27 +31,35 @@ pytestmark = pytest.mark.slow
 
 
 class Child:
+    """The controller under test: a process forked per start by one fork server (tests/integration/forkserver.py:
+    a real process and a real SIGKILL; the modules are imported once, not at each of the 20+ starts)."""
+
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.server = ForkServer("tests.integration.crash.child", workdir / "forkserver.log")
+        self.proc: Forked | None = None
         self.url = ""
 
     def start(self) -> None:
         (self.workdir / "port").unlink(missing_ok=True)
-        log = (self.workdir / "child.log").open("ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.integration.crash.child", str(self.workdir)],
-                                     cwd=ROOT, stdout=log, stderr=log)
+        self.proc = self.server.spawn([str(self.workdir)], self.workdir / "child.log")
         deadline = time.monotonic() + 60
         while not (self.workdir / "port").exists():
-            assert self.proc.poll() is None, (self.workdir / "child.log").read_text()[-2000:]
+            assert self.proc.alive(), (self.workdir / "child.log").read_text()[-2000:]
             assert time.monotonic() < deadline, "controller did not start within 60 s"
             time.sleep(0.05)
         self.url = f"http://127.0.0.1:{(self.workdir / 'port').read_text()}/v1"
 
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.alive()
+
     def kill9(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        if self.proc is not None:
+            self.proc.kill9()
+
+    def close(self) -> None:
+        self.kill9()
+        self.server.close()
 
 
 def batches(rng: random.Random) -> Iterator[list[dict[str, object]]]:
@@ -74,8 +79,10 @@ def batches(rng: random.Random) -> Iterator[list[dict[str, object]]]:
 @pytest.fixture
 def child(tmp_path: Path) -> Iterator[Child]:
     c = Child(tmp_path)
-    yield c
-    c.kill9()
+    try:
+        yield c
+    finally:
+        c.close()
 
 
 def test_kill_dash_nine_during_a_burst_loses_nothing_and_repeats_nothing(child: Child, tmp_path: Path) -> None:
@@ -105,7 +112,7 @@ def test_kill_dash_nine_during_a_burst_loses_nothing_and_repeats_nothing(child: 
                     timer.start()
             if timer is not None:
                 timer.join()
-        if child.proc is not None and child.proc.poll() is not None:
+        if child.proc is not None and not child.alive():
             kills += 1
         child.kill9()
         child.start()

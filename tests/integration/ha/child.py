@@ -94,6 +94,11 @@ def main(workdir: Path, name: str, url: str, lease_s: float, renew_s: float, ext
     threading.Event().wait()
 
 
+def cli(args: list[str]) -> None:
+    """``DIR NAME DB_URL LEASE_S RENEW_S [SETTINGS.toml]``: serve until killed (what the fork server runs in
+    each process it forks)."""
+    main(Path(args[0]), args[1], args[2], float(args[3]), float(args[4]), Path(args[5]) if len(args) > 5 else None)
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]), sys.argv[2], sys.argv[3], float(sys.argv[4]), float(sys.argv[5]),
-         Path(sys.argv[6]) if len(sys.argv) > 6 else None)
+    cli(sys.argv[1:])

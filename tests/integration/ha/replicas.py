@@ -1,18 +1,21 @@
-"""Controller replica processes for the HA tests (tests/integration/ha/child.py), and what they show."""
+"""Controller replica processes for the HA tests (tests/integration/ha/child.py), and what they show.
+
+Each replica's processes are forked by its own fork server (tests/integration/forkserver.py): real
+processes killed with real signals, the controller's modules imported once per replica rather than at
+each of the failover storm's 20+ restarts."""
 
 from __future__ import annotations
 
 import os
 import signal
 import ssl
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
 
+from tests.integration.forkserver import Forked, ForkServer
 from tests.integration.ha.child import TOKEN
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -26,7 +29,8 @@ class Replica:
     db_url: str
     lease_s: float
     renew_s: float
-    proc: subprocess.Popen[bytes] | None = None
+    proc: Forked | None = None
+    server: ForkServer | None = None
     base: str = ""
     started: float = field(default=0.0)
     settings: str = ""  # more settings (TOML: [tls], [ha], [[tokens]]; child.py)
@@ -39,21 +43,21 @@ class Replica:
     def start(self) -> None:
         self.port_file.unlink(missing_ok=True)
         self.base = ""
-        log = (self.workdir / f"{self.name}.log").open("ab")
         extra = []
         if self.settings:
             extra = [str(self.workdir / f"{self.name}.toml")]
             Path(extra[0]).write_text(self.settings, encoding="utf-8")
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.integration.ha.child", str(self.workdir), self.name,
-                                      self.db_url, str(self.lease_s), str(self.renew_s), *extra],
-                                     cwd=ROOT, stdout=log, stderr=log)
+        if self.server is None:
+            self.server = ForkServer("tests.integration.ha.child", self.workdir / f"{self.name}.forkserver.log")
+        self.proc = self.server.spawn([str(self.workdir), self.name, self.db_url, str(self.lease_s), str(self.renew_s),
+                                       *extra], self.workdir / f"{self.name}.log")
         self.started = time.monotonic()
 
     def serving(self, timeout: float = 60.0) -> bool:
         """Wait (polling) until it serves; False if it died."""
         deadline = time.monotonic() + timeout
         while not self.port_file.exists():
-            if self.proc is None or self.proc.poll() is not None:
+            if not self.alive:
                 return False
             assert time.monotonic() < deadline, f"{self.name} did not start within {timeout} s: {self.log_tail()}"
             time.sleep(0.05)
@@ -72,7 +76,7 @@ class Replica:
 
     @property
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.proc is not None and self.proc.alive()
 
     def health(self) -> dict[str, object] | None:
         """Its /v1/health (role, epoch), or None when it does not answer."""
@@ -90,10 +94,17 @@ class Replica:
             os.kill(self.proc.pid, sig)
 
     def kill9(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        if self.alive:
+            assert self.proc is not None
             os.kill(self.proc.pid, signal.SIGCONT)  # (a stopped process dies of SIGKILL too; this is for tidiness)
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+            self.proc.kill9()
+
+    def close(self) -> None:
+        """Kill it and end its fork server (a fixture's teardown)."""
+        self.kill9()
+        if self.server is not None:
+            self.server.close()
+            self.server = None
 
     def log_tail(self) -> str:
         path = self.workdir / f"{self.name}.log"

@@ -58,7 +58,7 @@ def replica(tmp_path: Path, pg_url: str, certs: Path) -> Iterator[Callable[[str,
         return made[-1]
     yield make
     for r in made:
-        r.kill9()
+        r.close()
 
 
 def test_an_agent_reports_through_a_follower_and_keeps_its_node_restriction(

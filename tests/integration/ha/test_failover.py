@@ -40,7 +40,7 @@ def replicas(tmp_path: Path, pg_url: str) -> Iterator[list[Replica]]:
     group = [Replica(tmp_path, name, pg_url, LEASE_S, RENEW_S) for name in ("a", "b", "c")]
     yield group
     for r in group:
-        r.kill9()
+        r.close()
 
 
 def storm(rng: random.Random) -> Iterator[list[dict[str, object]]]:

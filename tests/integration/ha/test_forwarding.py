@@ -48,7 +48,7 @@ def pair(tmp_path: Path, pg_url: str) -> Iterator[list[Replica]]:
     group = [Replica(tmp_path, name, pg_url, 2.0, 0.5) for name in ("a", "b")]
     yield group
     for r in group:
-        r.kill9()
+        r.close()
 
 
 def test_a_follower_forwards_operators_writes_and_reads_of_the_leaders_memory(pair: list[Replica]) -> None:
@@ -97,7 +97,7 @@ def tenants(tmp_path: Path, pg_url: str) -> Iterator[list[Replica]]:
     group = [Replica(tmp_path, name, pg_url, 2.0, 0.5, settings=TENANTS) for name in ("a", "b")]
     yield group
     for r in group:
-        r.kill9()
+        r.close()
 
 
 def test_a_follower_answers_tenant_reads_as_the_leader_knows_them(tenants: list[Replica]) -> None:
@@ -181,4 +181,4 @@ def test_a_followers_own_admission_answers_429_while_the_leader_is_slow(tmp_path
         assert counter(follower, "requests_refused", "inflight") >= 1
     finally:
         for r in group:
-            r.kill9()
+            r.close()

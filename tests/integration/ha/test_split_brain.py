@@ -33,7 +33,7 @@ def pair(tmp_path: Path, pg_url: str) -> Iterator[list[Replica]]:
     group = [Replica(tmp_path, name, pg_url, LEASE_S, RENEW_S) for name in ("a", "b")]
     yield group
     for r in group:
-        r.kill9()
+        r.close()
 
 
 def event(i: int, node: str) -> dict[str, object]:
