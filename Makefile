@@ -8,7 +8,12 @@ PYTEST_ARGS ?=
 # test processes for `make test` (pytest-xdist; every Slurm test runs in one of them: tests/conftest.py); 0: one process
 PYTEST_WORKERS ?= 2
 
-.PHONY: demo test lint typecheck unit bench clean install install-dev wheel wheel-compiled
+# The compiled engine the compiled-build tests load (tests/integration/compiled): built beside mypy, which
+# leaves the second core idle, instead of inside pytest. A failed or impossible build leaves nothing here:
+# the tests then build it themselves and say why.
+COMPILED_TEST_DIR ?= build/test-compiled
+
+.PHONY: demo test lint typecheck unit bench clean install install-dev wheel wheel-compiled checks test-compiled
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,8 +43,18 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(VENV)/bin/mypy src/gpufleet
 
-test: lint typecheck
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+# lint, mypy and the compiled build side by side (each one process), output grouped per target
+checks: lint typecheck
+
+test-compiled: $(VENV)/.installed-dev
+	@rm -rf $(COMPILED_TEST_DIR)
+	@$(PY) scripts/compiled_wheel.py --dist $(COMPILED_TEST_DIR)/dist --site $(COMPILED_TEST_DIR)/site >/dev/null 2>&1 \
+	  && echo "compiled engine for the tests: $(COMPILED_TEST_DIR)" \
+	  || { rm -rf $(COMPILED_TEST_DIR); echo "compiled engine not built here: the compiled tests will build it and say why"; }
+
+test: $(VENV)/.installed-dev
+	$(MAKE) --no-print-directory -j3 --output-sync=target checks test-compiled
+	GPUFLEET_TEST_COMPILED=$(COMPILED_TEST_DIR) $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 unit: $(VENV)/.installed-dev
 	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)

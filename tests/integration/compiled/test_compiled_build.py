@@ -4,8 +4,10 @@ and passes the engine's own unit tests.
 
 The wheel is built by ``scripts/compiled_wheel.py`` (as ``make wheel-compiled`` builds it, from the dev
 install: mypyc comes with mypy) and installed into a directory put first on ``PYTHONPATH`` of
-subprocesses; the editable dev install that runs this session stays pure Python. Needs a C compiler and
-Python's headers (CI has both).
+subprocesses. ``make test`` builds it beside mypy before pytest starts (``GPUFLEET_TEST_COMPILED``: the
+directory with its ``dist`` and ``site``, from what ``src/`` held then); without that, or when that build
+failed, the first test builds it. The editable dev install that runs this session stays pure Python.
+Needs a C compiler and Python's headers (CI has both).
 """
 
 from __future__ import annotations
@@ -44,13 +46,17 @@ def _build_script(*args: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("compiled")
-    res = _build_script("--dist", str(root / "dist"), "--site", str(root / "site"))
-    require_service(res.returncode != 2, f"what the compiled build needs ({res.stderr.strip()})")
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    built = os.environ.get("GPUFLEET_TEST_COMPILED", "")
+    root = Path(built) if built else Path()
+    if not (built and (root / "site").is_dir()):  # `make test` builds it beside mypy (Makefile: test-compiled)
+        root = tmp_path_factory.mktemp("compiled")
+        res = _build_script("--dist", str(root / "dist"), "--site", str(root / "site"))
+        require_service(res.returncode != 2, f"what the compiled build needs ({res.stderr.strip()})")
+        assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+        assert Path(res.stdout.splitlines()[-1]) == root / "site"
+    root = root.resolve()
     (wheel,) = (root / "dist").glob("gpufleet-*.whl")
     assert "-cp3" in wheel.name and not wheel.name.endswith("-none-any.whl"), wheel.name  # a platform wheel
-    assert Path(res.stdout.splitlines()[-1]) == root / "site"
     return root / "site"
 
 
