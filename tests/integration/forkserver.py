@@ -64,6 +64,7 @@ class ForkServer:
     """The test's end: start the server for ``module`` (whose ``cli`` takes the request's args)."""
 
     def __init__(self, module: str, log: Path) -> None:
+        self._log_path = log
         self._log = log.open("ab")
         self._proc = subprocess.Popen([sys.executable, "-m", "tests.integration.forkserver", module], cwd=ROOT,
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True)
@@ -72,10 +73,14 @@ class ForkServer:
         """A new process running ``module.cli(args)``, its output appended to ``log``."""
         stdin, stdout = self._proc.stdin, self._proc.stdout
         assert stdin is not None and stdout is not None
-        stdin.write(json.dumps({"args": args, "log": str(log)}) + "\n")
-        stdin.flush()
-        line = stdout.readline()
-        assert line.strip().isdigit(), f"the fork server answered {line!r} (exit {self._proc.poll()})"
+        try:
+            stdin.write(json.dumps({"args": args, "log": str(log)}) + "\n")
+            stdin.flush()
+            line = stdout.readline()
+        except BrokenPipeError:
+            line = ""
+        assert line.strip().isdigit(), (f"the fork server answered {line!r} (exit {self._proc.poll()}): "
+                                        f"{self._log_path.read_text(errors='replace')[-2000:]}")
         return Forked(int(line))
 
     def close(self) -> None:
