@@ -26,7 +26,6 @@ from tests.integration.forkserver import Forked, ForkServer
 EVENTS = 1000
 BATCH = 10
 MIN_KILLS = 20
-ROOT = Path(__file__).resolve().parents[3]
 pytestmark = pytest.mark.slow
 
 
