@@ -134,7 +134,7 @@ def register(app: typer.Typer) -> None:
         from datetime import timedelta
 
         from gpufleet.correlate.scenarios import FAULTS, FaultType, Noise, Scenario, TopologyKind, generate
-        from gpufleet.correlate.scoring import score, summary
+        from gpufleet.correlate.scoring import closest, score, summary
         from gpufleet.correlate.weak import WEAK_FAULTS, Split, WeakFault, generate_weak, weak_topology
         from gpufleet.domain.durations import parse_duration
         from gpufleet.domain.errors import InvalidInput
@@ -185,7 +185,8 @@ def register(app: typer.Typer) -> None:
                    "by_fault": by_fault}
             typer.echo(json.dumps(doc, indent=1))
             for miss in result.misses():
-                typer.echo(f"miss {miss.scenario}: truth {miss.truth}, ranked {list(miss.top)}", err=True)
+                how = closest(miss.closest)
+                typer.echo(f"miss {miss.scenario}: truth {miss.truth}, ranked {list(miss.top)}, {how}", err=True)
 
 
 class _Suite(StrEnum):

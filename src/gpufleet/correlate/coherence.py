@@ -261,6 +261,13 @@ class Coherence(KeptPatterns):
             return 0.0
         return (self._log_alpha[self._cls(c)] - (st.log_p if isinstance(st, Cand) else 0.0)) / math.log(10)
 
+    def scored_surprise(self, c: str) -> float | None:
+        """:meth:`surprise` of ``c`` when it has a scored pattern, else None (no witness in the window,
+        or one witness on one symptom, which the screens never score). A pattern the screens stopped
+        counts at their bound, which is never farther from ``alpha`` than the full statistic: the
+        evaluation's closest approach of a missed truth (``scoring.Outcome.closest``)."""
+        return self.surprise(c) if isinstance(self._cands.get(c), Cand) else None
+
     def is_significant(self, c: str) -> bool:
         st = self._cands.get(c)
         return isinstance(st, Cand) and st.significant

@@ -10,6 +10,7 @@ left out of top-1/top-3. The lead time is ``failure`` minus the first time the t
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -38,6 +39,10 @@ class Outcome:
     lead_s: float | None = None  # seconds from that blame to the hard failure (degrading scenarios)
     failed: bool = False  # the scenario ends in a hard failure
     warmup_blames: int = 0  # parts other than the truth blamed during a warm-up (before T0): a cold start's
+    # The truth's closest approach to its coherence threshold over the stream: the largest log10(alpha / p)
+    # its own pattern reached (> 0: significant at some event); None when it never had a scored pattern (or
+    # no coherence). A unit (tray, node) can also be named through its parts' patterns, whatever its own.
+    closest: float | None = None
 
     @property
     def faulty(self) -> bool:
@@ -110,10 +115,17 @@ def run_scenario(
     blamed: set[str] = set()
     standing: set[str] = set()  # blamed during a warm-up and neither cleared nor dropped to observe since
     warm_blamed: set[str] = set()
+    coh = engine.coherence if sc.truth else None
+    closest: float | None = None
     for ev in sc.events:
         if ev.time >= sc.onset:
             after_onset += 1
-        for v in engine.observe(ev):
+        verdicts = engine.observe(ev)
+        if coh is not None:
+            now = coh.scored_surprise(sc.truth)
+            if now is not None and (closest is None or now > closest):
+                closest = now
+        for v in verdicts:
             streamed += 1
             s = v.suspect
             if v.status is VerdictStatus.CLEARED or s.action is SuspectAction.OBSERVE:
@@ -150,6 +162,7 @@ def run_scenario(
         lead,
         sc.failure is not None,
         len(warm_blamed),
+        closest,
     )
 
 
@@ -172,6 +185,15 @@ def _healthy_switches(topo: Topology, truth: str) -> set[str]:
     return {c.id for c in topo.components.values() if c.kind.value in SWITCH_KINDS and c.id not in spared}
 
 
+def closest(surprise: float | None) -> str:
+    """A missed truth's closest approach (:attr:`Outcome.closest`) in words."""
+    if surprise is None:
+        return "never scored (never more than one witness on one symptom)"
+    if surprise > 0:
+        return f"significant at some event (log10 alpha/p {surprise:.2f}), ranked below another at the end"
+    return f"closest {-surprise:.2f} decades short of alpha"
+
+
 def summary(sc: Score) -> dict[str, object]:
     kinds = Counter(o.scenario.split("/")[1] for o in sc.misses())
     out: dict[str, object] = {
@@ -180,6 +202,13 @@ def summary(sc: Score) -> dict[str, object]:
         "top3": round(sc.top3(), 4),
         "healthy_switch_blamed_scenarios": sc.wrong_switch_scenarios(),
         "misses_by_fault": dict(kinds),
+        # per fault type, each miss's closest approach to its threshold, log10(alpha / p) (> 0: the truth
+        # was significant at some event but not ranked first at the end; null: never scored)
+        "miss_closest_by_fault": {
+            k: sorted((None if o.closest is None else round(o.closest, 2) for o in sc.misses()
+                       if o.scenario.split("/")[1] == k), key=lambda x: math.inf if x is None else -x)
+            for k in sorted(kinds)
+        },
         "warmup_blames": sc.warmup_blames(),  # before T0 (correlate-eval --warmup); 0 without one
     }
     if sc.noise_windows():
