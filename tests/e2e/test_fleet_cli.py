@@ -12,7 +12,16 @@ from typing import Any
 import pytest
 
 from gpufleet.domain.durations import parse_duration
-from tests.e2e.harness import ADMIN_TOKEN, BASE_POLICY, Controller, Fleet, child_env, free_port, gpufleet_argv
+from tests.e2e.harness import (
+    ADMIN_TOKEN,
+    AGENT_TOKEN,
+    BASE_POLICY,
+    Controller,
+    Fleet,
+    child_env,
+    free_port,
+    gpufleet_argv,
+)
 
 pytestmark = pytest.mark.e2e
 NODES = {"n1": "r01", "n2": "r01", "n3": "r02", "n4": "r02"}
@@ -94,6 +103,18 @@ def test_drain_resume_retire_and_their_refusals(ctl: Controller) -> None:
     assert ctl.api.node_state("n3") == "retired"
     cli(ctl, "resume", "n3", expect=4)
     cli(ctl, "node", "nope", expect=3)
+
+
+def test_register_adds_nodes_once_and_names_a_bad_id(ctl: Controller) -> None:
+    assert cli(ctl, "register", "n5", "n6", "--rack", "r03", "--ready").strip() == "2 registered, 0 already known"
+    assert {n: ctl.api.node_state(n) for n in ("n5", "n6")} == {"n5": "ready", "n6": "ready"}
+    assert cli_json(ctl, "register", "n6", "n7", "--rack", "r03") == {"registered": 1, "already_known": 1}
+    assert ctl.api.node_state("n7") == "new"  # burn-in first unless --ready
+    assert sorted(n["id"] for n in ctl.api.get("/nodes", rack="r03")) == ["n5", "n6", "n7"]
+    err = cli(ctl, "register", "bad/id", "--rack", "r03", expect=2)
+    assert "bad/id" in err and "nodes" in err  # the field and the value, as the controller named them
+    err = cli(ctl, "register", "n8", "--rack", "r03", token=AGENT_TOKEN, expect=2)
+    assert "token" in err and "403" in err  # only an admin registers nodes
 
 
 def test_token_and_connection_errors(ctl: Controller, tmp_path: Path) -> None:

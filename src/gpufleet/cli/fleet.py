@@ -214,6 +214,21 @@ def _operate(ctx: typer.Context, name: str, op: str, reason: str, as_json: bool)
                                                                    else ""))
 
 
+@fleet_app.command("register")
+def register_nodes(
+    ctx: typer.Context,
+    names: Annotated[list[str], typer.Argument(help="node ids, as the scheduler names them (Slurm: NodeName)")],
+    rack: Annotated[str, typer.Option(help="the rack these nodes are in (the drain budget counts per rack)")],
+    ready: Annotated[bool, typer.Option("--ready", help="adopt them as in service; default: burn-in first")] = False,
+    as_json: AsJson = False,
+) -> None:
+    """Register nodes with the controller (admin token). Agents report only for registered nodes; run it once
+    per rack. Per-GPU serials and leaf switches: POST /v1/nodes (docs/api.md)."""
+    body = {"nodes": [{"id": n, "rack": rack} for n in names], "state": "ready" if ready else "new"}
+    doc = _client(ctx).call("POST", "/nodes", body)
+    _out(doc, as_json, lambda d: f"{d['registered']} registered, {d['already_known']} already known")
+
+
 @fleet_app.command()
 def drain(ctx: typer.Context, name: Annotated[str, typer.Argument(help="the node id")], reason: Reason = "",
           as_json: AsJson = False) -> None:

@@ -34,7 +34,11 @@ def make_engine(url: str) -> Engine:
         else:
             engine = create_engine(url, pool_size=10, max_overflow=20)
             _ping_when_idle(engine)
-    except (ArgumentError, ImportError) as err:
+    except ImportError as err:  # a valid URL whose driver is not installed
+        expected = (f"a database whose driver is installed: for postgresql://, pip install 'gpufleet[postgres]' "
+                    f"(psycopg) ({err})")
+        raise InvalidInput("database_url", _redact(url), expected) from None
+    except ArgumentError as err:
         expected = f"a SQLAlchemy URL such as sqlite:///gpufleet.db or postgresql://... ({err})"
         raise InvalidInput("database_url", _redact(url), expected) from None
     return engine
