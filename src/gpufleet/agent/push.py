@@ -275,6 +275,16 @@ class Pusher:
         self._failed(res, f"{len(batch)} events")
         return False
 
+    def _unknown_node(self, res: PushResult) -> bool:
+        """A 404 saying this node is not found (not registered), not a wrong URL's plain 404."""
+        if res.status != 404:
+            return False
+        try:
+            detail = json.loads(res.error).get("detail")
+        except (ValueError, AttributeError):
+            return False
+        return isinstance(detail, str) and repr(self.node) in detail and "not found" in detail
+
     def _succeeded(self) -> None:
         if not self.controller_up:
             log.info("controller %s reachable; %d events in the spool", self.client.base_url, len(self.spool))
@@ -300,12 +310,13 @@ class Pusher:
                 what,
                 delay,
             )
-        elif res.status == 422:
+        elif res.status == 422 or self._unknown_node(res):
             log.error(
-                "controller does not know node %s (%s): register it (POST /v1/nodes); %d events kept in the "
-                "spool, retrying in %.0fs",
+                "controller does not know node %s (%s): an admin registers it (gpufleet fleet register %s --rack "
+                "RACK, or POST /v1/nodes); %d events kept in the spool, retrying in %.0fs",
                 self.node,
                 res.error[:200],
+                self.node,
                 len(self.spool),
                 delay,
             )

@@ -186,7 +186,8 @@ def test_unregistered_node_keeps_events_until_registered(tmp_path: Path, caplog:
         spool.put([ev(1), ev(2), ev(3)])
         wait = pusher.step()
         assert len(spool) == 3 and spool.dropped == 0 and not ctl.events
-        assert "register it (POST /v1/nodes)" in caplog.text and "refused the heartbeat" in caplog.text
+        assert "gpufleet fleet register n1 --rack RACK, or POST /v1/nodes" in caplog.text
+        assert "refused the heartbeat" in caplog.text
         ctl.nodes = {"n1"}
         clock.advance(wait)
         pusher.step()
@@ -212,7 +213,8 @@ def test_registers_the_inventory_before_any_event(tmp_path: Path, ctl: Controlle
     assert ctl.paths[-1] == "POST /v1/events" and len(ctl.inventories) == 1  # once, not per push
 
 
-def test_events_wait_in_the_spool_until_the_inventory_is_registered(tmp_path: Path) -> None:
+def test_events_wait_in_the_spool_until_the_inventory_is_registered(tmp_path: Path,
+                                                                     caplog: pytest.LogCaptureFixture) -> None:
     ctl = ControllerDouble(nodes={"n2"})  # n1 not registered yet: its inventory is refused with 404
     ctl.start()
     try:
@@ -220,6 +222,9 @@ def test_events_wait_in_the_spool_until_the_inventory_is_registered(tmp_path: Pa
         spool.put([ev(1)])
         wait = pusher.step()
         assert "POST /v1/events" not in ctl.paths and len(spool) == 1
+        # the 404 says what to do, at ERROR: the agent cannot fix it and retries for ever meanwhile
+        (rec,) = [r for r in caplog.records if "does not know node n1" in r.getMessage()]
+        assert rec.levelname == "ERROR" and "gpufleet fleet register n1" in rec.getMessage()
         assert pusher.failures == 1 and pusher.inventory_due and wait > 0
         ctl.nodes = None  # the operator registers the node
         clock.advance(wait)
@@ -228,6 +233,15 @@ def test_events_wait_in_the_spool_until_the_inventory_is_registered(tmp_path: Pa
         assert not pusher.inventory_due and pusher.backoff.attempt == 0
     finally:
         ctl.stop()
+
+
+def test_a_plain_404_is_not_taken_for_an_unregistered_node(tmp_path: Path, ctl: ControllerDouble,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    pusher, spool, _ = make(tmp_path, ctl.url + "/wrong-prefix")  # a mistyped --controller
+    spool.put([ev(1)])
+    pusher.step()
+    assert len(spool) == 1 and pusher.failures == 1
+    assert "push of 1 events failed (404" in caplog.text and "does not know node" not in caplog.text
 
 
 def test_a_changed_inventory_is_registered_again(tmp_path: Path, ctl: ControllerDouble) -> None:
