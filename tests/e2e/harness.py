@@ -269,8 +269,10 @@ class Fleet:
     def controller(self, *, nodes: Sequence[str] | Mapping[str, str], policy: str = BASE_POLICY,
                    topology: Path | None = None, scheduler: str = "sim", slurm_conf: str | None = None,
                    extra_config: str = "", timeout: float = 30.0, leaves: Mapping[str, Sequence[str]] | None = None,
-                   sim_jobs: Sequence[tuple[str, str, Sequence[str]]] = ()) -> Controller:
+                   sim_jobs: Sequence[tuple[str, str, Sequence[str]]] = (),
+                   unregistered: Sequence[str] = ()) -> Controller:
         """Start ``gpufleet controller serve`` and register ``nodes`` (a list, or node -> rack) as ready.
+        ``unregistered``: nodes the simulated scheduler has and the controller is not told about.
 
         With ``scheduler = "sim"`` the simulated scheduler starts with the same nodes (through its state
         file), so drains have somewhere to go; with ``"slurm"`` pass the lab's ``slurm_conf``. ``leaves``:
@@ -307,7 +309,8 @@ class Fleet:
         if scheduler == "sim":
             state = root / "sim-scheduler.json"
             jobs = [[j, name, "running", list(on), 0] for j, name, on in sim_jobs]
-            state.write_text(json.dumps({"nodes": [[n, False, False, ""] for n in racks], "jobs": jobs,
+            state.write_text(json.dumps({"nodes": [[n, False, False, ""] for n in [*racks, *unregistered]],
+                                         "jobs": jobs,
                                          "next_job": len(jobs) + 1, "effects": []}))
             argv += ["--sim-state", str(state)]
         port = int(lines[3].split("=")[1])
