@@ -18,6 +18,7 @@ from tests.e2e.harness import (
     BASE_POLICY,
     Controller,
     Fleet,
+    TopologyFile,
     child_env,
     free_port,
     gpufleet_argv,
@@ -105,16 +106,45 @@ def test_drain_resume_retire_and_their_refusals(ctl: Controller) -> None:
     cli(ctl, "node", "nope", expect=3)
 
 
+def burned_in(ctl: Controller, node: str) -> bool:
+    """Registered without --ready: the node is new, or its history shows the burn-in it went through."""
+    doc = ctl.api.node(node)
+    return doc["node"]["state"] == "new" or any(t["to_state"] == "burn_in" for t in doc["history"])
+
+
 def test_register_adds_nodes_once_and_names_a_bad_id(ctl: Controller) -> None:
     assert cli(ctl, "register", "n5", "n6", "--rack", "r03", "--ready").strip() == "2 registered, 0 already known"
     assert {n: ctl.api.node_state(n) for n in ("n5", "n6")} == {"n5": "ready", "n6": "ready"}
     assert cli_json(ctl, "register", "n6", "n7", "--rack", "r03") == {"registered": 1, "already_known": 1}
-    assert ctl.api.node_state("n7") == "new"  # burn-in first unless --ready
+    assert burned_in(ctl, "n7") and not burned_in(ctl, "n5")  # burn-in first unless --ready
     assert sorted(n["id"] for n in ctl.api.get("/nodes", rack="r03")) == ["n5", "n6", "n7"]
     err = cli(ctl, "register", "bad/id", "--rack", "r03", expect=2)
     assert "bad/id" in err and "nodes" in err  # the field and the value, as the controller named them
     err = cli(ctl, "register", "n8", "--rack", "r03", token=AGENT_TOKEN, expect=2)
     assert "token" in err and "403" in err  # only an admin registers nodes
+
+
+def test_register_a_whole_topology_with_its_racks_and_leaf_switches(ctl: Controller, tmp_path: Path) -> None:
+    topo = TopologyFile.generate(tmp_path / "hgx.json", "hgx", "--nodes", "6")
+    racks = topo.racks()
+    # each node's leaf switches, read from the file: the far ends of its NICs' ib links
+    leaves = {n: {lk["b"] if lk["a"] == nic["id"] else lk["a"] for nic in topo.children(n, "nic")
+                  for lk in topo.links_of(nic["id"], "ib")} for n in racks}
+    assert len(racks) == 6 and all(leaves.values())
+    first = sorted(racks)[:2]
+    assert cli_json(ctl, "register", *first, "--topology", str(topo.path)) == {"registered": 2, "already_known": 0}
+    out = cli(ctl, "register", "--topology", str(topo.path), "--ready")
+    assert out.strip() == "4 registered, 2 already known"
+    listed = {n["id"]: n for n in ctl.api.get("/nodes", limit=100) if n["id"] in racks}
+    assert set(listed) == set(racks) and {n for n in racks if burned_in(ctl, n)} == set(first)
+    for n, v in listed.items():
+        assert set(v["domains"]) == {f"rack:{racks[n]}"} | {f"switch:{leaf}" for leaf in leaves[n]}, n
+    err = cli(ctl, "register", "r99-n99", "--topology", str(topo.path), expect=2)
+    assert "r99-n99" in err and "names" in err
+    err = cli(ctl, "register", "n9", expect=2)
+    assert "--rack" in err
+    err = cli(ctl, "register", "--topology", str(topo.path), "--rack", "r01", expect=2)
+    assert "--rack" in err and "--topology" in err
 
 
 def test_token_and_connection_errors(ctl: Controller, tmp_path: Path) -> None:

@@ -214,19 +214,56 @@ def _operate(ctx: typer.Context, name: str, op: str, reason: str, as_json: bool)
                                                                    else ""))
 
 
+REGISTER_BATCH = 5_000  # nodes per POST /v1/nodes (the API takes up to 10,000)
+
+
 @fleet_app.command("register")
 def register_nodes(
     ctx: typer.Context,
-    names: Annotated[list[str], typer.Argument(help="node ids, as the scheduler names them (Slurm: NodeName)")],
-    rack: Annotated[str, typer.Option(help="the rack these nodes are in (the drain budget counts per rack)")],
+    names: Annotated[list[str] | None, typer.Argument(
+        help="node ids, as the scheduler names them (Slurm: NodeName); with --topology: only these")] = None,
+    rack: Annotated[str | None, typer.Option(
+        help="the rack of the named nodes (the drain budget counts per rack)")] = None,
+    topology: Annotated[Path | None, typer.Option(
+        help="register the topology file's nodes with their racks, serials, GPUs and leaf switches")] = None,
     ready: Annotated[bool, typer.Option("--ready", help="adopt them as in service; default: burn-in first")] = False,
     as_json: AsJson = False,
 ) -> None:
-    """Register nodes with the controller (admin token). Agents report only for registered nodes; run it once
-    per rack. Per-GPU serials and leaf switches: POST /v1/nodes (docs/api.md)."""
-    body = {"nodes": [{"id": n, "rack": rack} for n in names], "state": "ready" if ready else "new"}
-    doc = _client(ctx).call("POST", "/nodes", body)
-    _out(doc, as_json, lambda d: f"{d['registered']} registered, {d['already_known']} already known")
+    """Register nodes with the controller (admin token); agents report only for registered nodes. Either name
+    them with their --rack, or give the cluster's --topology (gpufleet topology generate/import), which also
+    gives each node's leaf switches (its switch domains for the drain budget) and GPU serials."""
+    state = "ready" if ready else "new"
+    if topology is not None:
+        if rack is not None:
+            raise InvalidInput("--rack", rack, "no --rack with --topology (the topology names each node's rack)")
+        nodes = _topology_nodes(topology, names or [])
+    else:
+        if not names:
+            raise InvalidInput("names", "(none)", "node ids to register, or --topology FILE")
+        if rack is None:
+            raise InvalidInput("--rack", "(none)", "the rack of the named nodes (or --topology FILE)")
+        nodes = [{"id": n, "rack": rack} for n in names]
+    client = _client(ctx)
+    total = {"registered": 0, "already_known": 0}
+    for i in range(0, len(nodes), REGISTER_BATCH):
+        doc = client.call("POST", "/nodes", {"nodes": nodes[i:i + REGISTER_BATCH], "state": state})
+        total = {k: total[k] + int(doc[k]) for k in total}
+    _out(total, as_json, lambda d: f"{d['registered']} registered, {d['already_known']} already known")
+
+
+def _topology_nodes(path: Path, only: list[str]) -> list[dict[str, Any]]:
+    """The API's registration of the nodes (or compute trays) of the topology at ``path``, or of ``only``."""
+    from gpufleet.domain.topology import load_topology, to_fleet
+
+    fleet = to_fleet(load_topology(path))
+    missing = [n for n in only if n not in fleet]
+    if missing:
+        raise InvalidInput("names", missing, f"nodes of the topology {path} ({len(fleet)} nodes)")
+    chosen = [fleet.nodes[n] for n in only] if only else list(fleet)
+    if not chosen:
+        raise InvalidInput("--topology", str(path), "a topology with at least one node or compute tray")
+    return [{"id": n.id, "rack": n.rack, "serial": n.serial, "leaves": sorted(n.leaves),
+             "gpus": [{"index": g.index, "serial": g.serial, "sku": g.sku} for g in n.gpus]} for n in chosen]
 
 
 @fleet_app.command()
