@@ -185,8 +185,8 @@ def register(app: typer.Typer) -> None:
                    "by_fault": by_fault}
             typer.echo(json.dumps(doc, indent=1))
             for miss in result.misses():
-                how = closest(miss.closest)
-                typer.echo(f"miss {miss.scenario}: truth {miss.truth}, ranked {list(miss.top)}, {how}", err=True)
+                how = "" if counts_only else f", {closest(miss.closest)}"  # counts only: no coherence pattern
+                typer.echo(f"miss {miss.scenario}: truth {miss.truth}, ranked {list(miss.top)}{how}", err=True)
 
 
 class _Suite(StrEnum):

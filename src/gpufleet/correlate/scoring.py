@@ -190,7 +190,7 @@ def closest(surprise: float | None) -> str:
     if surprise is None:
         return "never scored (never more than one witness on one symptom)"
     if surprise > 0:
-        return f"significant at some event (log10 alpha/p {surprise:.2f}), ranked below another at the end"
+        return f"significant at some event (log10 alpha/p {surprise:.2f}), not first at the end"
     return f"closest {-surprise:.2f} decades short of alpha"
 
 
