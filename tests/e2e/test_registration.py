@@ -35,3 +35,13 @@ def test_an_unregistered_nodes_fault_waits_in_its_spool_until_an_admin_registers
     wait_until(lambda: [e for e in fleet.sim_scheduler_effects() if e[:2] == ("drain", "n2")],
                "the scheduler asked to drain n2", 30)
     assert ctl.api.node_state("n1") in ("ready", "in_service")  # the registered neighbour saw nothing
+
+
+def test_a_controller_without_nodes_says_how_to_register_them_and_one_with_nodes_does_not(fleet: Fleet) -> None:
+    ctl = fleet.controller(nodes={"n1": "r01"})  # the harness registers n1 once the controller answers
+    fleet.kill_controller()
+    fleet.restart_controller()
+    first, restarted = ctl.proc.text().split("\n$ ")[-2:]  # the log holds both runs, each after its "$ argv"
+    hint = next(ln for ln in first.splitlines() if "no nodes registered" in ln)
+    assert hint.startswith("warning:") and "gpufleet fleet register --topology FILE" in hint
+    assert "gpufleet controller on http" in restarted and "no nodes registered" not in restarted

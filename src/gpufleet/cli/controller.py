@@ -61,6 +61,9 @@ def serve(
         rt.reconciler.on_action.append(sync.on_action)
     if not settings.tokens:
         typer.echo("warning: no tokens configured: every /v1 request will be refused (see docs/api.md)", err=True)
+    if fleet is None and scheduler.name != "kubernetes" and rt.controller.store.node_count() == 0:
+        typer.echo("warning: no nodes registered: agents are refused until an admin runs `gpufleet fleet register "
+                   "--topology FILE` (or `register NAMES --rack RACK`)", err=True)
     rt.start_reconciler()
     scheme = "https" if settings.tls.enabled else "http"
     typer.echo(f"gpufleet controller on {scheme}://{settings.host}:{settings.port}/v1 (docs at /docs)", err=True)
