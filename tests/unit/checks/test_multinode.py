@@ -36,7 +36,10 @@ def _launch(world: int, delay: str, tmp: Path) -> list[subprocess.CompletedProce
         )
         out = (tmp / f"{rank}.out").open("w")
         err = (tmp / f"{rank}.err").open("w")
-        cmd = [GPUFLEET, "check", "--level", "multinode", "--device", "cpu", "--json"]
+        # The bar at 10 % of the best pair (--tolerance 0.9), not the CPU default's 20 %: on a loaded 2-core
+        # box (other test processes) a healthy pair measured 15 % of the best once. The slow peer is at
+        # about 1 %: what is tested is the localisation, not the default tolerance.
+        cmd = [GPUFLEET, "check", "--level", "multinode", "--device", "cpu", "--json", "--tolerance", "0.9"]
         procs.append((subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True), out, err))
     done = []
     for rank, (p, out, err) in enumerate(procs):
@@ -52,7 +55,7 @@ def _launch(world: int, delay: str, tmp: Path) -> list[subprocess.CompletedProce
 
 
 def test_four_process_gloo_run_localises_the_injected_slow_peer(tmp_path: Path) -> None:
-    procs = _launch(4, "2=0.1", tmp_path)
+    procs = _launch(4, "2=0.2", tmp_path)
     assert procs[0].returncode == 1, procs[0].stderr[-2000:]  # a node failed
     assert all(p.returncode == 1 for p in procs)  # every rank agrees on the verdict
     assert all(p.stdout == "" for p in procs[1:])  # only rank 0 reports
