@@ -32,10 +32,10 @@ class Clock:
         return self.t
 
 
-def write_run(run: Path, t0: float) -> None:
-    """Two ranks on n1 and n2, 60 steps of 1 s (rank 1's compute 2x its peer's from step 30), a synchronous
+def write_run(run: Path, t0: float, hosts: tuple[str, str] = ("n1", "n2")) -> None:
+    """Two ranks on ``hosts`` (n1 and n2), 60 steps of 1 s (rank 1's compute 2x its peer's from step 30), a synchronous
     checkpoint every 10 steps, a crash after step 44 and a restart from step 40; ended."""
-    for rank, host in ((0, "n1"), (1, "n2")):
+    for rank, host in enumerate(hosts):
         c = Clock(t0)
         rec = RunRecorder(run, rank=rank, world=2, launched=t0, monotonic=c, wall=c, fsync="never", push=False,
                           host=host)
@@ -68,12 +68,12 @@ def write_run(run: Path, t0: float) -> None:
         rec.close()
 
 
-def push_cli(ctl: Controller, run: Path) -> dict[str, Any]:
+def push_cli(ctl: Controller, run: Path, expect: int = 0) -> dict[str, Any]:
     env = child_env({"GPUFLEET_CONTROLLER": ctl.url, "GPUFLEET_TOKEN_FILE": str(ctl.token_file),
                      "SLURM_JOB_ID": JOB})
     out = subprocess.run(gpufleet_argv("goodput", "push", str(run)), env=env, capture_output=True, text=True,
                          timeout=120, check=False)
-    assert out.returncode == 0, out.stderr + out.stdout
+    assert out.returncode == expect, out.stderr + out.stdout
     doc: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return doc
 
@@ -124,6 +124,23 @@ def test_the_straggler_is_posted_once_on_the_event_path_for_the_slow_ranks_node(
     assert ctl.api.events("n1", kind="check_failed") == []
     assert push_cli(ctl, run)["stragglers_posted"] == 0  # remembered in the run directory: posted once
     assert len([e for e in ctl.api.events("n2", kind="check_failed")]) == 1
+
+
+def test_a_straggler_on_a_node_the_controller_does_not_know_is_refused_and_sent_again_once_it_is_registered(
+        ctl: Controller, tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    write_run(run, time.time() - 400, hosts=("n1", "n3"))  # n3: not registered (yet)
+    assert [s.host for s in run_report(read_run(run)).stragglers] == ["n3"]
+    first = push_cli(ctl, run, expect=1)  # the controller refused a record: the operator must see it
+    assert (first["refused"], first["stragglers_posted"], first["conflicts"]) == (1, 0, 0) and first["accepted"] > 0
+    state = run / "goodput-push.json"  # not remembered as posted
+    assert not state.exists() or json.loads(state.read_text())["stragglers_posted"] == []
+    ctl.api.post("/nodes", {"nodes": [{"id": "n3", "rack": "r01"}], "state": "ready"})
+    second = push_cli(ctl, run)
+    assert (second["refused"], second["stragglers_posted"]) == (0, 1)
+    (e,) = [e for e in ctl.api.events("n3", kind="check_failed") if e["attrs"].get("rule") == "straggler"]
+    assert e["attrs"]["rank"] == "1" and e["attrs"]["job"] == JOB
+    assert push_cli(ctl, run)["stragglers_posted"] == 0  # now remembered as posted
 
 
 def test_with_the_controller_down_a_push_is_dropped_and_the_next_one_delivers_everything(ctl: Controller,

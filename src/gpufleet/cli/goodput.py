@@ -96,7 +96,7 @@ def register(app: typer.Typer) -> None:
         run: Annotated[str, typer.Option(help="Run name within the job (default: the run directory's name).")] = "",
     ) -> None:
         """Send the run's final goodput intervals and straggler findings to the controller (one round;
-        re-sending is safe). Exit 1 when a post failed."""
+        re-sending is safe). Exit 1 when a post failed or the controller refused a record (422)."""
         from gpufleet.domain.errors import InvalidInput
         from gpufleet.goodput.durable import read_run
         from gpufleet.goodput.push import GoodputPusher
@@ -116,7 +116,7 @@ def register(app: typer.Typer) -> None:
         pusher = GoodputPusher(run_dir, controller, token, job=job, run=run)
         counts = pusher.push_once()
         typer.echo(json.dumps(vars(counts)))
-        if counts.failed_posts:
+        if counts.failed_posts or counts.refused:
             raise typer.Exit(1)
 
     @goodput.command("export")

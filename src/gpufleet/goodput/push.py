@@ -65,7 +65,9 @@ class PushCounts:
     rounds: int = 0
     accepted: int = 0
     duplicates: int = 0
-    conflicts: int = 0  # records the controller refused for good (409: held with other values; 422), skipped
+    conflicts: int = 0  # records the controller holds with other values (409): skipped for good
+    refused: int = 0  # records the controller refused (422, e.g. a straggler on a node it does not know): skipped
+    # this round; a refused interval is not sent again (it cannot change), a refused straggler is (next round)
     failed_posts: int = 0  # posts that failed and were dropped (sent again next round)
     stragglers_posted: int = 0
 
@@ -120,9 +122,10 @@ class GoodputPusher:
             for n in range(0, len(todo), self.batch):
                 chunk = todo[n:n + self.batch]
                 body = {"run": self.run, "world": world, "intervals": [interval_doc(i) for i in chunk]}
-                doc = self._post(client, f"/v1/jobs/{job}/goodput", body, len(chunk))
-                if doc is None:
+                got = self._post(client, f"/v1/jobs/{job}/goodput", body, len(chunk))
+                if got is None:
                     return self.counts  # the controller is not taking posts: the rest waits for next round
+                doc = got[1]
                 self.counts.accepted += int(doc.get("accepted", 0))
                 self.counts.duplicates += int(doc.get("duplicates", 0))
                 self.acked_until = chunk[-1].end
@@ -130,8 +133,9 @@ class GoodputPusher:
                 self._stragglers(client, job, logs)
         return self.counts
 
-    def _post(self, client: Any, path: str, body: dict[str, Any], n: int) -> dict[str, Any] | None:
-        """The controller's answer, {} after a 409 (skipped), None when the post failed."""
+    def _post(self, client: Any, path: str, body: dict[str, Any], n: int) -> tuple[int, dict[str, Any]] | None:
+        """(status, the controller's answer): 202 and its body, or 409 / 422 and {} (counted, skipped);
+        None when the post failed (no answer, or another status)."""
         import httpx
 
         try:
@@ -140,17 +144,20 @@ class GoodputPusher:
             self.counts.failed_posts += 1
             log.warning("goodput push to %s failed: %s (sent again next round; training goes on)", path, err)
             return None
-        if resp.status_code in (409, 422):  # sending it again cannot help: skip it, say so
-            self.counts.conflicts += n
+        if resp.status_code in (409, 422):  # the same body again would get the same answer: skip it, say so
+            if resp.status_code == 409:
+                self.counts.conflicts += n
+            else:
+                self.counts.refused += n
             log.error("goodput push to %s answered %s: %s; skipping these %d records", path, resp.status_code,
                       resp.text[:300], n)
-            return {}
+            return resp.status_code, {}
         if resp.status_code != 202:
             self.counts.failed_posts += 1
             log.warning("goodput push to %s answered %s: %s", path, resp.status_code, resp.text[:300])
             return None
         doc: dict[str, Any] = resp.json()
-        return doc
+        return 202, doc
 
     def _stragglers(self, client: Any, job: str, logs: list[Any]) -> None:
         state_path = self.run_dir / STATE_FILE
@@ -166,7 +173,10 @@ class GoodputPusher:
             e = straggler_event(s, job=job, time=datetime.now(UTC), run=self.run)
             doc = {"id": e.id, "node": e.node, "kind": e.kind.value, "time": e.time.isoformat(),
                    "component": e.component, "message": e.message, "source": e.source, "attrs": dict(e.attrs)}
-            if self._post(client, "/v1/events", {"events": [doc]}, 1) is not None:
+            got = self._post(client, "/v1/events", {"events": [doc]}, 1)
+            # 409: the controller has this event already. A 422 (its node not registered yet, say) is sent
+            # again next round, not remembered as posted.
+            if got is not None and got[0] in (202, 409):
                 posted.append(key)
                 self.counts.stragglers_posted += 1
                 tmp = state_path.with_suffix(".tmp")
