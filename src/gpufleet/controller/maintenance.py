@@ -34,7 +34,7 @@ from gpufleet.controller.pxe import PxeAction
 from gpufleet.controller.service import Controller
 from gpufleet.controller.store.maintenance import MaintenanceStore, NodeStep, Rollout
 from gpufleet.controller.store.repairs import CommandStatus, RepairStore
-from gpufleet.domain.errors import Conflict, ExternalError, GpufleetError, NotFound
+from gpufleet.domain.errors import Conflict, ExternalError, GpufleetError, InvalidInput, NotFound
 from gpufleet.lifecycle.engine import OperatorOp
 from gpufleet.lifecycle.maintenance import (
     FINISHED,
@@ -85,6 +85,13 @@ class Maintenance:
             domains = {n: r.domains for n, r in self.controller.engine.nodes.items()
                        if r.state != NodeState.RETIRED}
         nodes = spec.selector.select(domains)
+        if spec.action == PXE:  # out of band: refused now rather than after draining the nodes
+            bmc = self.pxe.bmc
+            missing = [n for n in nodes if bmc is None or not bmc.has(n)]
+            if missing:
+                raise InvalidInput("action", spec.action, f"nodes with a BMC in [repair] bmc_file for a pxe rollout "
+                                   f"({len(missing)} of {len(nodes)} have none: {', '.join(missing[:5])}"
+                                   f"{', ...' if len(missing) > 5 else ''})")
         rid = f"m-{uuid.uuid4().hex[:10]}"
         now = self.controller.clock.now()
         detail = (f"planned {spec.action} of {len(nodes)} node(s) ({spec.selector.text}), max_unavailable "

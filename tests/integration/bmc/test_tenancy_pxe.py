@@ -16,6 +16,7 @@ from gpufleet.controller.executors.bmc import BmcExecutor
 from gpufleet.controller.maintenance import Maintenance
 from gpufleet.controller.pxe import ASKING
 from gpufleet.controller.settings import TenancySettings
+from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.inventory import NodeInventory
 from gpufleet.lifecycle.maintenance import Step
 from tests.integration.bmc.emulators import Service, start_emulator
@@ -102,3 +103,14 @@ def test_a_node_without_a_bmc_fails_the_move_and_keeps_no_tenant(tmp_path: Path,
     m = w.t.move(node, "globex", "admin:root")
     assert w.until(m.id) == "failed" and w.t.owner(node) is None
     assert "no BMC" in w.t.store.get(m.id).detail and w.c.state_of(node) == "repair"
+
+
+def test_a_pxe_rollout_is_refused_at_plan_time_for_a_node_without_a_bmc(tmp_path: Path, emulator: Service) -> None:
+    w = _world(tmp_path, emulator)
+    with_bmc, without = w.ids[0], w.ids[1]
+    r = w.m.plan({"selector": f"nodes:{with_bmc}", "action": "pxe"}, "op")
+    assert r.spec.action == "pxe" and [n.node for n in r.nodes] == [with_bmc]
+    with pytest.raises(InvalidInput) as err:
+        w.m.plan({"selector": f"nodes:{with_bmc},{without}", "action": "pxe"}, "op")
+    assert err.value.field == "action" and without in err.value.expected and with_bmc not in err.value.expected
+    assert w.c.state_of(without) == w.c.state_of(with_bmc) == "ready"  # nothing was drained
