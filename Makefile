@@ -5,8 +5,9 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install -q --disable-pip-version-check --no-compile  # .pyc written on first import instead
 DEMO_ARGS ?=
 PYTEST_ARGS ?=
-# test processes for `make test` (pytest-xdist; every Slurm test runs in one of them: tests/conftest.py); 0: one process
-PYTEST_WORKERS ?= 2
+# test processes for `make test` (pytest-xdist; every Slurm test runs in one of them: tests/conftest.py). 3 on the
+# 2-core reference box: most long tests wait on other processes (decision 0122); 0: one process
+PYTEST_WORKERS ?= 3
 
 # The compiled engine the compiled-build tests load (tests/integration/compiled): built beside mypy, which
 # leaves the second core idle, instead of inside pytest. A failed or impossible build leaves nothing here:
