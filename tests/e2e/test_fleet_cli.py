@@ -206,6 +206,9 @@ def test_maintenance_plan_sends_every_option_and_a_bad_one_is_named(ctl: Control
     other = json.loads(maint("plan", "--nodes", "n2", "--action", "reboot", "--json"))["id"]
     unset = parse_duration(ctl.api.get(f"/maintenance/{other}")["spec"]["drain_timeout"])
     assert unset != timedelta(minutes=45)  # unset: the controller's default
+    # every option left out is the controller's default: the same spec as a bare API plan
+    bare = ctl.api.post("/maintenance", {"selector": "nodes:n2", "action": "reboot"})["id"]
+    assert ctl.api.get(f"/maintenance/{other}")["spec"] == ctl.api.get(f"/maintenance/{bare}")["spec"]
     err = maint("plan", "--nodes", "n2", "--action", "reboot", "--drain-timeout", "soon", expect=2)
     assert "drain_timeout" in err and "soon" in err
     assert "pxe" in maint("plan", "--help")

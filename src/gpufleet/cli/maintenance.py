@@ -45,24 +45,28 @@ def plan(ctx: typer.Context,
          rack: Annotated[str | None, typer.Option(help="the nodes of this rack")] = None,
          switch: Annotated[str | None, typer.Option(help="the nodes behind this leaf switch")] = None,
          nodes: Annotated[str | None, typer.Option(help="these nodes (comma-separated)")] = None,
-         max_unavailable: Annotated[int, typer.Option(help="nodes of the fleet out at once, any reason")] = 1,
-         max_unavailable_domain: Annotated[int, typer.Option(help="nodes of one rack/switch out at once")] = 1,
-         on_failure: Annotated[str, typer.Option(help="stop | continue")] = "stop",
-         validate: Annotated[str, typer.Option(help="validation before a node returns: full | quick")] = "full",
-         action_timeout: Annotated[str, typer.Option(help="the agent's result for the action")] = "30m",
+         max_unavailable: Annotated[int | None, typer.Option(
+             help="nodes of the fleet out at once, any reason (unset: the controller's default)")] = None,
+         max_unavailable_domain: Annotated[int | None, typer.Option(
+             help="nodes of one rack/switch out at once (unset: the controller's default)")] = None,
+         on_failure: Annotated[str | None, typer.Option(
+             help="stop | continue (unset: the controller's default)")] = None,
+         validate: Annotated[str | None, typer.Option(
+             help="validation before a node returns: full | quick (unset: the controller's default)")] = None,
+         action_timeout: Annotated[str | None, typer.Option(help="the agent's result for the action (unset: the "
+                                                            "controller's default, docs/maintenance.md)")] = None,
          drain_timeout: Annotated[str | None, typer.Option(help="a node's jobs to leave it (unset: the "
                                                            "controller's default, docs/maintenance.md)")] = None,
          validate_timeout: Annotated[str | None, typer.Option(help="the validation job's verdict (unset: the "
                                                               "controller's default)")] = None,
          as_json: AsJson = False) -> None:
-    """Plan a rollout: prints its id and the batches it would run in now. Nothing happens until start."""
-    body: dict[str, object] = {
-        "selector": selector(all_nodes, rack, switch, nodes), "action": action, "max_unavailable": max_unavailable,
-        "max_unavailable_domain": max_unavailable_domain, "on_failure": on_failure, "validate": validate,
-        "action_timeout": action_timeout}
-    for key, value in (("drain_timeout", drain_timeout), ("validate_timeout", validate_timeout)):
-        if value is not None:
-            body[key] = value
+    """Plan a rollout: prints its id and the batches it would run in now. Nothing happens until start. An
+    option not given is left to the controller (its defaults: docs/maintenance.md)."""
+    body: dict[str, object] = {"selector": selector(all_nodes, rack, switch, nodes), "action": action}
+    given = {"max_unavailable": max_unavailable, "max_unavailable_domain": max_unavailable_domain,
+             "on_failure": on_failure, "validate": validate, "action_timeout": action_timeout,
+             "drain_timeout": drain_timeout, "validate_timeout": validate_timeout}
+    body.update({k: v for k, v in given.items() if v is not None})
     _out(_client(ctx).call("POST", "/maintenance", body), as_json, _rollout)
 
 

@@ -160,7 +160,7 @@ class Spec:
         if "selector" not in d or "action" not in d:
             missing = "selector" if "selector" not in d else "action"
             raise InvalidInput(missing, None, "a value (selector: all, rack:R, switch:S or nodes:a,b; "
-                                              "action: reboot or script:NAME)")
+                                              "action: reboot, script:NAME or pxe)")
         kw: dict[str, Any] = {"selector": Selector.parse(str(d["selector"])), "action": str(d["action"])}
         for name in ("max_unavailable", "max_unavailable_domain"):
             if name in d:
