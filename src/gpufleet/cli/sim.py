@@ -110,7 +110,12 @@ def register(app: typer.Typer) -> None:
             changes["nodes_per_rack"] = nodes_per_rack
         if operator_response is not None:
             changes["operator_response"] = secs(operator_response, "operator-response")
-        if not verbose:  # a campaign replays thousands of decisions; keep the output to the summary
+        if verbose:  # every transition (INFO) and breaker trip (WARNING) of the lifecycle, on stderr
+            from gpufleet.cli.errors import configure_logging
+
+            configure_logging("WARNING")
+            logging.getLogger("gpufleet.lifecycle").setLevel(logging.INFO)
+        else:  # a campaign replays thousands of decisions; keep the output to the summary
             logging.getLogger("gpufleet.lifecycle").setLevel(logging.ERROR)
         if planned_rate is not None:
             changes["planned_per_node_day"] = planned_rate

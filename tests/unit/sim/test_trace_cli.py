@@ -164,3 +164,20 @@ def test_cli_report_writes_the_page_and_plots(tmp_path: Path) -> None:
 def test_trace_nodes_without_a_trace_is_named_not_ignored() -> None:
     res = runner.invoke(app, ["sim", "--gpus", "64", "--days", "1", "--replicas", "1", "--trace-nodes", "400"])
     assert isinstance(res.exception, InvalidInput) and res.exception.field == "--trace-nodes", res.output
+
+
+@pytest.mark.parametrize("verbose", [True, False])
+def test_verbose_logs_every_lifecycle_transition_and_quiet_logs_none(verbose: bool) -> None:
+    """As a user runs it (its own process: the root logger as the command leaves it)."""
+    import subprocess
+    import sys
+
+    args = ["sim", "--gpus", "64", "--days", "5", "--replicas", "1", *(["--verbose"] if verbose else [])]
+    res = subprocess.run([sys.executable, "-m", "gpufleet", *args], capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert res.returncode == 0, res.stderr
+    moves = [ln for ln in res.stderr.splitlines() if "gpufleet.lifecycle" in ln and " -> " in ln]
+    if verbose:
+        assert any("ready -> in_service" in m for m in moves), res.stderr[-2000:]
+    else:
+        assert moves == []
