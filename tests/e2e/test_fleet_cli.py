@@ -147,6 +147,12 @@ def test_register_a_whole_topology_with_its_racks_and_leaf_switches(ctl: Control
     assert "--rack" in err and "--topology" in err
 
 
+def test_spares_status_without_pools_says_so(ctl: Controller) -> None:
+    out = subprocess.run(gpufleet_argv("spares", "--url", ctl.url, "status"), env=child_env(
+        {"GPUFLEET_TOKEN": ADMIN_TOKEN}), capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0 and "no spare pools" in out.stdout and "[[spares.pools]]" in out.stdout, out
+
+
 def test_token_and_connection_errors(ctl: Controller, tmp_path: Path) -> None:
     assert "GPUFLEET_TOKEN" in cli(ctl, "status", token=None, expect=2)
     assert "token" in cli(ctl, "status", token="wrong-token-000000000000", expect=2)

@@ -32,6 +32,8 @@ def status(ctx: typer.Context, as_json: AsJson = False) -> None:
 def _pools(doc: list[dict[str, Any]]) -> Any:
     from rich.console import Group
 
+    if not doc:
+        return "no spare pools: the controller's config has no [[spares.pools]] (docs/spares.md)"
     parts: list[Any] = []
     for p in doc:
         s, t = p["spec"], p["totals"]
