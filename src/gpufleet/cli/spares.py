@@ -33,7 +33,9 @@ def _pools(doc: list[dict[str, Any]]) -> Any:
     from rich.console import Group
 
     if not doc:
-        return "no spare pools: the controller's config has no [[spares.pools]] (docs/spares.md)"
+        from rich.text import Text  # plain text: "[[...]]" is not markup
+
+        return Text("no spare pools: the controller's config has no [[spares.pools]] (docs/spares.md)")
     parts: list[Any] = []
     for p in doc:
         s, t = p["spec"], p["totals"]
