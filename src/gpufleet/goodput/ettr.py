@@ -4,7 +4,9 @@ Definitions (docs/goodput.md):
 
 * **elapsed** = first event -> ``END`` (or the last event). Queue time before the first start counts
   when a ``SUBMIT`` is recorded (Kokolis et al.'s ETTR); without it the clock starts at the first
-  start (Google's goodput).
+  start (Google's goodput). A ``SUBMIT`` between an interruption and the next start (the job requeued,
+  waiting for nodes) ends the interruption's own share of the gap: after a planned stop, the time
+  before it is ``planned_maintenance`` and the time after it ``waiting``.
 * **productive** = time spent training, minus the training that an interruption threw away (work
   after the last durable checkpoint snapshot).
 * **ETTR** = productive / elapsed, in [0, 1]. Every second of elapsed is either productive or in
@@ -39,7 +41,7 @@ class Badput:
     checkpoint_restore: float = 0.0  # loading the checkpoint after a (re)start
     lost_progress: float = 0.0  # training redone because it postdated the last durable checkpoint
     detection: float = 0.0  # interruption -> noticed (hangs until a watchdog or check fires)
-    waiting: float = 0.0  # queued / requeued / waiting for nodes after an unexpected interruption
+    waiting: float = 0.0  # queued / requeued / waiting for nodes (after any interruption, from its SUBMIT)
     planned_maintenance: float = 0.0  # down after a planned stop until the next start
     health_check: float = 0.0  # training paused for in-job health checks
     data_wait: float = 0.0  # training blocked waiting for the input pipeline
@@ -268,7 +270,12 @@ def _account(ev: tuple[TimelineEvent, ...]) -> _Acc:
             a.start()
             a.marks.append(a.mark(e.time))
         elif k is K.SUBMIT:
-            if a.started:
+            if a.started and ph is _Phase.WAITING:
+                # (Re)queued after an interruption, waiting for nodes: the interruption's own share of the
+                # gap ends here (a planned stop's downtime); from here to the next start is waiting.
+                a.flush_gap()
+                a.planned_gap = False
+            elif a.started:
                 a.ignored += 1
         elif k is K.END:
             a.flush_gap()

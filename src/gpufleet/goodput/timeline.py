@@ -28,7 +28,7 @@ from gpufleet.domain.errors import InvalidInput
 
 
 class TimelineEventKind(StrEnum):
-    SUBMIT = "submit"  # the job was submitted (queue time before the first start counts as waiting)
+    SUBMIT = "submit"  # the job was submitted, or requeued after an interruption: queue time counts as waiting
     START = "start"  # processes launched on allocated nodes (an attempt begins)
     RESTART = "restart"  # same as START; names an attempt after an interruption
     INITIALISED = "initialised"  # startup done (framework init, communicators, compile)

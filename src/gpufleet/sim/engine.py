@@ -267,6 +267,7 @@ class _Replica:
         else:
             self.waiting_nodes = True
             self.node_waits += 1
+            self.emit(t, K.SUBMIT)  # requeued, waiting for nodes: badput waiting, whatever stopped the job
 
     def on_job(self, t: float, gen: int, action: int) -> None:
         if gen != self.gen:

@@ -81,6 +81,20 @@ def test_planned_stop_time_is_maintenance_not_waiting() -> None:
     assert r.ettr == pytest.approx(100 / 400)
 
 
+def test_a_requeue_after_a_planned_stop_splits_its_downtime_from_the_wait_for_nodes() -> None:
+    r = compute(tl((0, K.START), (0, K.INITIALISED), (60, K.CHECKPOINT_SAVE_START), (60, K.CHECKPOINT_SAVE_END),
+                   (60, K.MAINTENANCE, "firmware"), (160, K.SUBMIT), (360, K.RESTART), (360, K.INITIALISED),
+                   (400, K.END)))
+    assert (r.badput.planned_maintenance, r.badput.waiting) == (100, 200)
+    assert r.ignored_events == 0 and r.ettr == pytest.approx(100 / 400)
+    # after a failure the requeue changes nothing: detection, then waiting
+    f = compute(tl((0, K.START), (0, K.INITIALISED), (60, K.FAILURE), (90, K.DETECTED), (160, K.SUBMIT),
+                   (360, K.RESTART), (360, K.INITIALISED), (400, K.END)))
+    assert (f.badput.detection, f.badput.waiting, f.badput.planned_maintenance) == (30, 270, 0)
+    # a SUBMIT while running is out of phase
+    assert compute(tl((0, K.START), (0, K.INITIALISED), (50, K.SUBMIT), (100, K.END))).ignored_events == 1
+
+
 def test_queue_time_counts_only_with_submit() -> None:
     base = [(100, K.START), (100, K.INITIALISED), (200, K.END)]
     with_submit = compute(tl((0, K.SUBMIT), *base))  # type: ignore[arg-type]

@@ -183,3 +183,17 @@ def test_revalidation_catches_faults_that_repairs_leave_behind() -> None:
     assert sum(r.escapes for r in checked.replicas) == 0
     assert sum(c.failed_validations for c in controls) > 10
     assert checked.ettr_mean() > leaky.ettr_mean()
+
+
+def test_after_a_planned_stop_the_wait_for_a_node_is_waiting_not_planned_maintenance() -> None:
+    # every failure warned and drained at the next checkpoint (a planned stop) and its node repaired for 6 h:
+    # with no spare the job then waits for the repair
+    cfg = poisson_cfg(days=20, warning_fraction=1.0, proactive_drain=True, repair=FixedRepair(6 * 3600.0))
+    none_left = run_replica(cfg.with_(hot_spares=0), 5, control=fixed(cfg))
+    plenty = run_replica(cfg, 5, control=fixed(cfg))
+    assert none_left.report.interruptions.planned > 0 and none_left.node_waits > 0
+    assert none_left.report.badput.waiting > 3600.0  # the wait for the repaired node
+    assert plenty.report.badput.waiting == 0.0 and plenty.node_waits == 0
+    # what stays planned_maintenance is the stops' own downtime: no more per stop than with spares enough
+    per_stop = [r.report.badput.planned_maintenance / r.report.interruptions.planned for r in (none_left, plenty)]
+    assert per_stop[0] <= per_stop[1] + 1e-6, per_stop
