@@ -156,12 +156,17 @@ def _refused(r: httpx.Response) -> PushResult:
     return PushResult(False, r.status_code, error=r.text[:2000], retry_after_s=retry)
 
 
+def _detail(error_body: str) -> object:
+    """The ``detail`` of a controller's JSON error body (FastAPI's shape), or None when it has none."""
+    try:
+        return json.loads(error_body).get("detail")
+    except (ValueError, AttributeError):
+        return None
+
+
 def _names_node(error_body: str) -> bool:
     """True when a 422 blames the node (not registered / not ours): a setup problem, never the event's."""
-    try:
-        detail = json.loads(error_body).get("detail")
-    except (ValueError, AttributeError):
-        return False
+    detail = _detail(error_body)
     fields = [d.get("field", "") for d in detail] if isinstance(detail, list) else []
     fields += [str(detail)] if isinstance(detail, str) else []
     return any(str(f).endswith(".node") or str(f) == "node" for f in fields if isinstance(f, str))
@@ -279,10 +284,7 @@ class Pusher:
         """A 404 saying this node is not found (not registered), not a wrong URL's plain 404."""
         if res.status != 404:
             return False
-        try:
-            detail = json.loads(res.error).get("detail")
-        except (ValueError, AttributeError):
-            return False
+        detail = _detail(res.error)
         return isinstance(detail, str) and repr(self.node) in detail and "not found" in detail
 
     def _succeeded(self) -> None:

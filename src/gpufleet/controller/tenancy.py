@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from gpufleet.controller.maintenance import Maintenance
 from gpufleet.controller.settings import TenancySettings
 from gpufleet.controller.store.maintenance import Rollout
-from gpufleet.controller.store.tenancy import Move, TenancyStore
+from gpufleet.controller.store.tenancy import Move, TenancyStore, being_moved
 from gpufleet.domain.errors import Conflict, InvalidInput, NotFound
 from gpufleet.domain.tenancy import Tenant, check_pools, owner
 from gpufleet.lifecycle.maintenance import OnFailure, RolloutState, Selector, Spec, Step
@@ -80,6 +80,9 @@ class Tenancy:
         was = self.owner(node)
         if was == to:
             raise Conflict(f"node {node} belongs to tenant {to!r} already")
+        running = self.store.moves(running_only=True, nodes=[node], limit=1)
+        if running:  # draining or being wiped for it: not "resume or repair it first"
+            raise being_moved(node, running[0].id)
         if state not in SCHEDULABLE:
             raise Conflict(f"node {node} is {state}: only a serving node is moved (resume or repair it first)")
         now = self.controller.clock.now()

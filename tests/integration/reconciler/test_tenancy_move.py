@@ -15,6 +15,7 @@ from gpufleet.controller.tenancy import Tenancy
 from gpufleet.domain.errors import Conflict, InvalidInput
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.tenancy import Tenant, check_pools
+from gpufleet.lifecycle.engine import OperatorOp
 from tests.integration.reconciler.test_maintenance import World
 
 pytestmark = pytest.mark.tenancy
@@ -108,8 +109,14 @@ def test_moves_that_cannot_start_are_refused(w: TenancyWorld, tmp_path: Path) ->
     with pytest.raises(Conflict, match="being moved already"):
         w.t.move(node, "acme", "admin:root")
     w.step()
-    with pytest.raises(Conflict, match="only a serving node"):
-        w.t.move(w.ids[0], "acme", "admin:root")
+    assert w.c.state_of(node) != "ready", "the move has begun its drain"
+    with pytest.raises(Conflict, match=f"being moved already \\({m.id}\\)") as refused:
+        w.t.move(node, "acme", "admin:root")
+    assert "resume or repair" not in str(refused.value), "a running move is not the operator's to resume"
+    other = w.ids[1]
+    w.c.operate(other, OperatorOp.DRAIN, "admin:root", "bad fan")
+    with pytest.raises(Conflict, match=f"node {other} is \\w+: only a serving node"):
+        w.t.move(other, "globex", "admin:root")
     assert w.until(m.id) == "done"
     w.settings = TenancySettings()
     w.restart()

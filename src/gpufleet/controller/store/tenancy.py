@@ -39,6 +39,11 @@ class Move:
     updated: datetime
 
 
+def being_moved(node: str, move_id: str) -> Conflict:
+    """The refusal of a move of ``node`` while its move ``move_id`` runs."""
+    return Conflict(f"node {node} is being moved already ({move_id}): wait for it to finish")
+
+
 def _move(r: TenancyMoveRow) -> Move:
     return Move(r.id, r.node, r.from_tenant, r.to_tenant, r.rollout, r.state, r.detail, r.actor, r.created, r.updated)
 
@@ -59,7 +64,7 @@ class TenancyStore:
             running = s.scalar(select(TenancyMoveRow.id).where(TenancyMoveRow.node == move.node,
                                                                TenancyMoveRow.state == RUNNING))
             if running is not None:
-                raise Conflict(f"node {move.node} is being moved already ({running}): wait for it to finish")
+                raise being_moved(move.node, running)
             s.add(TenancyMoveRow(id=move.id, node=move.node, from_tenant=move.from_tenant, to_tenant=move.to_tenant,
                                  rollout=move.rollout, state=RUNNING, detail=move.detail[:2000], actor=move.actor,
                                  created=move.created, updated=move.updated))
