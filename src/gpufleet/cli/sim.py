@@ -135,7 +135,12 @@ def register(app: typer.Typer) -> None:
         fault_trace = None
         if trace is not None:
             fault_trace = load_trace(trace, nodes=trace_nodes)
-            changes.setdefault("gpus", fault_trace.nodes * cfg.gpus_per_node)
+            spares = changes.get("hot_spares", cfg.hot_spares) or 0
+            if spares >= fault_trace.nodes:
+                raise InvalidInput("--hot-spares", spares, f"fewer than the trace's {fault_trace.nodes} servers "
+                                   "(the job runs on the others)")
+            # the job runs on the trace's servers but the spares (sim.engine takes no more than that)
+            changes.setdefault("gpus", (fault_trace.nodes - spares) * cfg.gpus_per_node)
             changes.setdefault("days", round(fault_trace.span / 86400.0, 3))
             changes["categories"] = ()  # every node fault comes from the trace
             changes.setdefault("planned_per_node_day", 0.0)
@@ -251,8 +256,9 @@ def _print(doc: dict[str, Any]) -> None:
     console = Console()
     sections = [("", doc)] + ([("(same node-day rate as the trace)", doc["synthetic"])] if "synthetic" in doc else [])
     for title, d in sections:
-        t = Table(title=f"{d['scenario']} {title}".strip() + f" — {d['gpus']} GPUs, {d['days']:g} days, "
-                  f"{d['replicas']} replicas")
+        spares = d["policy"]["hot_spares"]
+        t = Table(title=f"{d['scenario']} {title}".strip() + f" — {d['gpus']} GPUs ({d['nodes']} nodes"
+                  + (f" + {spares} hot spares" if spares else "") + f"), {d['days']:g} days, {d['replicas']} replicas")
         t.add_column("metric")
         t.add_column("value", justify="right")
         e, i = d["ettr"], d["interruptions"]

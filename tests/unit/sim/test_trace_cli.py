@@ -181,3 +181,28 @@ def test_verbose_logs_every_lifecycle_transition_and_quiet_logs_none(verbose: bo
         assert any("ready -> in_service" in m for m in moves), res.stderr[-2000:]
     else:
         assert moves == []
+
+
+def _small_trace(tmp_path: Path) -> Path:
+    doc = (fault("a", 1.0, 1.5, "Hardware Failure", "GPU", "GPU Lost")
+           + fault("b", 2.0, 2.5, "Hardware Failure", "GPU", "GPU DBE(Double Bit ECC) > Threshold"))
+    doc.sort(key=lambda e: e["event_time"])  # type: ignore[arg-type, return-value]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def test_trace_job_is_the_servers_but_the_spares_in_replay_synthetic_and_header(tmp_path: Path) -> None:
+    """With --hot-spares the replayed job runs on the trace's other servers; the synthetic run it is
+    compared with, the JSON and the table's title say the same job (they said the whole trace)."""
+    args = ["sim", "--trace", str(_small_trace(tmp_path)), "--trace-nodes", "10", "--hot-spares", "2",
+            "--replicas", "1"]
+    doc = json.loads(runner.invoke(app, [*args, "--json"]).output)
+    for run in (doc, doc["synthetic"]):
+        assert (run["nodes"], run["gpus"], run["policy"]["hot_spares"]) == (8, 64, 2)
+    table = runner.invoke(app, args)
+    assert table.exit_code == 0, table.output
+    assert "64 GPUs (8 nodes + 2 hot spares)" in " ".join(table.output.split())
+    refused = runner.invoke(app, [*args[:-2], "--hot-spares", "10"])
+    assert isinstance(refused.exception, InvalidInput) and refused.exception.field == "--hot-spares", refused.output
+    assert "fewer than the trace's 10 servers" in str(refused.exception)
