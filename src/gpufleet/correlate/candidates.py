@@ -8,12 +8,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from gpufleet.correlate.model import SymptomKey
+
 
 @dataclass(slots=True)
 class Cand:
     # witness -> (last time, units, last minute, a reporter behind it: rates leave explained reporters out)
     wit: dict[str, tuple[float, int, int, str]]
-    keys: dict[tuple[str, str], float]  # supporting symptoms -> last time
+    keys: dict[SymptomKey, float]  # supporting symptoms -> last time
     cls: str = ""
     units: int = 1  # sum of the witnesses' units (kept as they change, not summed per event)
     oldest: float = math.inf  # at most the oldest witness's last time: none expired while it is in the window
@@ -27,7 +29,7 @@ class Cand:
 # symptom key, units): atomic, so the cycle collector stops tracking it. It becomes a Cand when a
 # second witness or symptom comes, when its witness comes back after the window, or when it must be
 # scored.
-Once = tuple[float, int, str, str, tuple[str, str], int]
+Once = tuple[float, int, str, str, SymptomKey, int]
 
 
 def cand_of(once: Once, cls: str) -> Cand:

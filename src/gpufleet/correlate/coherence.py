@@ -48,6 +48,7 @@ from gpufleet.correlate.candidates import Cand, cand_of, prune
 from gpufleet.correlate.explain import UNITS as _UNIT_KINDS  # what contains other candidates
 from gpufleet.correlate.index import Pairs, index_of
 from gpufleet.correlate.kept import KeptPatterns
+from gpufleet.correlate.model import SymptomKey
 from gpufleet.correlate.rates import PRIOR_EXCESS, PRIOR_Q, Reporters, learn
 from gpufleet.correlate.tails import log_negbin_tail as _log_negbin_tail
 from gpufleet.correlate.tails import log_poisson_tail as _log_poisson_tail
@@ -138,7 +139,7 @@ class Coherence(KeptPatterns):
             if ln is not None and reporter in (ln.a, ln.b):  # a one-link end about its own link
                 _saw(self._seen_link, kind, rclass, reporter, t, minute)
 
-    def add(self, t: float, kind: str, reporter: str, rclass: str, key: tuple[str, str],
+    def add(self, t: float, kind: str, reporter: str, rclass: str, key: SymptomKey,
             pairs: Pairs) -> list[str]:
         """One event of ``kind`` from ``reporter`` (class ``rclass``) on symptom ``key`` whose
         candidates and witnesses are ``pairs``; returns the candidates that are significant after
@@ -245,7 +246,7 @@ class Coherence(KeptPatterns):
             return 1.0 / self._index.deg(reporter)
         return 0.0
 
-    def support(self, c: str, now: float) -> list[tuple[str, str]]:
+    def support(self, c: str, now: float) -> list[SymptomKey]:
         """Symptom keys behind ``c``'s witnesses within the window."""
         st = self._cands.get(c)
         if st is None:

@@ -33,7 +33,7 @@ from gpufleet.correlate.coherence import Coherence
 from gpufleet.correlate.explain import UNITS as _UNIT_KINDS  # what contains other candidates
 from gpufleet.correlate.index import Pairs, index_of
 from gpufleet.correlate.inventory import Inventory, MoveRecord
-from gpufleet.correlate.model import Ref, Suspect, Verdict, sort_refs
+from gpufleet.correlate.model import Ref, Suspect, SymptomKey, Verdict, sort_refs
 from gpufleet.correlate.offenders import MemoryHistory, UnitHistory
 from gpufleet.correlate.symptoms import FOLD, IGNORE, Symptom, Weighing, weigh
 from gpufleet.correlate.verdicts import Verdicts
@@ -96,7 +96,7 @@ class Engine(Verdicts):
         # (time, symptom key, symptom serial, step, severity index) per counted event. Only atomic
         # values, not the Symptom: the cycle collector stops tracking such tuples, so the window's
         # worth of entries is not re-scanned by every full collection.
-        self._queue: deque[tuple[float, tuple[str, str], int, float, int]] = deque()
+        self._queue: deque[tuple[float, SymptomKey, int, float, int]] = deque()
         self._serial = 0
         self._folded = {}  # newest last; atomic: untracked
         self._fold_queue: deque[tuple[float, str]] = deque()  # (time, component) per folded event
@@ -176,7 +176,7 @@ class Engine(Verdicts):
         if coh is None:
             return n
         coh.learned_since(since.timestamp())
-        last: dict[tuple[str, str], float] = {}  # symptom key -> its last counted event (the hold-down)
+        last: dict[SymptomKey, float] = {}  # symptom key -> its last counted event (the hold-down)
         for ev in events:
             n += 1
             if ev.kind is EventKind.MOVED:
@@ -189,7 +189,7 @@ class Engine(Verdicts):
             if j.role in (IGNORE, FOLD):
                 continue
             t = ev.time.timestamp()
-            key = (comp, ev.link if ev.link is not None and ev.link in self._links else "")
+            key: SymptomKey = (comp, ev.link if ev.link is not None and ev.link in self._links else "")
             before = last.get(key)
             if j.damped and before is not None and t - before < self._holddown:
                 continue
@@ -250,7 +250,7 @@ class Engine(Verdicts):
             if link is not None and link not in self._links:
                 self.unknown += 1
                 link = None
-            key = (comp, link or "")
+            key: SymptomKey = (comp, link or "")
             sym = self._syms.get(key)
             if sym is None:
                 self._serial += 1

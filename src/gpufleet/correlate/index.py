@@ -11,6 +11,7 @@ lookup it wraps); the methods fill them.
 from __future__ import annotations
 
 from gpufleet.correlate.explain import UNITS as _UNIT_KINDS  # what contains other candidates
+from gpufleet.correlate.model import SymptomKey
 from gpufleet.domain.topology import Topology
 
 _EXPOSURE_CACHE = 200_000  # candidates whose exposure is kept
@@ -34,7 +35,7 @@ class TopologyIndex:
         # candidate -> class -> reporters of that class that can name it (coherence.py's exposure)
         self.exposure: dict[str, dict[str, float]] = {}
         # (reporter, link or "") -> its candidates and their coherence pairs (engine.py's _place, _pairs)
-        self.placements: dict[tuple[str, str], tuple[tuple[str, ...], Pairs]] = {}
+        self.placements: dict[SymptomKey, tuple[tuple[str, ...], Pairs]] = {}
         self.hits = 0  # placements found in the memo since it was last emptied (engine.py counts them)
         self._rest = 0  # placements still not to keep: the last fill of the memo was seldom hit
         self._class_size: dict[str, int] | None = None
@@ -140,7 +141,7 @@ class TopologyIndex:
             self.exposure.pop(next(iter(self.exposure)))
         return out
 
-    def keep_placement(self, key: tuple[str, str], cands: tuple[str, ...], pairs: Pairs) -> None:
+    def keep_placement(self, key: SymptomKey, cands: tuple[str, ...], pairs: Pairs) -> None:
         """Keep a placement. When the memo is full it is emptied (cheaper than evicting one by one);
         if that fill was hit less than once per 8 entries (131,072 GPUs: most (reporter, link) are
         new), placements are not kept for the next 4 fills' worth: keeping them cost more than they

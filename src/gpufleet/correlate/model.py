@@ -16,6 +16,10 @@ from enum import StrEnum
 from typing import Any
 
 Ref = int | str  # a 1-based line number of the events file, or a HealthEvent id
+# A symptom's key, (reporter, link id or ""). Typed as a tuple of any length, not tuple[str, str], for the
+# compiled engine (decision 0123): mypyc keeps a fixed-length tuple unboxed and builds a new tuple object
+# each time it stores or looks one up, where Python passes the one key object along.
+SymptomKey = tuple[str, ...]
 
 
 

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from gpufleet.correlate.explain import SEVERITY_WEIGHT
-from gpufleet.correlate.model import Ref
+from gpufleet.correlate.model import Ref, SymptomKey
 from gpufleet.domain.catalog import Action, Catalog
 from gpufleet.domain.events import EventKind, Severity
 from gpufleet.domain.judgement import Judgement
@@ -67,7 +67,7 @@ class Symptom:
         "wit",
     )
 
-    def __init__(self, key: tuple[str, str], cands: tuple[str, ...], local: frozenset[str], serial: int = 0) -> None:
+    def __init__(self, key: SymptomKey, cands: tuple[str, ...], local: frozenset[str], serial: int = 0) -> None:
         self.key = key
         self.serial = serial  # tells this symptom from an earlier one of the same key (archived by a move)
         self.reporter, self.link = key

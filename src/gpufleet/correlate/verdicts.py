@@ -24,7 +24,7 @@ from gpufleet.correlate.explain import Explanation, SymptomLike, explain
 from gpufleet.correlate.index import TopologyIndex
 from gpufleet.correlate.inventory import Inventory, MoveRecord
 from gpufleet.correlate.kept import FOLLOWS, STAYS
-from gpufleet.correlate.model import Basis, Ref, Suspect, SuspectAction, Verdict, VerdictStatus, sort_refs
+from gpufleet.correlate.model import Basis, Ref, Suspect, SuspectAction, SymptomKey, Verdict, VerdictStatus, sort_refs
 from gpufleet.correlate.offenders import (
     REPEAT_WINDOW,
     UNIT_KINDS,
@@ -51,7 +51,7 @@ class Verdicts:
     _links: Mapping[str, Link]
     _index: TopologyIndex
     _kinds: dict[str, str]
-    _syms: dict[tuple[str, str], Symptom]
+    _syms: dict[SymptomKey, Symptom]
     _cover: dict[str, set[Symptom]]  # candidate -> the active symptoms it could explain
     _folded: dict[str, tuple[tuple[float, Ref], ...]]
     _now: float
