@@ -412,6 +412,12 @@ class LifecycleEngine:
         return plan
 
     def reset_breaker(self, actor_id: str, now: datetime, *, discard_held: bool) -> Plan:
+        if self.dry_run and self.held and not discard_held:
+            # Re-admitted in dry-run, a held decision would only be recorded as what it would do, and
+            # be gone once dry-run is off: the node left suspect (schedulable) with nothing pending.
+            raise Conflict(f"dry-run is on: a reset would re-admit {len(self.held)} held decision(s) that dry-run "
+                           "cannot carry out, and lose them; turn dry-run off first, or discard them "
+                           '({"discard_held": true})')
         plan = Plan(breaker=BreakerState(), audit=[AuditEntry(
             now, Actor.OPERATOR, actor_id, "breaker_reset", "breaker",
             f"reset; {len(self.held)} held decision(s) {'discarded' if discard_held else 're-admitted'}")])

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from gpufleet.domain.errors import NotFound
+from gpufleet.domain.errors import Conflict, NotFound
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.fleet import simulated_fleet
 from gpufleet.lifecycle.breaker import Budget
@@ -146,3 +146,30 @@ def test_a_reset_drains_held_nodes_whose_domains_have_room() -> None:
     assert eng.nodes[r02[0]].state == NodeState.DRAINING  # its rack is within budget: drained at the reset
     assert set(eng.held) == {r01[2]} and eng.breaker.tripped  # r01 is still full: held, breaker tripped again
     assert eng.nodes[r01[2]].state == NodeState.SUSPECT
+
+
+def test_a_reset_in_dry_run_keeps_the_held_decisions_for_when_it_is_off() -> None:
+    """A reset in dry-run used to re-admit the held decisions as dry-run records and lose them: once
+    dry-run was off, a node whose GPU fell off the bus stayed suspect (schedulable), nothing pending."""
+    eng = engine(40, 4)
+    eng.observe([xid(n, 79, T0) for n in sorted(eng.nodes)], T0)
+    held = dict(eng.held)
+    assert held and eng.breaker.tripped
+    eng.set_dry_run(True, "erin", T0 + timedelta(minutes=1))
+    with pytest.raises(Conflict, match=rf"re-admit {len(held)} held decision\(s\).*discard_held"):
+        eng.reset_breaker("alice", T0 + timedelta(minutes=2), discard_held=False)
+    assert eng.held == held and eng.breaker.tripped, "nothing changed"
+    eng.set_dry_run(False, "erin", T0 + timedelta(minutes=3))
+    plan = eng.reset_breaker("alice", T0 + timedelta(minutes=4), discard_held=False)
+    readmitted = {t.node for t in plan.transitions if t.to_state is NodeState.DRAINING}
+    assert readmitted and readmitted <= set(held), "re-admitted on the budget once dry-run is off"
+
+
+def test_a_reset_in_dry_run_may_discard_the_held_decisions() -> None:
+    eng = engine(40, 4)
+    eng.observe([ev(n, EventKind.CHECK_FAILED, T0) for n in sorted(eng.nodes)], T0)
+    held = dict(eng.held)
+    eng.set_dry_run(True, "erin", T0)
+    eng.reset_breaker("bob", T0 + timedelta(minutes=1), discard_held=True)
+    assert not eng.held and not eng.breaker.tripped
+    assert all(eng.nodes[n].state == NodeState.READY for n in held)
