@@ -246,11 +246,26 @@ class Controller:
         for i, e in enumerate(events):
             if e.node not in self.engine.nodes:
                 raise InvalidInput(f"events[{i}].node", e.node, "a registered node (POST /v1/nodes)")
+        topo = self.topology
+        if topo is not None:  # a node reports its own parts: never another node's (api.md §Security)
+            for i, e in enumerate(events):
+                if e.component and e.component != e.node and e.component in topo.components \
+                        and not self._inside(e.component, e.node):
+                    raise InvalidInput(f"events[{i}].component", e.component,
+                                       f"a part of node {e.node!r} (the reporting node), not of another node")
+                ln = topo.links.get(e.link) if e.link else None
+                if ln is not None and not (self._inside(ln.a, e.node) or self._inside(ln.b, e.node)):
+                    raise InvalidInput(f"events[{i}].link", e.link, f"a link with an end on node {e.node!r}")
         seen: set[tuple[str, str]] = set()
         for i, e in enumerate(events):
             if (e.node, e.id) in seen:
                 raise InvalidInput(f"events[{i}].id", e.id, "an id not repeated for its node within the batch")
             seen.add((e.node, e.id))
+
+    def _inside(self, component: str, node: str) -> bool:
+        """``component`` is ``node`` or one of its parts in the topology (the node named as the scheduler does)."""
+        assert self.topology is not None
+        return component == node or node in self.topology.ancestors(component)
 
     def approve_held(self, nodes: Sequence[str], actor_id: str) -> Plan:
         with self.lock, self._atomic():

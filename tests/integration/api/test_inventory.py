@@ -137,3 +137,35 @@ def test_a_tray_swap_in_the_reported_serials_moves_the_fault_with_the_tray(
     assert (suspects[0]["component"], suspects[0]["serial"]) == (b, tray_a)
     (standing,) = [s for s in controller.verdicts if s.component == b]
     assert standing.finding is Basis.FOLLOWS_SERIAL
+
+
+def test_a_node_reports_its_own_parts_and_links_never_another_nodes(
+    nvl: tuple[TestClient, Controller, ManualClock, Topology],
+) -> None:
+    """api.md §Security: a node must not report another node's faults. An event of node r01-ct01 naming a
+    GPU of r01-ct02, or that GPU's NVLink, is a 422 naming the field; nothing of the batch is stored; the
+    node's own part and link are accepted (an operations drill had another node's NICs accepted)."""
+    client, _, clock, topo = nvl
+    node, other = "r01-ct01", "r01-ct02"
+    mine = topo.children_of_kind(node, K.GPU)[0]
+    theirs = topo.children_of_kind(other, K.GPU)[0]
+    my_link = next(i for i, ln in topo.links.items() if mine in (ln.a, ln.b))
+    their_link = next(i for i, ln in topo.links.items() if theirs in (ln.a, ln.b))
+    now = clock.advance(timedelta(seconds=1)).isoformat()
+
+    def post(*events: dict[str, Any]) -> Any:
+        return client.post("/v1/events", json={"events": list(events)}, headers=auth("agent"))
+
+    ok = {"id": "own", "node": node, "kind": "xid", "code": 149, "time": now, "component": mine, "link": my_link}
+    for bad, field, value in (
+        ({"id": "x1", "node": node, "kind": "xid", "code": 79, "time": now, "component": theirs}, "component", theirs),
+        ({"id": "x2", "node": node, "kind": "link_error", "time": now, "component": mine, "link": their_link},
+         "link", their_link),
+    ):
+        r = post(ok, bad)
+        assert r.status_code == 422, r.text
+        (detail,) = r.json()["detail"]
+        assert (detail["field"], detail["value"]) == (f"events[1].{field}", value) and node in detail["expected"]
+        assert client.get("/v1/events", params={"node": node}, headers=auth("viewer")).json() == []
+    r = post(ok)
+    assert r.status_code == 202 and r.json()["accepted"] == 1, r.text
