@@ -28,7 +28,7 @@ from gpufleet.domain.inventory import NodeInventory
 from gpufleet.domain.topology import Topology
 from gpufleet.lifecycle.breaker import BreakerState
 from gpufleet.lifecycle.config import PolicyFile
-from gpufleet.lifecycle.decisions import ComponentFault, PlannedAction
+from gpufleet.lifecycle.decisions import ComponentFault, DecisionStatus, PlannedAction
 from gpufleet.lifecycle.engine import LifecycleEngine, NodeRecord, OperatorOp, SchedObservation
 from gpufleet.lifecycle.plan import AuditEntry, Plan
 from gpufleet.lifecycle.policy import Policy
@@ -621,7 +621,8 @@ class Controller:
         policy = Policy(cfg, catalog)
         breaker, dry_run = self.store.load_settings()
         records = [rec for rec, _rack in self.store.load_nodes()]
-        engine = LifecycleEngine(policy, records, breaker=breaker, held=self.store.load_held(), dry_run=dry_run)
+        engine = LifecycleEngine(policy, records, breaker=breaker, held=self.store.load_held(), dry_run=dry_run,
+                                 superseded=self.store.load_held(DecisionStatus.SUPERSEDED))
         now = self.clock.now()
         engine.remember(self.store.events_since(now - policy.lookback(), kinds=policy.counted_kinds()), now)
         recent = max(2 * cfg.merge_window, cfg.correlation_hold)

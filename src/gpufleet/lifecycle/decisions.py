@@ -25,6 +25,9 @@ class DecisionStatus(StrEnum):
     HELD = "held"  # the blast-radius breaker queued it
     DRY_RUN = "dry_run"  # recorded only (dry-run mode)
     CANCELLED = "cancelled"  # an operator discarded it (e.g. after a bad health check)
+    # A held decision a correlated group's held decision took the place of: held again if the group's is
+    # cancelled for its node (the switch was fine; the node's own fault still stands), else never acted on.
+    SUPERSEDED = "superseded"
 
 
 @dataclass(frozen=True, slots=True)

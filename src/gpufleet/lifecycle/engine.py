@@ -76,6 +76,7 @@ class _Undo:
     """What the engine looked like before the calls since :meth:`LifecycleEngine.begin`."""
 
     held: dict[str, Decision]
+    superseded: dict[str, Decision]
     breaker: BreakerState
     dry_run: bool
     records: dict[str, NodeRecord | None] = field(default_factory=dict)  # None: the node was added
@@ -90,12 +91,15 @@ class LifecycleEngine:
         breaker: BreakerState | None = None,
         held: Iterable[Decision] = (),
         dry_run: bool | None = None,
+        superseded: Iterable[Decision] = (),
     ) -> None:
         self.policy = policy
         self.budget = Budget(policy.config.max_unavailable_fleet, policy.config.max_unavailable_domain)
         self.nodes: dict[str, NodeRecord] = {n.node: n for n in nodes}
         self.breaker = breaker or BreakerState()
         self.held: dict[str, Decision] = {d.node: d for d in held}
+        # node -> its own held decision that a correlated group's held decision took the place of
+        self.superseded: dict[str, Decision] = {d.node: d for d in superseded if d.node in self.held}
         self.dry_run = policy.config.dry_run if dry_run is None else dry_run
         self._members: dict[str, frozenset[str]] | None = None
         # Kept up to date on every move so budget checks cost O(domains), not O(fleet).
@@ -113,7 +117,7 @@ class LifecycleEngine:
         The controller persists each plan after the engine made it; when that write fails, rollback
         puts the engine back exactly as it was, without reading the database (which may be down too).
         It costs one copy of each node record the calls touch, not a copy of the fleet."""
-        self._undo = _Undo(dict(self.held), self.breaker, self.dry_run)
+        self._undo = _Undo(dict(self.held), dict(self.superseded), self.breaker, self.dry_run)
 
     def commit(self) -> None:
         """The changes since :meth:`begin` are durable: forget how to undo them."""
@@ -134,7 +138,7 @@ class LifecycleEngine:
             else:
                 self.nodes[node] = saved
                 self._refresh(saved)
-        self.held, self.breaker, self.dry_run = u.held, u.breaker, u.dry_run
+        self.held, self.superseded, self.breaker, self.dry_run = u.held, u.superseded, u.breaker, u.dry_run
 
     def _touch(self, rec: NodeRecord) -> None:
         """Called before ``rec`` changes: keep a copy to roll back to (once per begin)."""
@@ -215,9 +219,14 @@ class LifecycleEngine:
         if not targets:
             return Plan()
         plan = Plan()
-        for n in targets:  # the group decision supersedes a node's own held decision
-            if n in self.held:
-                plan.status_changes.append((self.held.pop(n).id, DecisionStatus.CANCELLED))
+        for n in targets:  # the group decision supersedes a node's own held decision, kept to hold again
+            if n in self.held:  # if the group's is cancelled for the node (cancel_held)
+                own = self.held.pop(n)
+                if n in self.superseded:  # superseded before: a group's; the node's own is kept
+                    plan.status_changes.append((own.id, DecisionStatus.CANCELLED))
+                else:
+                    self.superseded[n] = own
+                    plan.status_changes.append((own.id, DecisionStatus.SUPERSEDED))
         reason = f"{fault.kind} {fault.component} faulty: {fault.reason}"
         decisions = []
         for n in targets:
@@ -267,6 +276,7 @@ class LifecycleEngine:
             again = replace(d, id=decision_id(n, d.rule, rec.state, d.to_state, (*d.evidence, "approved")),
                             from_state=rec.state, time=now, actor=Actor.OPERATOR, actor_id=actor_id)
             plan.extend(self._commit(again, now))
+        self._forget_superseded(plan, cancel=False)
         return plan
 
     def held_group(self, group: str) -> list[str]:
@@ -408,6 +418,9 @@ class LifecycleEngine:
         plan = Plan()
         if node in self.held:
             plan.status_changes.append((self.held.pop(node).id, DecisionStatus.CANCELLED))
+        own = self.superseded.pop(node, None)
+        if own is not None:  # a person decided about the node
+            plan.status_changes.append((own.id, DecisionStatus.CANCELLED))
         plan.extend(self._commit(d, now))
         return plan
 
@@ -443,6 +456,7 @@ class LifecycleEngine:
             # but does not hold the others — a node in a domain with room is drained now.
             why = self._violation(again.node)
             plan.extend(self._commit(again, now) if why is None else self._hold(again, why, now))
+        self._forget_superseded(plan, cancel=discard_held)
         return plan
 
     def cancel_held(self, node: str, actor_id: str, reason: str, now: datetime) -> Plan:
@@ -450,6 +464,14 @@ class LifecycleEngine:
         d = self.held.pop(node, None)
         if d is None:
             raise NotFound("held decision for node", node)
+        own = self.superseded.pop(node, None)
+        if own is not None:  # the group's hypothesis was wrong; the node's own fault still stands
+            self.held[node] = own
+            detail = (f"cancelled {d.id} ({d.reason}): {reason}; the node's own decision {own.id} ({own.reason}) "
+                      "is held again")
+            log.warning("%s: %s", node, detail)
+            return Plan(status_changes=[(d.id, DecisionStatus.CANCELLED), (own.id, DecisionStatus.HELD)],
+                        audit=[AuditEntry(now, Actor.OPERATOR, actor_id, "cancel_held", node, detail)])
         plan = Plan(status_changes=[(d.id, DecisionStatus.CANCELLED)], audit=[AuditEntry(
             now, Actor.OPERATOR, actor_id, "cancel_held", node, f"cancelled {d.id} ({d.reason}): {reason}")])
         rec = self.nodes[node]
@@ -458,6 +480,14 @@ class LifecycleEngine:
             plan.extend(self._move(rec, back, now, f"held decision cancelled: {reason}", Actor.OPERATOR,
                                    actor_id=actor_id, decision=d.id))
         return plan
+
+    def _forget_superseded(self, plan: Plan, *, cancel: bool) -> None:
+        """Forget the superseded decisions of nodes no longer held (their group's decision was carried
+        out, or a person acted on the node); ``cancel``: every one, recorded as cancelled."""
+        for n in [n for n in self.superseded if cancel or n not in self.held]:
+            d = self.superseded.pop(n)
+            if cancel:
+                plan.status_changes.append((d.id, DecisionStatus.CANCELLED))
 
     def set_dry_run(self, on: bool, actor_id: str, now: datetime) -> Plan:
         self.dry_run = on

@@ -130,3 +130,30 @@ def test_nodes_the_topology_does_not_name_are_warned_about_when_registered_and_a
     Controller(c.store, c.policy_file, ManualClock(T0), topology=topo)  # a restart: the same, over every node
     (warned,) = [r.getMessage() for r in caplog.records if "not in the topology" in r.getMessage()]
     assert warned.startswith(f"3 of the {len(to_fleet(topo).nodes) + 3} nodes registered")
+
+
+def test_a_nodes_own_fault_superseded_by_a_held_group_is_held_again_after_a_restart(
+        tmp_path: Path, hgx: Topology) -> None:
+    """A drill on the Slurm lab: the leaf's held group took the place of n3's held XID 79; the operator
+    found the switch fine and cancelled the group's decision for n3, which went back to ready with a GPU
+    off the bus. The node's own decision is kept (status superseded, stored) and held again, across a
+    controller restart too."""
+    c = controller(tmp_path, hgx)
+    behind = su1_nodes(hgx)
+    # The breaker trips on fatal XIDs: most of them are held, each node's own decision.
+    for i, n in enumerate(behind[:12]):
+        c.ingest([HealthEvent(f"x79-{n}", n, EventKind.XID, T0 + timedelta(seconds=i), f"{n}-gpu0", 79)])
+    x = next(n for n in behind[:12] if n in c.engine.held)
+    own = c.engine.held[x].id
+    for e in leaf_down(hgx, "leaf-su1-r3", behind[12:17]):
+        c.ingest([e.__class__(e.id, e.node, e.kind, e.time + timedelta(seconds=30), e.component, link=e.link)])
+    assert c.engine.held[x].actor_id == "correlate:leaf-su1-r3", "the group's decision took the place of x's"
+    assert [d.status for d in c.store.decisions(node=x, page=Page(limit=100)) if d.id == own] == \
+        [DecisionStatus.SUPERSEDED.value]
+    again = Controller(c.store, c.policy_file, ManualClock(T0 + timedelta(minutes=5)), topology=hgx)  # a restart
+    again.cancel_held(x, "operator:carol", "leaf-su1-r3 checked: the switch is fine")
+    assert again.engine.held[x].id == own and again.state_of(x) is NodeState.SUSPECT
+    assert [d.status for d in again.store.decisions(node=x, page=Page(limit=100)) if d.id == own] == \
+        [DecisionStatus.HELD.value]
+    detail = [a.detail for a in again.store.audit(page=Page(limit=1000)) if a.action == "cancel_held"]
+    assert detail and own in detail[-1] and "held again" in detail[-1]

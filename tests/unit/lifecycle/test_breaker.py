@@ -10,7 +10,7 @@ from gpufleet.domain.errors import Conflict, NotFound
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.fleet import simulated_fleet
 from gpufleet.lifecycle.breaker import Budget
-from gpufleet.lifecycle.decisions import DecisionStatus
+from gpufleet.lifecycle.decisions import ComponentFault, DecisionStatus
 from gpufleet.lifecycle.engine import LifecycleEngine, NodeRecord, OperatorOp
 from gpufleet.lifecycle.states import UNAVAILABLE, NodeState
 
@@ -173,3 +173,47 @@ def test_a_reset_in_dry_run_may_discard_the_held_decisions() -> None:
     eng.reset_breaker("bob", T0 + timedelta(minutes=1), discard_held=True)
     assert not eng.held and not eng.breaker.tripped
     assert all(eng.nodes[n].state == NodeState.READY for n in held)
+
+
+def _own_fault_then_a_group(eng: LifecycleEngine) -> tuple[str, str, ComponentFault]:
+    """Node ``x`` held for its own XID 79 (the breaker tripped), then a held correlated group over it."""
+    nodes = sorted(eng.nodes)
+    eng.observe([xid(n, 79, T0) for n in nodes[:12]], T0)
+    x = next(n for n in nodes if n in eng.held)
+    own = eng.held[x].id
+    fault = ComponentFault("leaf-su1-r1", "leaf_switch", (x, nodes[-1], nodes[-2]), "3 symptoms from 3 reporters")
+    plan = eng.observe_component_fault(fault, T0 + timedelta(minutes=1))
+    assert (own, DecisionStatus.SUPERSEDED) in plan.status_changes
+    assert eng.held[x].actor_id == fault.group and eng.superseded[x].id == own
+    return x, own, fault
+
+
+def test_cancelling_a_held_group_for_a_node_holds_its_own_fault_again() -> None:
+    """A drill: the leaf-switch group took the place of n3's held XID 79; the operator found the switch
+    fine and cancelled the group's decision for n3, which went back to ready with a GPU off the bus."""
+    eng = engine(40, 4)
+    x, own, _ = _own_fault_then_a_group(eng)
+    plan = eng.cancel_held(x, "carol", "leaf checked: switch is fine", T0 + timedelta(minutes=2))
+    assert eng.held[x].id == own and (own, DecisionStatus.HELD) in plan.status_changes
+    assert eng.nodes[x].state is NodeState.SUSPECT and not plan.transitions, "not back to ready"
+    assert "held again" in plan.audit[0].detail
+    eng.cancel_held(x, "carol", "the GPU was reseated", T0 + timedelta(minutes=3))  # now its own: a false alarm
+    assert x not in eng.held and eng.nodes[x].state is NodeState.READY
+
+
+def test_a_superseded_fault_outlives_a_restart_and_goes_with_an_approved_or_discarded_group() -> None:
+    eng = engine(40, 4)
+    x, own, fault = _own_fault_then_a_group(eng)
+    records = list(eng.nodes.values())
+    again = LifecycleEngine(eng.policy, records, breaker=eng.breaker, held=eng.held.values(),
+                            superseded=eng.superseded.values())  # what the controller reloads
+    again.cancel_held(x, "carol", "switch fine", T0 + timedelta(minutes=2))
+    assert again.held[x].id == own
+    approved = LifecycleEngine(eng.policy, records, breaker=eng.breaker, held=eng.held.values(),
+                               superseded=eng.superseded.values())
+    approved.approve_held(approved.held_group(fault.group), "dave", T0 + timedelta(minutes=2))
+    assert x not in approved.held and not approved.superseded, "the group's drain carried the node out"
+    discarded = LifecycleEngine(eng.policy, records, breaker=eng.breaker, held=eng.held.values(),
+                                superseded=eng.superseded.values())
+    plan = discarded.reset_breaker("bob", T0 + timedelta(minutes=2), discard_held=True)
+    assert (own, DecisionStatus.CANCELLED) in plan.status_changes and not discarded.superseded

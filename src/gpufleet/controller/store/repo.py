@@ -250,9 +250,12 @@ class Store:
         with self.session() as s:
             return [(record_of(r), r.rack) for r in s.scalars(select(NodeRow).order_by(NodeRow.id))]
 
-    def load_held(self) -> list[Decision]:
+    def load_held(self, status: DecisionStatus = DecisionStatus.HELD) -> list[Decision]:
+        """The decisions held by the breaker (or, with ``status=SUPERSEDED``, those a held group took the
+        place of), in the order they were made."""
         with self.session() as s:
-            rows = s.scalars(select(DecisionRow).where(DecisionRow.status == DecisionStatus.HELD.value))
+            rows = s.scalars(select(DecisionRow).where(DecisionRow.status == status.value)
+                             .order_by(DecisionRow.time, DecisionRow.id))
             return [decision_of(r) for r in rows]
 
     def load_settings(self) -> tuple[BreakerState, bool | None]:
