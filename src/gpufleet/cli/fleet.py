@@ -318,8 +318,14 @@ def breaker(ctx: typer.Context, reset: Annotated[bool, typer.Option(help="reset 
     client = _client(ctx)
     doc = (client.call("POST", "/breaker/reset", {"discard_held": discard_held}) if reset
            else client.call("GET", "/breaker"))
-    _out(doc, as_json, lambda b: (f"breaker TRIPPED since {_when(b['since'])}: {b['reason']}" if b["tripped"]
-                                  else "breaker ok") + f"; {b['held']} decision(s) held")
+    def text(b: dict[str, Any]) -> str:
+        out = b.get("out_in_scheduler") or []
+        return ((f"breaker TRIPPED since {_when(b['since'])}: {b['reason']}" if b["tripped"] else "breaker ok")
+                + f"; {b['held']} decision(s) held"
+                + (f"; {len(out)} serving node(s) out in the scheduler, counted as out: {', '.join(out)}"
+                   if out else ""))
+
+    _out(doc, as_json, text)
 
 
 @fleet_app.command()

@@ -47,6 +47,14 @@ VALIDATING = frozenset({NodeState.REVALIDATE, NodeState.BURN_IN})
 _BUSY = frozenset({SchedNodeState.ALLOCATED, SchedNodeState.DRAINING})  # the port: running at least one job
 
 
+def _out_in_scheduler(n: SchedNode) -> str:
+    """Why the scheduler has ``n`` out of service (drained or down, by anyone: an operator, the health-check
+    hook, gpufleet itself), or "" while it can run jobs."""
+    if n.state in (SchedNodeState.DRAINING, SchedNodeState.DRAINED, SchedNodeState.DOWN):
+        return f"{n.state.value}: {n.reason or 'no reason given'}"
+    return ""
+
+
 class Validator(Protocol):
     """Runs active validation of a node (burn-in, revalidation). Results come back as check events
     (``gpufleet check --controller ...``); the reconciler follows the run it started.
@@ -154,7 +162,8 @@ class Reconciler:
         self.scheduler_ok, self.last_error = True, ""
         observed = {
             n.name: SchedObservation(has_jobs=bool(n.jobs) or n.state in _BUSY,
-                                     drained_empty=n.state == SchedNodeState.DRAINED)
+                                     drained_empty=n.state == SchedNodeState.DRAINED,
+                                     out_in_scheduler=_out_in_scheduler(n))
             for n in nodes
         }
         # Hand the controller only what changed since the last pass (the lock is shared with ingest),

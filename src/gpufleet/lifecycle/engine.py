@@ -69,6 +69,10 @@ class SchedObservation:
 
     has_jobs: bool
     drained_empty: bool  # drain flag set and no jobs left
+    # Why the scheduler has the node out of service (drained or down, by anyone), "" if it can run jobs:
+    # counted against the blast-radius budget while gpufleet has the node serving (an operator's drain,
+    # the health-check hook's, a node down are unavailable all the same).
+    out_in_scheduler: str = ""
 
 
 @dataclass(slots=True)
@@ -77,6 +81,7 @@ class _Undo:
 
     held: dict[str, Decision]
     superseded: dict[str, Decision]
+    external: set[str]
     breaker: BreakerState
     dry_run: bool
     records: dict[str, NodeRecord | None] = field(default_factory=dict)  # None: the node was added
@@ -104,6 +109,9 @@ class LifecycleEngine:
         self._members: dict[str, frozenset[str]] | None = None
         # Kept up to date on every move so budget checks cost O(domains), not O(fleet).
         self._out: set[str] = set()
+        # Serving in gpufleet's eyes, out in the scheduler's (SchedObservation.out_in_scheduler):
+        # unavailable all the same, so the budget counts them.
+        self.external: set[str] = set()
         self._uncounted: set[str] = set()
         self._timed: set[str] = set()  # nodes in a state with a time-driven rule (see Policy.on_tick)
         self._undo: _Undo | None = None
@@ -117,7 +125,7 @@ class LifecycleEngine:
         The controller persists each plan after the engine made it; when that write fails, rollback
         puts the engine back exactly as it was, without reading the database (which may be down too).
         It costs one copy of each node record the calls touch, not a copy of the fleet."""
-        self._undo = _Undo(dict(self.held), dict(self.superseded), self.breaker, self.dry_run)
+        self._undo = _Undo(dict(self.held), dict(self.superseded), set(self.external), self.breaker, self.dry_run)
 
     def commit(self) -> None:
         """The changes since :meth:`begin` are durable: forget how to undo them."""
@@ -139,6 +147,7 @@ class LifecycleEngine:
                 self.nodes[node] = saved
                 self._refresh(saved)
         self.held, self.superseded, self.breaker, self.dry_run = u.held, u.superseded, u.breaker, u.dry_run
+        self.external = u.external
 
     def _touch(self, rec: NodeRecord) -> None:
         """Called before ``rec`` changes: keep a copy to roll back to (once per begin)."""
@@ -293,6 +302,13 @@ class LifecycleEngine:
             if rec.has_jobs != obs.has_jobs:
                 self._touch(rec)
             rec.has_jobs = obs.has_jobs
+            if obs.out_in_scheduler and node not in self.external and rec.state in SCHEDULABLE:
+                self.external.add(node)
+                log.warning("%s: serving in gpufleet, out of service in the scheduler (%s): counted against the "
+                            "blast-radius budget until it serves again", node, obs.out_in_scheduler)
+            elif node in self.external and not (obs.out_in_scheduler and rec.state in SCHEDULABLE):
+                self.external.discard(node)
+                log.info("%s: serving in the scheduler again: no longer counted against the budget", node)
             if rec.state == S.READY and obs.has_jobs:
                 plan.extend(self._move(rec, S.IN_SERVICE, now, "scheduler placed a job", Actor.SCHEDULER))
             elif rec.state == S.IN_SERVICE and not obs.has_jobs:
@@ -371,7 +387,7 @@ class LifecycleEngine:
         blast-radius budget), or None."""
         if self.breaker.tripped:
             return f"breaker tripped: {self.breaker.reason}"
-        return self._violation(node, set(out))
+        return self._violation(node, set(out) | self.external)
 
     # ---- operators --------------------------------------------------------------------------
     def operator(self, node: str, op: OperatorOp, actor_id: str, reason: str, now: datetime) -> Plan:
@@ -613,11 +629,13 @@ class LifecycleEngine:
         rec = self.nodes[node]
         members_active = {d: m - self._uncounted if self._uncounted else m for d, m in self._members.items()
                           if d in rec.domains}
-        return self.budget.violation(node, self._out if out is None else out, {node: rec.domains}, members_active,
+        if out is None:
+            out = self._out | self.external if self.external else self._out
+        return self.budget.violation(node, out, {node: rec.domains}, members_active,
                                      len(self.nodes) - len(self._uncounted))
 
     def _group_violation(self, nodes: Sequence[str]) -> str | None:
-        out = set(self._out)
+        out = self._out | self.external
         for n in nodes:
             why = self._violation(n, out)
             if why is not None:

@@ -110,6 +110,6 @@ def test_reset_discarding_held_decisions_returns_the_suspects(fleet: Api) -> Non
     fleet.tick()
     _burst(fleet, fleet.nodes)
     r = fleet.post("/v1/breaker/reset", {"discard_held": True}, "operator")
-    assert r.json() == {"tripped": False, "reason": "", "since": None, "held": 0}
+    assert r.json() == {"tripped": False, "reason": "", "since": None, "held": 0, "out_in_scheduler": []}
     assert Counter(fleet.states().values()) == {"draining": RACK_CAP, "ready": NODES - RACK_CAP}
     assert {d["status"] for d in fleet.get("/v1/decisions", limit=1000)} == {"applied", "cancelled"}

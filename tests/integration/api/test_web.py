@@ -100,7 +100,7 @@ def test_a_form_needs_its_csrf_token_and_our_origin(ui: Api) -> None:
     ok = ui.client.post("/ui/breaker/reset", data={"csrf": csrf_token(token("operator")), "discard_held": "on"},
                         headers=same_site, follow_redirects=False)
     assert ok.status_code == 303 and ok.headers["location"] == "/ui/breaker"
-    assert ui.get("/v1/breaker") == {"tripped": False, "reason": "", "since": None, "held": 0}
+    assert ui.get("/v1/breaker") == {"tripped": False, "reason": "", "since": None, "held": 0, "out_in_scheduler": []}
     assert any(a["action"] == "breaker_reset" and a["actor_id"] == "operator:alice" for a in ui.get("/v1/audit"))
 
 

@@ -157,3 +157,27 @@ def test_slurmctld_killed_mid_operation_retried_never_duplicated(lab: SlurmLab, 
         ctl.stop()
         if "slurmctld up" not in lab.script("status", check=False):
             lab.script("ctld-start")
+
+
+def test_a_node_an_operator_drained_in_slurm_counts_against_the_budget(lab: SlurmLab, sched: SlurmScheduler,
+                                                                     tmp_path: Path) -> None:
+    """A drill: an operator drained nodes with scontrol for PSU work; gpufleet, which still had them ready,
+    drained more for fatal XIDs with the breaker "ok" (4 of 5 out). The budget here is 1 of 3 nodes: with
+    n2 drained by hand, n1's XID 79 is held, not carried out, and the breaker names the budget."""
+    policy = POLICY.replace("max_unavailable_fleet = 1.0", "max_unavailable_fleet = 0.34")
+    ctl = LabController.start(tmp_path, sched, lab.nodes, policy_text=policy)
+    try:
+        lab.cmd("scontrol", "update", "nodename=n2", "state=drain", "reason=admin: PSU swap (ticket 4711)")
+        wait_for(lambda: ctl.admin.get("/breaker").json()["out_in_scheduler"] == ["n2"],
+                 "the controller counts n2 as out")
+        assert ctl.node_state("n2") == "ready", "still serving in gpufleet's eyes: not its drain"
+        ctl.post_event("n1", "xid", code=79, component="n1-gpu3", message="GPU has fallen off the bus")
+        wait_for(lambda: any(d["status"] == "held" for d in ctl.decisions("n1")), "n1's decision held")
+        breaker = ctl.admin.get("/breaker").json()
+        assert breaker["tripped"] and "fleet budget: 2 of 3" in breaker["reason"], breaker
+        assert "DRAIN" not in sched.slurm_node("n1").flags
+        lab.cmd("scontrol", "update", "nodename=n2", "state=resume")
+        wait_for(lambda: ctl.admin.get("/breaker").json()["out_in_scheduler"] == [], "n2 serves again")
+    finally:
+        ctl.stop()
+        lab.cmd("scontrol", "update", "nodename=n2", "state=resume", check=False)

@@ -11,7 +11,7 @@ from gpufleet.domain.events import EventKind
 from gpufleet.domain.fleet import simulated_fleet
 from gpufleet.lifecycle.breaker import Budget
 from gpufleet.lifecycle.decisions import ComponentFault, DecisionStatus
-from gpufleet.lifecycle.engine import LifecycleEngine, NodeRecord, OperatorOp
+from gpufleet.lifecycle.engine import LifecycleEngine, NodeRecord, OperatorOp, SchedObservation
 from gpufleet.lifecycle.states import UNAVAILABLE, NodeState
 
 from .helpers import T0, engine, ev, policy, xid
@@ -217,3 +217,31 @@ def test_a_superseded_fault_outlives_a_restart_and_goes_with_an_approved_or_disc
                                 superseded=eng.superseded.values())
     plan = discarded.reset_breaker("bob", T0 + timedelta(minutes=2), discard_held=True)
     assert (own, DecisionStatus.CANCELLED) in plan.status_changes and not discarded.superseded
+
+
+def test_nodes_out_in_the_scheduler_count_against_the_budget() -> None:
+    """A drill: an operator drained two nodes in Slurm by hand; gpufleet, which still had them ready,
+    then drained two more for fatal XIDs with the breaker "ok" — 4 of 5 nodes out."""
+    eng = engine(20, 1)  # one rack: the fleet's 10 % is 2 nodes, the domain's 25 % is 5
+    nodes = sorted(eng.nodes)
+    by_hand = {n: SchedObservation(False, True, out_in_scheduler="drained: admin: PSU swap") for n in nodes[:2]}
+    eng.sync(by_hand, T0)
+    assert eng.external == set(nodes[:2]) and eng.nodes[nodes[0]].state is NodeState.READY
+    plan = eng.observe([xid(nodes[5], 79, T0)], T0)
+    assert [d.status for d in plan.decisions] == [DecisionStatus.HELD] and eng.breaker.tripped
+    assert "fleet budget: 3 of 20" in eng.breaker.reason
+    eng.sync({nodes[0]: SchedObservation(False, False)}, T0 + timedelta(minutes=1))  # back in service
+    assert eng.external == {nodes[1]}
+    eng.reset_breaker("alice", T0 + timedelta(minutes=2), discard_held=False)
+    assert eng.nodes[nodes[5]].state is NodeState.DRAINING and not eng.breaker.tripped, "room again: re-admitted"
+
+
+def test_a_node_gpufleet_already_took_out_is_not_counted_twice() -> None:
+    eng = engine(20, 1)
+    nodes = sorted(eng.nodes)
+    eng.observe([xid(nodes[0], 79, T0)], T0)
+    assert eng.nodes[nodes[0]].state is NodeState.DRAINING
+    eng.sync({nodes[0]: SchedObservation(False, True, out_in_scheduler="drained: gpufleet:d-1")}, T0)
+    assert not eng.external, "gpufleet's own: counted once, as its state"
+    plan = eng.observe([xid(nodes[1], 79, T0 + timedelta(seconds=1))], T0 + timedelta(seconds=1))
+    assert [d.status for d in plan.decisions] == [DecisionStatus.APPLIED]

@@ -136,14 +136,17 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         sched = reconciler.scheduler_ok if reconciler is not None else True
         return {"status": "ready", "nodes": nodes, "scheduler_reachable": sched}
 
+    def breaker_out() -> BreakerOut:
+        b = c.breaker
+        return BreakerOut(tripped=b.tripped, reason=b.reason, since=b.since, held=len(c.engine.held),
+                          out_in_scheduler=sorted(c.engine.external))
+
     @v1.get("/status", response_model=StatusOut, summary="Fleet summary (viewer)")
     def fleet_status(caller: Reader) -> StatusOut:
         scope.fleet(caller, "the fleet's status")
         counts = store.counts()
-        b = c.breaker
         return StatusOut(nodes=counts["nodes"], actions=counts["actions"], events=counts["events"]["total"],
-                         breaker=BreakerOut(tripped=b.tripped, reason=b.reason, since=b.since,
-                                            held=len(c.engine.held)),
+                         breaker=breaker_out(),
                          dry_run=c.dry_run, scheduler_reachable=reconciler.scheduler_ok if reconciler else True,
                          ingest_queued=committer.queued,
                          refused=dict(app.state.refused) | {"overloaded": committer.refused},
@@ -316,15 +319,13 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
     @v1.get("/breaker", response_model=BreakerOut, summary="Blast-radius breaker (viewer)")
     def breaker(caller: Reader) -> BreakerOut:
         scope.fleet(caller, "the breaker")
-        b = c.breaker
-        return BreakerOut(tripped=b.tripped, reason=b.reason, since=b.since, held=len(c.engine.held))
+        return breaker_out()
 
     @v1.post("/breaker/reset", response_model=BreakerOut, summary="Reset the breaker (operator)")
     def reset_breaker(caller: Operator, body: BreakerResetIn | None = None) -> BreakerOut:
         scope.fleet(caller, "the breaker")
         c.reset_breaker(f"{caller.role}:{caller.name}", discard_held=bool(body and body.discard_held))
-        b = c.breaker
-        return BreakerOut(tripped=b.tripped, reason=b.reason, since=b.since, held=len(c.engine.held))
+        return breaker_out()
 
     @v1.get("/mode", summary="Dry-run switch (viewer)")
     def get_mode(_: Reader) -> dict[str, bool]:

@@ -111,6 +111,9 @@ class BreakerOut(BaseModel):
     reason: str
     since: datetime | None
     held: int
+    # serving in gpufleet, drained or down in the scheduler (an operator's drain, the health-check hook's):
+    # counted against the budget as out
+    out_in_scheduler: list[str] = []
 
 
 class StatusOut(BaseModel):
