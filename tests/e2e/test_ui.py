@@ -124,7 +124,8 @@ def test_an_operator_runs_the_fleet_from_the_browser(fleet: Fleet, browser: Brow
     # Reset the breaker, discarding what is held; then dry run off again.
     browser.click("input[name=discard_held]")
     assert browser.follow("#reset-breaker", "resetting the breaker") == "/ui/breaker"
-    assert ctl.api.breaker() | {"since": None} == {"tripped": False, "reason": "", "since": None, "held": 0, "out_in_scheduler": []}
+    assert ctl.api.breaker() | {"since": None} == {"tripped": False, "reason": "", "since": None, "held": 0,
+                                                    "out_in_scheduler": []}
     assert ctl.api.node_state(third) not in ("draining", "drained")
     assert any(a["action"] == "breaker_reset" and a["actor_id"] == "operator:ops-alice" and "discarded" in a["detail"]
                for a in ctl.api.audit())
