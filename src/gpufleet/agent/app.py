@@ -12,7 +12,7 @@ import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from gpufleet.agent.clock import AgentClock, SystemClock
@@ -199,7 +199,8 @@ def run_agent(
     if pusher is not None:
         push_thread = threading.Thread(target=pusher.run, args=(stop,), name="gpufleet-push", daemon=True)
         push_thread.start()
-    node_status = start_status(cfg, agent, clock, stop)  # the node status file for slurmd (nodestatus.py)
+    node_status = start_status(cfg, agent, clock, stop,  # the node status file for slurmd (nodestatus.py)
+                               reached=(lambda: pusher.last_success) if pusher is not None else None)
     commands = start_poller(cfg, token, device, stop,  # repair commands from the controller (commands.py)
                             on_repaired=None if node_status is None else
                             lambda kind: node_status.clear(f"{kind} succeeded"), verify=verify)
@@ -231,8 +232,8 @@ def run_agent(
     return agent
 
 
-def start_status(cfg: AgentConfig, agent: Agent, clock: AgentClock,
-                 stop: threading.Event) -> NodeStatusWriter | None:
+def start_status(cfg: AgentConfig, agent: Agent, clock: AgentClock, stop: threading.Event,
+                 reached: Callable[[], datetime | None] | None = None) -> NodeStatusWriter | None:
     """Keep the node status file (``status_file``, default ``<state_dir>/node-status.json``) in a thread;
     without ``status_file``, only where the agent keeps a state directory (pushing, or simulated)."""
     from datetime import timedelta
@@ -240,8 +241,8 @@ def start_status(cfg: AgentConfig, agent: Agent, clock: AgentClock,
     if cfg.status_file is None and not (cfg.push or cfg.device == "sim"):
         return None
     path = cfg.status_file or cfg.state_dir / STATUS_FILE_NAME
-    writer = NodeStatusWriter(path, cfg.node, clock,
-                              hold=timedelta(seconds=cfg.status_hold_s), interval=cfg.status_interval_s)
+    writer = NodeStatusWriter(path, cfg.node, clock, hold=timedelta(seconds=cfg.status_hold_s),
+                              interval=cfg.status_interval_s, reached=reached)
     agent.on_events = writer.observe
     threading.Thread(target=writer.run, args=(stop,), name="gpufleet-status", daemon=True).start()
     return writer

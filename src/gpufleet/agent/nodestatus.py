@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -42,9 +42,11 @@ def write_status(path: Path, status: NodeStatus) -> None:
 
 class NodeStatusWriter:
     def __init__(self, path: Path, node: str, clock: AgentClock, *,
-                 hold: timedelta = timedelta(minutes=10), interval: float = 10.0) -> None:
+                 hold: timedelta = timedelta(minutes=10), interval: float = 10.0,
+                 reached: Callable[[], datetime | None] | None = None) -> None:
         self.path, self.node, self.clock = path, node, clock
         self.hold, self.interval = hold, interval
+        self.reached = reached  # when the agent last delivered to the controller (the pusher's last success)
         self._seen: list[tuple[datetime, Observation]] = []  # (when the agent saw it, what it saw)
         self._lock = threading.Lock()
         self._failing = False
@@ -73,7 +75,8 @@ class NodeStatusWriter:
         with self._lock:
             self._seen = [s for s in self._seen if now - s[0] <= self.hold][-_MAX_OBSERVATIONS:]
             seen = tuple(o for _, o in self._seen)
-        return NodeStatus(self.node, now, "ok", observations=seen)
+        return NodeStatus(self.node, now, "ok", observations=seen,
+                          controller_reached=self.reached() if self.reached is not None else None)
 
     def write(self) -> bool:
         try:

@@ -84,16 +84,21 @@ def healthcheck(
                                               envvar="GPUFLEET_NODE_STATUS")] = Path(DEFAULT_STATUS),
     max_age: Annotated[str, typer.Option(help="ignore a status older than this (agent down)")] = "5m",
     policy: Annotated[Path | None, typer.Option(help="the controller's policy file: judge with its overrides")] = None,
+    controller_fresh: Annotated[str, typer.Option(
+        help="leave a fatal status to the controller when the agent reached it this recently (0s: always drain)")
+    ] = "2m",
     slurm_conf: ConfOpt = None,
 ) -> None:
-    """HealthCheckProgram: drain this node when the agent's local status is fatal (exit 1 then)."""
+    """HealthCheckProgram: drain this node when the agent's local status is fatal and the controller is out
+    of reach (exit 1 then)."""
     from gpufleet.domain.durations import parse_duration
     from gpufleet.lifecycle.config import load_policy
     from gpufleet.schedulers.slurm import SlurmScheduler
     from gpufleet.schedulers.slurm.hooks import healthcheck as run_healthcheck
 
     out = run_healthcheck(_node(node), status_file, SlurmScheduler(slurm_conf=slurm_conf), datetime.now(UTC),
-                          parse_duration(max_age, "--max-age"), load_policy(policy).catalog)
+                          parse_duration(max_age, "--max-age"), load_policy(policy).catalog,
+                          parse_duration(controller_fresh, "--controller-fresh"))
     typer.echo(out.message, err=True)
     raise typer.Exit(0 if out.ok else 1)
 

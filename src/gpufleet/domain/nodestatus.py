@@ -53,16 +53,35 @@ class NodeStatus:
     reasons: tuple[str, ...] = ()
     decision: str = ""
     observations: tuple[Observation, ...] = ()
+    # When the agent last delivered to the controller (its events or a heartbeat), None if never or not
+    # stated: the health-check hook leaves a fatal verdict to a controller reached lately (docs/slurm.md).
+    controller_reached: datetime | None = None
 
     def to_json(self) -> dict[str, object]:
         doc: dict[str, object] = {"format": STATUS_FORMAT, "node": self.node,
-                                  "time": self.time.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ"),
+                                  "time": _stamp(self.time),
                                   "worst": self.worst, "reasons": list(self.reasons)}
         if self.decision:
             doc["decision"] = self.decision
         if self.observations:
             doc["observations"] = [o.to_json() for o in self.observations]
+        if self.controller_reached is not None:
+            doc["controller_reached"] = _stamp(self.controller_reached)
         return doc
+
+
+def _stamp(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _time(value: object, field: str) -> datetime:
+    try:
+        at = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidInput(field, value, "an ISO-8601 time with a zone, e.g. 2026-11-21T12:00:00Z") from None
+    if at.tzinfo is None:
+        raise InvalidInput(field, value, "an ISO-8601 time with a zone, e.g. 2026-11-21T12:00:00Z")
+    return at
 
 
 def verdict(status: NodeStatus, catalog: Catalog) -> tuple[str, tuple[str, ...]]:
@@ -98,12 +117,9 @@ def parse_status(text: str, source: str = "status") -> NodeStatus:
         raise InvalidInput(f"{source}.node", node, "a node name")
     if worst not in _WORST:
         raise InvalidInput(f"{source}.worst", worst, f"one of {list(_WORST)}")
-    try:
-        at = datetime.fromisoformat(str(when).replace("Z", "+00:00"))
-    except ValueError:
-        raise InvalidInput(f"{source}.time", when, "an ISO-8601 time with a zone, e.g. 2026-11-21T12:00:00Z") from None
-    if at.tzinfo is None:
-        raise InvalidInput(f"{source}.time", when, "an ISO-8601 time with a zone, e.g. 2026-11-21T12:00:00Z")
+    at = _time(when, f"{source}.time")
+    reached = doc.get("controller_reached")
+    controller_reached = None if reached is None else _time(reached, f"{source}.controller_reached")
     reasons = doc.get("reasons", [])
     if not isinstance(reasons, list) or not all(isinstance(r, str) for r in reasons):
         raise InvalidInput(f"{source}.reasons", reasons, "a list of strings")
@@ -128,4 +144,4 @@ def parse_status(text: str, source: str = "status") -> NodeStatus:
         observations.append(Observation(o["kind"], code, str(o.get("component") or ""), str(o.get("rule") or ""),
                                         stated, subcode))
     return NodeStatus(node, at, str(worst), tuple(reasons), decision if isinstance(decision, str) else "",
-                      tuple(observations))
+                      tuple(observations), controller_reached)

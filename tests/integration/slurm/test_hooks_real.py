@@ -108,3 +108,27 @@ def test_healthcheck_drains_from_the_status_file_a_real_agent_writes_with_no_con
     finally:
         agent.send_signal(signal.SIGTERM)
         agent.wait(timeout=20)
+
+
+def test_healthcheck_leaves_a_fatal_status_to_a_reachable_controller_and_drains_once_it_is_out_of_reach(
+        lab: SlurmLab, sched: SlurmScheduler, tmp_path: Path) -> None:
+    """A drill: the hook drained nodes the controller held for its budget, and a node under its own
+    validation job. While the agent's status says it reached the controller lately, slurmd's
+    HealthCheckProgram leaves the fatal verdict to the controller; once the controller has been out of
+    reach for longer than --controller-fresh, the hook drains by itself."""
+    from datetime import timedelta
+
+    status, log = tmp_path / "n2-status.json", tmp_path / "hook.log"
+    reasons = ("xid 79 on gpu5: fell off the bus",)
+    now = datetime.now(UTC)
+    write_status(status, NodeStatus("n2", now, "fatal", reasons, controller_reached=now))
+    cmd = " ".join(shlex.quote(a) for a in (GPUFLEET, "slurm", "healthcheck", "--status-file", str(status),
+                                            "--controller-fresh", "2m"))
+    lab.hook("healthcheck", f"#!/bin/sh\n{cmd} 2>>{shlex.quote(str(log))}\n", node="n2")
+    wait_for(lambda: log.exists() and "left to the controller" in log.read_text(), "the hook ran and deferred",
+             timeout=60)
+    assert "DRAIN" not in sched.slurm_node("n2").flags
+    later = datetime.now(UTC)
+    write_status(status, NodeStatus("n2", later, "fatal", reasons, controller_reached=later - timedelta(minutes=5)))
+    wait_for(lambda: "DRAIN" in sched.slurm_node("n2").flags, "out of reach: the hook drained n2", timeout=60)
+    assert sched.node("n2").reason == "gpufleet:healthcheck xid 79 on gpu5: fell off the bus"

@@ -91,3 +91,15 @@ def test_an_unwritable_path_is_logged_and_does_not_raise(tmp_path: Path) -> None
     (tmp_path / "file").write_text("x")
     w = NodeStatusWriter(tmp_path / "file" / "node-status.json", "n1", FakeClock(T0))
     assert not w.write()
+
+
+def test_the_status_says_when_the_agent_last_reached_the_controller(tmp_path: Path) -> None:
+    clock = FakeClock(T0)
+    path = tmp_path / "node-status.json"
+    last: list[datetime | None] = [None]
+    w = NodeStatusWriter(path, "n1", clock, reached=lambda: last[0])
+    w.write()
+    assert parse_status(path.read_text()).controller_reached is None, "never delivered"
+    last[0] = T0 - timedelta(seconds=4)
+    w.observe([_ev(EventKind.XID, 79)])
+    assert parse_status(path.read_text()).controller_reached == T0 - timedelta(seconds=4)

@@ -184,3 +184,36 @@ def test_cli_epilog_writes_journal(tmp_path: Path) -> None:
     res = _gpufleet("slurm", "epilog", "--journal", str(journal), env={"SLURMD_NODENAME": "n4", "SLURM_JOB_ID": "9"})
     assert res.returncode == 0, res.stderr
     assert json.loads(journal.read_text())["node"] == "n4"
+
+
+def test_healthcheck_leaves_a_fatal_status_to_a_controller_the_agent_reached_lately(tmp_path: Path) -> None:
+    """A drill on the Slurm lab: the hook drained three nodes the controller held (its budget full), and
+    drained a node again under its own validation job. A fatal status the agent delivered within
+    ``controller_fresh`` is the controller's to act on; past it (or with 0s, or unstated) the hook drains."""
+    path = tmp_path / "node-status.json"
+    reasons = ("xid 79 on gpu5: GPU has fallen off the bus",)
+    d = Drains()
+    for reached, fresh, drained in (
+        (NOW - timedelta(seconds=20), timedelta(minutes=2), False),
+        (NOW - timedelta(minutes=3), timedelta(minutes=2), True),  # the controller out of reach for 3 minutes
+        (NOW - timedelta(seconds=20), timedelta(0), True),  # --controller-fresh 0s: always drain
+        (None, timedelta(minutes=2), True),  # a status that does not say (a site script's)
+    ):
+        write_status(path, NodeStatus("n1", NOW - timedelta(seconds=3), "fatal", reasons, controller_reached=reached))
+        before = len(d.calls)
+        out = healthcheck("n1", path, d, NOW, timedelta(minutes=5), controller_fresh=fresh)
+        assert (len(d.calls) > before, out.drained, out.ok) == (drained, drained, not drained), (reached, fresh)
+        if not drained:
+            assert "left to the controller" in out.message and "0:00:20 ago" in out.message
+
+
+def test_controller_reached_round_trips_and_a_bad_one_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "node-status.json"
+    st = NodeStatus("n1", NOW, "ok", controller_reached=NOW - timedelta(seconds=7))
+    write_status(path, st)
+    assert parse_status(path.read_text()) == st
+    doc = {"format": "gpufleet.node-status/v1", "node": "n1", "worst": "ok", "time": "2026-11-21T12:00:00Z",
+           "controller_reached": "yesterday"}
+    with pytest.raises(InvalidInput) as err:
+        parse_status(json.dumps(doc), "s")
+    assert err.value.field == "s.controller_reached"

@@ -8,7 +8,11 @@
 * **epilog** appends one JSON line per finished job to a local journal and never fails (a failing
   Slurm epilog drains the node).
 * **healthcheck** (HealthCheckProgram) reads the agent's local status file and drains its node on a
-  fatal verdict. A missing or stale file is reported, not acted on: a dead agent is not a GPU fault.
+  fatal verdict while the controller is out of reach. A missing or stale file is reported, not acted
+  on: a dead agent is not a GPU fault. A fatal verdict the agent delivered to the controller lately is
+  left to the controller, whose blast-radius budget, held decisions and revalidation apply: the hook
+  draining on its own bypassed them (a whole partition drained while the controller held every
+  decision; a node drained again under its own validation job).
 """
 
 from __future__ import annotations
@@ -137,9 +141,11 @@ def epilog(node: str, env: Mapping[str, str], journal: Path, now: datetime) -> H
 
 # ---- healthcheck --------------------------------------------------------------------------------
 def healthcheck(node: str, status_file: Path, drainer: Drainer, now: datetime, max_age: timedelta,
-                catalog: Catalog | None = None) -> HookOutcome:
-    """Drain ``node`` if the agent's status is fatal (and fresh and about this node): its observations
-    judged with ``catalog`` (the site's policy file's, else the shipped one)."""
+                catalog: Catalog | None = None, controller_fresh: timedelta = timedelta(minutes=2)) -> HookOutcome:
+    """Drain ``node`` if the agent's status is fatal (and fresh and about this node) and the agent has not
+    reached the controller within ``controller_fresh`` (0: drain whatever the controller; a status
+    that does not say, a site script's, drains): its observations judged with ``catalog`` (the site's
+    policy file's, else the shipped one)."""
     try:
         status = parse_status(status_file.read_text(encoding="utf-8"), str(status_file))
     except FileNotFoundError:
@@ -154,6 +160,11 @@ def healthcheck(node: str, status_file: Path, drainer: Drainer, now: datetime, m
     if worst != "fatal":
         return HookOutcome(True, f"gpufleet healthcheck: {node} {worst}")
     text = "; ".join(reasons) or "agent reports a fatal fault"
+    reached = status.controller_reached
+    if controller_fresh > timedelta(0) and reached is not None and now - reached <= controller_fresh:
+        return HookOutcome(True, f"gpufleet healthcheck: {node} fatal ({text}); left to the controller, which the "
+                                 f"agent reached {max(timedelta(0), now - reached)} ago (its budget and held "
+                                 "decisions apply); not drained here")
     reason = drain_reason(status.decision or "healthcheck", text)
     drainer.drain(node, reason)
     return HookOutcome(False, f"gpufleet healthcheck: drained {node}: {reason}", drained=True)
