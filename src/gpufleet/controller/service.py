@@ -243,19 +243,29 @@ class Controller:
 
     def _validate(self, events: Sequence[HealthEvent]) -> None:
         """Unknown nodes first, then ids repeated within the batch (the first such field is named)."""
+        now = self.clock.now()
         for i, e in enumerate(events):
             if e.node not in self.engine.nodes:
                 raise InvalidInput(f"events[{i}].node", e.node, "a registered node (POST /v1/nodes)")
+            # A time ahead of ours by more than the allowed skew (plus the node's own measured lead) is a
+            # broken clock or producer: stored, it would sit atop every newest-first list until that date.
+            ahead = self.max_clock_skew + timedelta(seconds=max(0.0, self.clock_skew.get(e.node, 0.0)))
+            if e.time > now + ahead:
+                raise InvalidInput(f"events[{i}].time", e.time.isoformat(),
+                                   f"a time no later than the controller's clock ({now.isoformat(timespec='seconds')})"
+                                   f" plus {ahead} (limits.max_clock_skew and the node's measured clock lead)")
         topo = self.topology
-        if topo is not None:  # a node reports its own parts: never another node's (api.md §Security)
+        if topo is not None:  # a node reports its own parts and links, never another node's (api.md §Security)
             for i, e in enumerate(events):
-                if e.component and e.component != e.node and e.component in topo.components \
-                        and not self._inside(e.component, e.node):
-                    raise InvalidInput(f"events[{i}].component", e.component,
-                                       f"a part of node {e.node!r} (the reporting node), not of another node")
                 ln = topo.links.get(e.link) if e.link else None
-                if ln is not None and not (self._inside(ln.a, e.node) or self._inside(ln.b, e.node)):
+                ours = ln is not None and (self._inside(ln.a, e.node) or self._inside(ln.b, e.node))
+                if ln is not None and not ours:
                     raise InvalidInput(f"events[{i}].link", e.link, f"a link with an end on node {e.node!r}")
+                if e.component and e.component in topo.components and not self._inside(e.component, e.node) \
+                        and not (ours and ln is not None and e.component in (ln.a, ln.b)):  # a switch's port to it
+                    raise InvalidInput(f"events[{i}].component", e.component,
+                                       f"a part of node {e.node!r} (the reporting node), or the far end of a link "
+                                       "of it, not another node's part")
         seen: set[tuple[str, str]] = set()
         for i, e in enumerate(events):
             if (e.node, e.id) in seen:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import Query
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
 
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
 from gpufleet.domain.text import NAME_MAX, REF_MAX, TEXT_EXPECTED, unstorable
@@ -24,7 +24,15 @@ def _aware(v: datetime) -> datetime:
         raise ValueError("a time between years 1 and 9999 in UTC") from None
 
 
-AwareTime = Annotated[datetime, AfterValidator(_aware)]
+def _iso_text(v: object) -> object:
+    """A time is ISO-8601 text (or already a datetime): a bare number is refused, not read as Unix time
+    (an agent sending epoch seconds had its events stored in 1970 and judged stale, silently)."""
+    if isinstance(v, str | datetime):
+        return v
+    raise ValueError("an ISO-8601 time with a zone as a string, e.g. 2026-11-21T12:00:00Z, not a number")
+
+
+AwareTime = Annotated[datetime, BeforeValidator(_iso_text), AfterValidator(_aware)]
 
 
 def _storable(v: str) -> str:
