@@ -336,3 +336,26 @@ def test_an_event_dated_past_the_allowed_clock_skew_is_a_422_and_nothing_of_its_
     within = (api.clock.now() + timedelta(minutes=4)).isoformat()
     r = api.post("/v1/events", {"events": [good, api.event("e3", "r01-n01") | {"time": within}]}, "agent")
     assert r.status_code == 202 and r.json()["accepted"] == 2, r.text
+
+
+@pytest.mark.parametrize(("path", "body", "field"), [
+    ("/v1/mode", {"dry_run": "yes"}, "dry_run"),
+    ("/v1/mode", {"dry_run": 1}, "dry_run"),
+    ("/v1/breaker/reset", {"discard_held": "no"}, "discard_held"),
+])
+def test_a_fleet_wide_switch_takes_only_a_json_boolean(api: Api, path: str, body: dict[str, object],
+                                                      field: str) -> None:
+    """An operations drill: {"dry_run": "yes"} turned dry-run on and {"discard_held": "no"} was read as
+    false, where a numeric string for an event's code is refused."""
+    method = api.client.put if path == "/v1/mode" else api.client.post
+    r = method(path, json=body, headers=auth("operator"))
+    assert r.status_code == 422, r.text
+    assert [d["field"] for d in r.json()["detail"]] == [field]
+    assert api.client.get("/v1/mode", headers=auth("viewer")).json() == {"dry_run": False}, "nothing changed"
+
+
+def test_an_unknown_action_status_is_a_422_naming_the_statuses(api: Api) -> None:
+    """A drill: ?status=faild answered 200 [], telling an operator nothing failed."""
+    d = _one_422(api.client.get("/v1/actions", params={"status": "faild"}, headers=auth("viewer")))
+    assert (d["field"], d["value"]) == ("status", "faild") and "failed" in d["expected"], d
+    assert api.client.get("/v1/actions", params={"status": "failed"}, headers=auth("viewer")).status_code == 200

@@ -294,6 +294,8 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
     @v1.get("/actions", response_model=list[ActionOut], summary="Outbox actions; status=pending|waiting|failed|done")
     def list_actions(caller: Reader, node: Name | None = None, status: Name | None = None, limit: Limit = 100,
                      offset: Offset = 0) -> list[ActionOut]:
+        if status is not None and status not in ActionStatus.ALL:  # a typo is not "none failed"
+            raise InvalidInput("status", status, f"one of {', '.join(ActionStatus.ALL)}")
         return [ActionOut.model_validate(a) for a in store.actions(node=node, status=status,
                                                                    page=Page(limit, offset),
                                                                    within=scope.within(caller))]

@@ -6,7 +6,16 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import Query
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StringConstraints,
+    model_validator,
+)
 
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
 from gpufleet.domain.text import NAME_MAX, REF_MAX, TEXT_EXPECTED, unstorable
@@ -126,7 +135,10 @@ class ReasonIn(_In):
 
 
 class BreakerResetIn(_In):
-    discard_held: bool = Field(default=False, description="cancel the held decisions instead of re-admitting them")
+    # JSON true/false only: "no" or 1 for a fleet-wide switch is a typo, not a choice (a drill had "yes" turn
+    # dry-run on).
+    discard_held: StrictBool = Field(default=False,
+                                     description="cancel the held decisions instead of re-admitting them")
 
 
 class ApproveIn(_In):
@@ -141,7 +153,7 @@ class ApproveIn(_In):
 
 
 class ModeIn(_In):
-    dry_run: bool
+    dry_run: StrictBool
 
 
 class CheckpointIn(_In):

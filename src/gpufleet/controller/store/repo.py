@@ -80,6 +80,7 @@ class ActionStatus:
     FAILED = "failed"
     CANCELLED = "cancelled"
     OPEN = (PENDING, WAITING)
+    ALL = (PENDING, WAITING, DONE, FAILED, CANCELLED)
 
 
 EventKey = tuple[str, str]  # (node, id): an event id is unique per reporting node
