@@ -170,6 +170,10 @@ class _StateCollector:
     def collect(self) -> Iterator[Metric]:
         yield from self._leader()
         yield self._refused()  # this replica's own refusals, a follower's too (its limits, tokens, admission)
+        info = GaugeMetricFamily(f"{PREFIX}controller_info", "The controller's version (always 1).",
+                                 labels=["version"])
+        info.add_metric([__version__], 1)
+        yield info  # every replica's: a rolling upgrade shows which runs what
         lead = self.m.leadership
         if lead is not None and not lead.leading():
             return  # a follower's memory is not the fleet's state: the leader reports it (one fact, one place)
@@ -189,10 +193,6 @@ class _StateCollector:
                 suspects[key] = suspects.get(key, 0) + 1
             goodput_jobs = list(self.m.goodput_jobs.items())
             skew = c.largest_clock_skew()
-        info = GaugeMetricFamily(f"{PREFIX}controller_info", "The controller's version (always 1).",
-                                 labels=["version"])
-        info.add_metric([__version__], 1)
-        yield info
         nodes = GaugeMetricFamily(f"{PREFIX}nodes", "Nodes by lifecycle state.", labels=["state"])
         for state, n in states.items():
             nodes.add_metric([state], n)

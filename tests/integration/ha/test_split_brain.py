@@ -80,6 +80,8 @@ def test_a_paused_leader_that_wakes_after_losing_the_lease_cannot_write(pair: li
         time.sleep(0.05)
     metrics = httpx.get(f"{old.base}/metrics", headers=HEADERS, timeout=5).text
     assert "gpufleet_leader 0.0" in metrics and "gpufleet_leader_epoch 0.0" in metrics
+    # A follower states its version (a rolling upgrade shows who runs what), not the fleet's state.
+    assert "gpufleet_controller_info{version=" in metrics and "gpufleet_nodes{" not in metrics, metrics[-2000:]
     assert (new.health() or {}).get("role") == "leader"
     # Through the deposed one, a report is forwarded to the new leader again.
     assert post(old, [event(3, "r01-n004")]).status_code == 202
