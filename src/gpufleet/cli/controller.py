@@ -52,6 +52,8 @@ def serve(
     scheduler, fleet, driving = _scheduler(settings, sim_nodes, sim_state)
     typer.echo(f"gpufleet controller: driving {driving}", err=True)
     _port_free(settings.host, settings.port)  # before migrating: a second serve must change nothing
+    if settings.port == 0:  # "any free port": pick it now, so what is printed (and advertised) is the real one
+        settings = settings.model_copy(update={"port": _any_free_port(settings.host)})
     rt = build(settings, scheduler, validator=_validator(settings, scheduler))
     if fleet is not None:  # a write: on the leader (now, or once this replica is elected)
         rt.when_leading(lambda: rt.controller.register_fleet(fleet))
@@ -71,6 +73,16 @@ def serve(
         rt.start_api(in_thread=False)
     finally:
         rt.shutdown()
+
+
+def _any_free_port(host: str) -> int:
+    """A port the system picks as free on ``host`` now (released at once: uvicorn binds it right after)."""
+    import socket
+
+    family = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM)[0][0]
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
 
 
 def _port_free(host: str, port: int) -> None:

@@ -97,3 +97,33 @@ def test_sim_options_with_slurm_are_refused(tmp_path: Path) -> None:
                           str(config(tmp_path, 'scheduler = "slurm"\n')), "--sim-nodes", "4"],
                          cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 2 and "--sim-nodes: got 4" in out.stderr
+
+
+def test_serve_on_any_free_port_prints_the_port_it_listens_on(tmp_path: Path,
+                                                              procs: list[subprocess.Popen[str]]) -> None:
+    """An operations drill: ``port = 0`` printed ``http://127.0.0.1:0/v1`` while it listened elsewhere, and
+    the README says to open the port ``serve`` prints."""
+    import re
+    import time
+
+    import httpx
+
+    procs.append(p := serve("--config", str(config(tmp_path, 'scheduler = "sim"\n')), "--sim-nodes", "2"))
+    assert p.stderr is not None
+    line = ""
+    while "controller on http" not in line:
+        line = p.stderr.readline()
+        assert line, "serve exited before saying where it listens"
+    m = re.search(r"http://127\.0\.0\.1:(\d+)/v1", line)
+    assert m and int(m.group(1)) != 0, line
+    url = f"http://127.0.0.1:{m.group(1)}/v1/health"
+    r = None
+    for _ in range(600):  # the line comes just before uvicorn binds: poll until it answers
+        assert p.poll() is None, "serve exited"
+        try:
+            r = httpx.get(url, timeout=1)
+            break
+        except httpx.TransportError:
+            time.sleep(0.05)  # polling for the bind, not timing
+    assert r is not None, f"nothing answered at {url}"
+    assert r.status_code == 401 and "bearer token" in r.text, r.text  # the controller (no tokens configured)
