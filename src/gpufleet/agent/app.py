@@ -258,7 +258,11 @@ def _kernel_log(
              if cfg.device == "nvml" and cfg.nvlink_remote_command else None)
     dec: Decode | LogDecoder = decode or default_decoder(cfg.node, slots, ports)
     if cfg.kmsg_file is not None:
-        return KmsgFileReplay(cfg.node, dec, cfg.kmsg_file, clock=clock, proc_root=cfg.proc_root)
+        key_state = None
+        if cfg.push or cfg.state_dir.is_dir():
+            _ensure_dir(cfg.state_dir)
+            key_state = cfg.state_dir / "kmsg-file-key.json"
+        return KmsgFileReplay(cfg.node, dec, cfg.kmsg_file, clock=clock, proc_root=cfg.proc_root, state_path=key_state)
     state = None
     if cfg.push or cfg.state_dir.is_dir():
         _ensure_dir(cfg.state_dir)

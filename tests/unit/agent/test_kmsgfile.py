@@ -128,3 +128,31 @@ def test_an_xid_line_the_decoder_cannot_read_is_counted_on_the_agents_metrics(tm
     text = generate_latest(make_registry(agent.telemetry, None)).decode()
     assert "gpufleet_agent_kmsg_undecoded_total 2.0" in text, text
     assert "gpufleet_agent_kmsg_lines_total 4.0" in text
+
+
+def test_a_log_followed_from_empty_keeps_its_ids_across_restarts_and_another_log_gets_new_ones(
+        tmp_path: Path, proc: Path) -> None:
+    """A drill: a per-node log followed from empty was hashed empty at the first start, and a restarted
+    agent (the file grown past it) sent every line again under new ids: stored twice, counted stale."""
+    src = (LOGS / "xid79-dgx-h100-dmesg.log").read_bytes()
+    log, state = tmp_path / "kern.log", tmp_path / "state" / "kmsg-file-key.json"
+    log.write_bytes(b"")
+
+    def run() -> list[str]:
+        r = KmsgFileReplay("n1", default_decoder("n1", SLOTS), log, clock=FakeClock(), proc_root=proc,
+                           state_path=state)
+        r.start()
+        return [e.id for e in r.poll()]
+
+    assert run() == []
+    with log.open("ab") as fh:  # lines appended while it follows, then the agent restarts
+        fh.write(src)
+    first = run()
+    assert first and first == run(), "the same log, grown: the same ids"
+    with log.open("ab") as fh:
+        fh.write(src)
+    assert run()[:len(first)] == first, "grown again: the earlier lines keep their ids"
+    other = tmp_path / "other.log"
+    other.write_bytes(src)
+    other.replace(log)  # another log at the same path (a new inode)
+    assert set(run()).isdisjoint(first), "not the same file: new ids"

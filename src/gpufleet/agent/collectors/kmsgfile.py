@@ -12,13 +12,19 @@ after the boot time of this machine (``btime`` in ``<proc_root>/stat``); a line 
 clock's now. Lines without a year (journal short form) take the file's modification year.
 
 Ids are deterministic, so a re-run of the same file resends the same ids and the controller drops them:
-``<node>:file:<sha1 of the file's first 4 KiB>[:16]:<line where the event starts>:<n>``. Nothing is
-saved between runs (:meth:`commit` does nothing): a replay always starts from the top.
+``<node>:file:<sha1 of the file's first 4 KiB>[:16]:<line where the event starts>:<n>``. A file shorter
+than 4 KiB at the start (a log being written, followed from empty) is hashed as it is then, and with
+``state_path`` the key and the bytes it covers are kept: a later run on the same file (path and inode),
+no shorter than before and still beginning with those bytes (the same log, grown) keeps the key, and so
+its ids. Without it, such a file's key changed as it
+grew and a restarted agent sent every line again under new ids. A replay always starts from the top
+(:meth:`commit` does nothing).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,6 +43,7 @@ from gpufleet.agent.collectors.kmsg import (
 from gpufleet.diagnose.prefix import PrefixParser
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.events import HealthEvent
+from gpufleet.files import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +65,7 @@ class KmsgFileReplay:
         clock: AgentClock,
         proc_root: Path = Path("/proc"),
         year: int | None = None,
+        state_path: Path | None = None,
     ) -> None:
         self.node = node
         self.decoder: LogDecoder = decode if isinstance(decode, LogDecoder) else LineDecoder(decode)
@@ -66,6 +74,7 @@ class KmsgFileReplay:
         self.proc_root = proc_root
         self.year = year
         self.source = SOURCE
+        self.state_path = state_path  # the id key of this file and the bytes it covers, kept across runs
         self.lines = 0
         self.key = ""
         self._fh: BinaryIO | None = None
@@ -80,13 +89,38 @@ class KmsgFileReplay:
         except OSError as err:
             raise InvalidInput("--kmsg-file", str(self.path), f"a readable kernel log file ({err.strerror})") from None
         self._fh = fh
-        self.key = hashlib.sha1(fh.read(_HEAD)).hexdigest()[:16]
+        self.key = self._key(fh.read(_HEAD))
         fh.seek(0)
         year = self.year or datetime.fromtimestamp(mtime, UTC).year
         self._prefix = PrefixParser(year=year, boot_time=boot_time(self.proc_root))
         self.lines, self._buf = 0, b""
         log.info("%s: replaying %s (id key %s)", self.node, self.path, self.key)
         return SOURCE
+
+    def _key(self, head: bytes) -> str:
+        """The ids' key: the one kept for this file if it is the same file, grown (same path and inode, no
+        shorter than at the last run, still beginning with the bytes that key covers)."""
+        key, covered = hashlib.sha1(head).hexdigest()[:16], len(head)
+        if self.state_path is None:
+            return key
+        where = str(self.path.resolve())
+        st = self.path.stat()
+        try:
+            kept = json.loads(self.state_path.read_text(encoding="utf-8"))
+            n, old = int(kept["bytes"]), str(kept["key"])
+            if (kept["path"], kept["inode"]) == (where, st.st_ino) and st.st_size >= int(kept["size"]) \
+                    and len(head) >= n and hashlib.sha1(head[:n]).hexdigest()[:16] == old:
+                key, covered = old, n  # the same log, grown since
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # none kept yet, or unreadable: this run's key
+        try:
+            self.state_path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.state_path, json.dumps({"path": where, "inode": st.st_ino, "size": st.st_size,
+                                                      "bytes": covered, "key": key}) + "\n")
+        except OSError as err:
+            log.warning("%s: cannot keep the replay's id key in %s (%s): a restart may resend lines under new ids",
+                        self.node, self.state_path, err)
+        return key
 
     def poll(self) -> list[HealthEvent]:
         """Decode every complete line not read yet (to the end of the file as it is now)."""
