@@ -225,8 +225,12 @@ def migrate(
     from gpufleet.controller.store.db import migrate as do_migrate
 
     engine = make_engine(database_url_of(config, database_url))
-    do_migrate(engine)
-    typer.echo(f"schema of {engine.url.render_as_string(hide_password=True)} is at the newest revision")
+    before, after = do_migrate(engine)
+    where = engine.url.render_as_string(hide_password=True)
+    if before == after:
+        typer.echo(f"schema of {where} is at the newest revision ({after}): nothing to do")
+    else:
+        typer.echo(f"schema of {where} upgraded {before or 'none (created)'} -> {after}")
 
 
 @controller_app.command()

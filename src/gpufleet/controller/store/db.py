@@ -82,19 +82,35 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.close()
 
 
-def migrate(engine: Engine, revision: str = "head") -> None:
-    """Bring the schema to the newest revision, or to ``revision`` (idempotent)."""
+def migrate(engine: Engine, revision: str = "head") -> tuple[str | None, str | None]:
+    """Bring the schema to the newest revision, or to ``revision`` (idempotent); returns the revision
+    before and after (None: no schema). A schema newer than this gpufleet knows (a rollback onto a
+    database a newer release migrated) is an InvalidInput naming it, before anything is changed."""
+    from alembic.runtime.migration import MigrationContext
+    from alembic.script import ScriptDirectory
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS))
+    script = ScriptDirectory.from_config(cfg)
+    known = {r.revision for r in script.walk_revisions()}
     try:
         with engine.begin() as conn:
             if conn.dialect.name == "postgresql":  # replicas starting together migrate one after the other
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
+            before = MigrationContext.configure(conn).get_current_revision()
+            if before is not None and before not in known:
+                raise InvalidInput("database schema", before,
+                                   f"revision {script.get_current_head()} or older, the newest this gpufleet knows: "
+                                   "the database was migrated by a newer release; run that release, or restore "
+                                   "the backup taken before the upgrade")
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, revision)
+            after = MigrationContext.configure(conn).get_current_revision()
     except OperationalError as err:
         raise ExternalError("database", f"cannot migrate {_redact(str(engine.url))}: {err.orig}") from None
-    log.info("database schema at %s (%s)", revision, _redact(str(engine.url)))
+    if before != after:
+        log.info("database schema %s -> %s (%s)", before or "none", after, _redact(str(engine.url)))
+    return before, after
 
 
 def brief(err: BaseException) -> str:
