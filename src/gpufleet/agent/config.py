@@ -58,9 +58,10 @@ class CadenceModel(BaseModel):
 
 class ThresholdsModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    thermal_c: float = Field(_T["thermal_c"])
-    thermal_clear_c: float = Field(_T["thermal_clear_c"])
-    hbm_thermal_c: float = Field(_T["hbm_thermal_c"])
+    # A GPU's limits in °C: below 40 every idle GPU would report an excursion (a drill had -5 accepted).
+    thermal_c: float = Field(_T["thermal_c"], ge=40, le=150)
+    thermal_clear_c: float = Field(_T["thermal_clear_c"], ge=30, le=150)
+    hbm_thermal_c: float = Field(_T["hbm_thermal_c"], ge=40, le=150)
     sbe_increase: int = Field(_T["sbe_increase"], ge=1)
     dbe_increase: int = Field(_T["dbe_increase"], ge=1)
     retired_pages_max: int = Field(_T["retired_pages_max"], ge=1)

@@ -142,7 +142,20 @@ def parse_policy(doc: Mapping[str, Any], base: Catalog | None = None) -> PolicyF
     catalog = (base or load_default_catalog()).with_overrides(
         {k: doc[k] for k in ("override", "escalation") if k in doc}, source="policy file"
     )
-    return PolicyFile(config=PolicyConfig(**values), catalog=catalog)
+    config = PolicyConfig(**values)
+    _check_together(config)
+    return PolicyFile(config=config, catalog=catalog)
+
+
+def _check_together(c: PolicyConfig) -> None:
+    """Settings valid alone but contradictory together (a drill had them accepted silently)."""
+    if c.checkpoint_grace > c.checkpoint_wait_timeout:
+        raise InvalidInput("policy.checkpoint_grace", str(c.checkpoint_grace),
+                           f"at most policy.checkpoint_wait_timeout ({c.checkpoint_wait_timeout}): the wait after "
+                           "asking a job to checkpoint ends at the timeout whatever the grace")
+    if c.retry_base > c.retry_cap:
+        raise InvalidInput("reconciler.retry_base", str(c.retry_base),
+                           f"at most reconciler.retry_cap ({c.retry_cap}): retries double from the base up to the cap")
 
 
 def load_policy(path: Path | str | None = None, base: Catalog | None = None) -> PolicyFile:

@@ -27,6 +27,8 @@ def test_thresholds_that_cannot_work_are_refused_naming_the_key(tmp_path: Path) 
         ("[thresholds]\nthermal_c = 80\nthermal_clear_c = 90\n", "thresholds.thermal_clear_c"),
         ("[thresholds]\nthermal_clear_c = 88\n", "thresholds.thermal_clear_c"),  # above the default 87
         ("[thresholds]\nib_expected_rate_gbps = -400\n", "thresholds.ib_expected_rate_gbps"),
+        ("[thresholds]\nthermal_c = -5\nthermal_clear_c = -10\n", "thresholds.thermal_c"),  # every GPU would fire
+        ("[thresholds]\nhbm_thermal_c = 12\n", "thresholds.hbm_thermal_c"),
     ):
         cfg.write_text(toml)
         with pytest.raises(InvalidInput) as err:

@@ -173,6 +173,9 @@ def test_decision_ids_are_deterministic_for_the_same_evidence() -> None:
         ({"escalation": [{"kind": "xid", "code": 94, "count": 0, "window": "1h"}]}, "escalation[0].count"),
         ({"override": [{"kind": "bogus", "severity": "fatal"}]}, "override[0].kind"),
         ({"override": [{"kind": "xid", "code": 1, "severity": "catastrophic"}]}, "override[0].severity"),
+        # valid alone, contradictory together (a drill had them accepted silently)
+        ({"policy": {"checkpoint_grace": "5h", "checkpoint_wait_timeout": "3m"}}, "policy.checkpoint_grace"),
+        ({"reconciler": {"retry_base": "1m", "retry_cap": "10s"}}, "reconciler.retry_base"),
     ],
 )
 def test_bad_policy_names_the_field_and_value(doc: dict[str, object], field: str) -> None:
