@@ -247,13 +247,17 @@ class Controller:
         for i, e in enumerate(events):
             if e.node not in self.engine.nodes:
                 raise InvalidInput(f"events[{i}].node", e.node, "a registered node (POST /v1/nodes)")
-            # A time ahead of ours by more than the allowed skew (plus the node's own measured lead) is a
-            # broken clock or producer: stored, it would sit atop every newest-first list until that date.
-            ahead = self.max_clock_skew + timedelta(seconds=max(0.0, self.clock_skew.get(e.node, 0.0)))
+            # A time more than a day ahead of ours (or the node's measured clock lead plus the allowed skew)
+            # is a broken clock or producer: stored, it would sit atop every newest-first list until that date.
+            # Generous on purpose: a refused event is dropped by its agent, and a node whose clock runs some
+            # minutes fast, before its first heartbeat measured it, must not lose its faults.
+            lead = timedelta(seconds=max(0.0, self.clock_skew.get(e.node, 0.0)))
+            ahead = max(_EVENT_AHEAD, self.max_clock_skew + lead)
             if e.time > now + ahead:
                 raise InvalidInput(f"events[{i}].time", e.time.isoformat(),
                                    f"a time no later than the controller's clock ({now.isoformat(timespec='seconds')})"
-                                   f" plus {ahead} (limits.max_clock_skew and the node's measured clock lead)")
+                                   f" plus {ahead} (a day, or limits.max_clock_skew and the node's measured clock "
+                                   "lead)")
         topo = self.topology
         if topo is not None:  # a node reports its own parts and links, never another node's (api.md §Security)
             for i, e in enumerate(events):
@@ -665,6 +669,9 @@ class Controller:
         known = self.store.known_event_ids([(e.node, e.id) for e in out]) if out else set()
         return [e for e in out if (e.node, e.id) not in known]
 
+
+
+_EVENT_AHEAD = timedelta(days=1)  # how far ahead of the controller's clock an event's time may be, at least
 
 
 class _Reused(Exception):
