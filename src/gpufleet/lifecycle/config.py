@@ -143,17 +143,19 @@ def parse_policy(doc: Mapping[str, Any], base: Catalog | None = None) -> PolicyF
         {k: doc[k] for k in ("override", "escalation") if k in doc}, source="policy file"
     )
     config = PolicyConfig(**values)
-    _check_together(config)
+    _check_together(config, set(values))
     return PolicyFile(config=config, catalog=catalog)
 
 
-def _check_together(c: PolicyConfig) -> None:
-    """Settings valid alone but contradictory together (a drill had them accepted silently)."""
-    if c.checkpoint_grace > c.checkpoint_wait_timeout:
+def _check_together(c: PolicyConfig, given: set[str]) -> None:
+    """Settings valid alone but contradictory together (a drill had them accepted silently). Only a value
+    the file sets is refused: a short checkpoint_wait_timeout alone under the default grace is fine (the
+    wait ends at the timeout)."""
+    if "checkpoint_grace" in given and c.checkpoint_grace > c.checkpoint_wait_timeout:
         raise InvalidInput("policy.checkpoint_grace", str(c.checkpoint_grace),
                            f"at most policy.checkpoint_wait_timeout ({c.checkpoint_wait_timeout}): the wait after "
                            "asking a job to checkpoint ends at the timeout whatever the grace")
-    if c.retry_base > c.retry_cap:
+    if "retry_base" in given and c.retry_base > c.retry_cap:
         raise InvalidInput("reconciler.retry_base", str(c.retry_base),
                            f"at most reconciler.retry_cap ({c.retry_cap}): retries double from the base up to the cap")
 

@@ -157,6 +157,15 @@ def test_decision_ids_are_deterministic_for_the_same_evidence() -> None:
     assert a is not None and b is not None and a.id == b.id
 
 
+def test_a_short_checkpoint_wait_under_the_default_grace_is_accepted() -> None:
+    """Only a grace the file sets is refused above the timeout: the default grace (10 min) over a short
+    checkpoint_wait_timeout is what a site asking for quick drains writes."""
+    from gpufleet.lifecycle.config import parse_policy
+
+    pf = parse_policy({"policy": {"checkpoint_wait_timeout": "2s"}, "reconciler": {"retry_cap": "1s"}})
+    assert pf.config.checkpoint_wait_timeout.total_seconds() == 2 and pf.config.retry_cap.total_seconds() == 1
+
+
 @pytest.mark.parametrize(
     ("doc", "field"),
     [
