@@ -222,12 +222,14 @@ def test_a_database_outage_mid_burst_loses_nothing_and_runs_nothing_twice(backen
         store = rt.controller.store
         wait_for(lambda: not store.actions(status="pending") and not store.actions(status="waiting"),
                  "every queued action carried out", timeout_s=60)
-        with store.session() as s:
-            stored = {(r.node, r.id) for r in s.scalars(select(EventRow))}
-            db_states = {r.id: r.state for r in s.scalars(select(NodeRow))}
-            actions = [(r.kind, r.node, r.status) for r in s.scalars(select(ActionRow))]
+        # Memory and the database read together, under the lock every write of the controller holds: read
+        # one after the other, a reconciler pass between them (draining -> drained) told them apart.
         with rt.controller.lock:
             memory = {n: rec.state.value for n, rec in rt.controller.engine.nodes.items()}
+            with store.session() as s:
+                stored = {(r.node, r.id) for r in s.scalars(select(EventRow))}
+                db_states = {r.id: r.state for r in s.scalars(select(NodeRow))}
+                actions = [(r.kind, r.node, r.status) for r in s.scalars(select(ActionRow))]
     finally:
         stop.set()
         rt.shutdown()
