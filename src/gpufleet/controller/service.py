@@ -279,7 +279,7 @@ class Controller:
     def _inside(self, component: str, node: str) -> bool:
         """``component`` is ``node`` or one of its parts in the topology (the node named as the scheduler does)."""
         assert self.topology is not None
-        return component == node or node in self.topology.ancestors(component)
+        return component == node or self.topology.node_of(component) == node
 
     def approve_held(self, nodes: Sequence[str], actor_id: str) -> Plan:
         with self.lock, self._atomic():
