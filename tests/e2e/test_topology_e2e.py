@@ -92,6 +92,37 @@ def test_a_failing_leaf_seen_by_the_agents_ib_events_is_one_decision(fleet: Flee
     assert sorted(n for _, n, _ in drains) == sorted(behind), drains
 
 
+def test_one_symbol_error_per_node_on_one_rail_names_the_leaf(fleet: Fleet, tmp_path: Path) -> None:
+    """The weak path on InfiniBand (issue #14): the rail-5 NIC of each of four nodes counts ONE symbol
+    error, far below the agent's rate rule (10 a minute). Each agent sends a weak report (rule
+    ib_symbol_error_seen, named by HCA and port); the controller names each cable and, from the four of
+    them together, the leaf they share: a degrading part."""
+    topo = TopologyFile.generate(tmp_path / "hgx.json", "hgx", "--nodes", "4")
+    nodes = sorted(topo.racks())
+    rail = 5
+    cables = {n: topo.links_of(f"{n}-nic{rail}", "ib")[0] for n in nodes}
+    leaves = {c["b"] if c["a"] == f"{n}-nic{rail}" else c["a"] for n, c in cables.items()}
+    assert len(leaves) == 1, leaves
+    (leaf,) = leaves
+
+    ctl = fleet.controller(nodes=topo.racks(), topology=topo.path)
+    for n in nodes:
+        fleet.agent(n, "--inject", f"ib_symbol:1@nic{rail}", wait=False)
+
+    def leaf_named() -> dict[str, Any] | None:
+        top = max(ctl.api.verdicts(), key=lambda s: s["confidence"], default=None)
+        return top if top is not None and top["component"] == leaf else None
+
+    top = wait_until(leaf_named, lambda: f"{leaf} named; verdicts: {ctl.api.verdicts()}", timeout=30)
+    assert (top["kind"], top["finding"]) == ("leaf_switch", "degrading"), top
+    assert _evidence_nodes(ctl, top["evidence"]) == set(nodes), top
+    for n in nodes:
+        seen = [e for e in ctl.api.events(n) if e["kind"] == "link_error"]
+        assert [(e["component"], e["link"], e["attrs"]["rule"], e["severity"]) for e in seen] == [
+            (f"{n}-nic{rail}", cables[n]["id"], "ib_symbol_error_seen", "info")], seen
+    assert all(d["actor_id"] == f"correlate:{leaf}" for d in ctl.api.decisions()), ctl.api.decisions()
+
+
 def _nvswitch_of(topo: TopologyFile, gpu: str, nvlink: int) -> str:
     """The NVSwitch chip NVLink ``nvlink`` of ``gpu`` goes to: the GPU's ``nvlink``-th (0-based) link of
     kind nvlink in topology order (docs/formats.md, "Identities")."""
@@ -134,6 +165,39 @@ def test_an_nvlink_fault_seen_by_the_agents_nvlink_events_names_the_nvswitch_chi
     assert _component_groups(ctl.api.decisions()) <= {f"correlate:{chip}"}, ctl.api.decisions()
     assert all(d["actor_id"] in ("", f"correlate:{chip}") or not d["actor_id"].startswith("correlate:")
                for d in ctl.api.decisions())
+
+
+def test_one_corrected_nvlink_error_per_tray_names_the_nvswitch_chip(fleet: Fleet, tmp_path: Path) -> None:
+    """The weak path end to end (issue #14): six compute trays each see ONE corrected NVLink error, each on
+    a link to the same chip. No link is near the agent's threshold rule (100 errors); each agent sends a
+    weak report (rule nvlink_error_seen, judged info), and only the set of them, in the controller's
+    coherence statistic, names the chip: a degrading part, no per-node decision."""
+    topo = TopologyFile.generate(tmp_path / "nvl72.json", "nvl72", "--racks", "1")
+    trays = [c["id"] for c in topo.components("compute_tray")][:6]
+    nvlink = 5
+    reporter = {t: f"gpu{i % 4}" for i, t in enumerate(trays)}  # a different GPU slot in each tray
+    chips = {_nvswitch_of(topo, f"{t}-{g}", nvlink) for t, g in reporter.items()}
+    assert len(chips) == 1, f"NVLink {nvlink} of every GPU goes to one chip: {chips}"
+    (chip,) = chips
+
+    ctl = fleet.controller(nodes=topo.racks(), topology=topo.path)
+    for t, g in reporter.items():
+        fleet.agent(t, "--gpus", "4", "--inject", f"nvlink_errors:1@{g}.nvlink{nvlink}", wait=False)
+
+    def chip_named() -> dict[str, Any] | None:
+        top = max(ctl.api.verdicts(), key=lambda s: s["confidence"], default=None)
+        return top if top is not None and top["component"] == chip else None
+
+    top = wait_until(chip_named, lambda: f"{chip} named; verdicts: {ctl.api.verdicts()}", timeout=30)
+    assert (top["kind"], top["finding"]) == ("nvswitch", "degrading"), top
+    assert len(_evidence_nodes(ctl, top["evidence"])) >= 4, top  # several trays' reports, not one
+    # Each agent's report: one error, named with the topology's lane id, judged informational.
+    for t, g in reporter.items():
+        seen = [e for e in ctl.api.events(t) if e["kind"] == "link_error"]
+        assert [(e["link"], e["attrs"]["rule"], e["attrs"]["errors"], e["severity"]) for e in seen] == [
+            (f"{t}-{g}~{chip}", "nvlink_error_seen", "1", "info")], seen
+    # What acts is the chip's verdict: no decision of a node's own policy on its informational report.
+    assert all(d["actor_id"] == f"correlate:{chip}" for d in ctl.api.decisions()), ctl.api.decisions()
 
 
 def _serial_args(topo: TopologyFile, tray: str) -> list[str]:

@@ -26,7 +26,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gpufleet.agent.rules import Thresholds
@@ -74,6 +74,8 @@ class ThresholdsModel(BaseModel):
     ib_expected_rate_gbps: float | None = Field(_T["ib_expected_rate_gbps"], gt=0)
     edac_ue_increase: int = Field(_T["edac_ue_increase"], ge=1)
     mount_min_free_fraction: float = Field(_T["mount_min_free_fraction"], ge=0, le=1)
+    weak_link_events: StrictBool = _T["weak_link_events"]
+    weak_link_interval_s: Seconds = Field(_T["weak_link_interval_s"], ge=1, le=3600)
 
     @field_validator("thermal_clear_c")
     @classmethod

@@ -6,7 +6,9 @@ overrides, ``domain/judgement.py``).
 
 Every check is edge-triggered: it reports when a condition *starts* (a flag turns on, a counter grows
 past its threshold within one interval, a rate crosses its limit) and re-arms when the condition clears,
-so a GPU that stays hot yields one event, not one per second. Ids are deterministic where the condition
+so a GPU that stays hot yields one event, not one per second. Below the thresholds, error counters that
+grow on a link are reported as informational weak link reports, at most one per link a minute
+(:mod:`gpufleet.agent.weaklinks`): the correlator's evidence from coherence. Ids are deterministic where the condition
 has a natural key (a counter value), so a restarted agent re-reporting the same fact yields the same id
 and the controller's dedup drops it.
 
@@ -22,6 +24,7 @@ from datetime import datetime
 from gpufleet.agent.collectors.host import HostReading
 from gpufleet.agent.collectors.infiniband import IbPortReading
 from gpufleet.agent.devices.port import THERMAL_THROTTLE, FastReading, SlowReading, XidEvent
+from gpufleet.agent.weaklinks import WeakLinks
 from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.fleet import gpu_slot, nic_slot
 
@@ -43,6 +46,11 @@ class Thresholds:
     ib_expected_rate_gbps: float | None = None  # e.g. 400 for NDR; None = no rate check
     edac_ue_increase: int = 1  # new uncorrectable host-memory (EDAC) errors (rule edac_ue)
     mount_min_free_fraction: float = 0.05  # a watched mount with less free space is reported (rule disk_free)
+    # Every NVLink / InfiniBand error-counter increase below the rules above is reported as an informational
+    # link_error (rules nvlink_error_seen, ib_*_seen: the correlator's weak witnesses; agent/weaklinks.py).
+    weak_link_events: bool = True
+    # at most one weak report per link in this many seconds; errors within it go into the next report
+    weak_link_interval_s: float = 60.0
 
 
 @dataclass(slots=True)
@@ -60,6 +68,16 @@ class PassiveChecks:
     _last: dict[str, int] = field(default_factory=dict)
     _rates: dict[str, _Rate] = field(default_factory=dict)
     _xid_seq: int = 0
+    _weak: WeakLinks | None = None
+
+    def _weak_count(self, key: str, errors: int, now: datetime) -> int | None:
+        """The errors to send in a weak link report for ``key`` now (:class:`WeakLinks`), or None."""
+        th = self.thresholds
+        if not th.weak_link_events or errors <= 0:
+            return None
+        if self._weak is None:
+            self._weak = WeakLinks(th.weak_link_interval_s)
+        return self._weak.seen(key, errors, now.timestamp())
 
     # --- helpers ----------------------------------------------------------------------------
     def gpu(self, index: int) -> str:
@@ -354,6 +372,19 @@ class PassiveChecks:
                         attrs=(("nvlink", str(lk.link)),),
                     )
                 )
+            elif (n := self._weak_count(f"nvlink:{key}", d, now)) is not None:
+                out.append(
+                    self._event(
+                        f"nvlink_seen:{key}:{total}",
+                        EventKind.LINK_ERROR,
+                        now,
+                        g,
+                        "nvlink_error_seen",
+                        f"{n} NVLink {lk.link} error(s) (CRC flit/data, replay, recovery) since the last report",
+                        link=f"{g}~nvlink{lk.link}",
+                        attrs=(("nvlink", str(lk.link)), ("errors", str(n))),
+                    )
+                )
         return out
 
     # --- InfiniBand -------------------------------------------------------------------------
@@ -412,25 +443,39 @@ class PassiveChecks:
                     attrs=attrs,
                 )
             )
-        for counter, limit in (
-            ("symbol_error", th.ib_symbol_error_per_min),
-            ("port_rcv_errors", th.ib_rcv_error_per_min),
+        for counter, limit, seen in (
+            ("symbol_error", th.ib_symbol_error_per_min, "ib_symbol_error_seen"),
+            ("port_rcv_errors", th.ib_rcv_error_per_min, "ib_port_rcv_error_seen"),
         ):
-            rate = self._rate(f"{counter}:{key}", p.counter(counter), mono)
-            if rate is None:
-                continue
-            if self._edge(f"ib_{counter}:{key}", rate > limit):
-                out.append(
-                    self._event(
-                        f"ib_{counter}:{key}:{p.counter(counter)}",
-                        EventKind.LINK_ERROR,
-                        now,
-                        nic,
-                        f"ib_{counter}",
-                        f"InfiniBand {p.device} port {p.port}: {counter} at {rate:.1f}/min (limit {limit:g}/min)",
-                        attrs=(*attrs, ("per_min", f"{rate:.1f}")),
+            value = p.counter(counter)
+            grew = self._delta(f"ib_{counter}_seen:{key}", value)
+            rate = self._rate(f"{counter}:{key}", value, mono)
+            if rate is None or not self._edge(f"ib_{counter}:{key}", rate > limit):
+                n = self._weak_count(f"ib_{counter}:{key}", grew, now)
+                if n is not None:
+                    out.append(
+                        self._event(
+                            f"{seen}:{key}:{value}",
+                            EventKind.LINK_ERROR,
+                            now,
+                            nic,
+                            seen,
+                            f"InfiniBand {p.device} port {p.port}: {n} {counter} error(s) since the last report",
+                            attrs=(*attrs, ("errors", str(n))),
+                        )
                     )
+                continue
+            out.append(
+                self._event(
+                    f"ib_{counter}:{key}:{p.counter(counter)}",
+                    EventKind.LINK_ERROR,
+                    now,
+                    nic,
+                    f"ib_{counter}",
+                    f"InfiniBand {p.device} port {p.port}: {counter} at {rate:.1f}/min (limit {limit:g}/min)",
+                    attrs=(*attrs, ("per_min", f"{rate:.1f}")),
                 )
+            )
         return out
 
     def _rate(self, key: str, value: int | None, mono: float) -> float | None:

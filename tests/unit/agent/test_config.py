@@ -29,10 +29,14 @@ def test_thresholds_that_cannot_work_are_refused_naming_the_key(tmp_path: Path) 
         ("[thresholds]\nib_expected_rate_gbps = -400\n", "thresholds.ib_expected_rate_gbps"),
         ("[thresholds]\nthermal_c = -5\nthermal_clear_c = -10\n", "thresholds.thermal_c"),  # every GPU would fire
         ("[thresholds]\nhbm_thermal_c = 12\n", "thresholds.hbm_thermal_c"),
+        ("[thresholds]\nweak_link_interval_s = 0\n", "thresholds.weak_link_interval_s"),  # a report per read
+        ("[thresholds]\nweak_link_events = \"no\"\n", "thresholds.weak_link_events"),  # a string is not a switch
     ):
         cfg.write_text(toml)
         with pytest.raises(InvalidInput) as err:
             load_config(cfg)
         assert err.value.field == field, toml
-    cfg.write_text("[thresholds]\nthermal_c = 90\nthermal_clear_c = 85\nib_expected_rate_gbps = 400\n")
-    assert load_config(cfg).thresholds.build().thermal_clear_c == 85
+    cfg.write_text("[thresholds]\nthermal_c = 90\nthermal_clear_c = 85\nib_expected_rate_gbps = 400\n"
+                   "weak_link_events = false\nweak_link_interval_s = \"5m\"\n")
+    built = load_config(cfg).thresholds.build()
+    assert (built.thermal_clear_c, built.weak_link_events, built.weak_link_interval_s) == (85, False, 300)

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import shutil
 from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
 
 from hypothesis import given
@@ -11,6 +12,7 @@ from gpufleet.agent.collectors.host import EdacReading, HostReading, MountReadin
 from gpufleet.agent.collectors.infiniband import InfinibandCollector
 from gpufleet.agent.devices.port import FastReading, NvLinkReading, SlowReading, ThrottleReason, XidEvent
 from gpufleet.agent.rules import PassiveChecks, Thresholds
+from gpufleet.agent.weaklinks import WeakLinks
 from gpufleet.domain.catalog import load_default_catalog
 from gpufleet.domain.events import EventKind, HealthEvent, Severity
 from gpufleet.domain.judgement import judge_event
@@ -124,6 +126,46 @@ def test_nvlink_down_after_up_and_crc_burst() -> None:
     assert c.on_slow(slow(nvlinks=tuple(links)), at(60)) == []
 
 
+def _nvlink_errors(c: PassiveChecks, s: float, errors: int) -> list[HealthEvent]:
+    """One slow read of GPU 0 whose NVLink 3 has ``errors`` CRC flit errors in all."""
+    return c.on_slow(slow(nvlinks=(NvLinkReading(3, True, errors, 0, 0, 0),)), at(s))
+
+
+def test_nvlink_errors_below_the_limit_are_weak_reports_one_per_link_a_minute() -> None:
+    c = PassiveChecks("n1", Thresholds(nvlink_error_increase=100))
+    assert _nvlink_errors(c, 0, 7) == []  # the baseline: errors counted before the agent started
+    [ev] = _nvlink_errors(c, 10, 8)
+    assert (ev.kind, ev.link, ev.attr("rule"), ev.attr("nvlink"), ev.attr("errors")) == (
+        EventKind.LINK_ERROR, "n1-gpu0~nvlink3", "nvlink_error_seen", "3", "1")
+    assert sev(ev) is Severity.INFO  # no per-node policy acts on one: the correlator's witness
+    assert _nvlink_errors(c, 40, 10) == []  # within the minute: carried
+    assert _nvlink_errors(c, 60, 10) == []  # nothing new
+    [again] = _nvlink_errors(c, 71, 11)
+    assert again.attr("errors") == "3" and again.id != ev.id  # the carried 2 and the new one
+    [strong] = _nvlink_errors(c, 200, 411)  # past the limit: the rule's event, not a weak one too
+    assert strong.attr("rule") == "nvlink_errors" and sev(strong) is Severity.DEGRADED
+
+
+def test_weak_link_reports_can_be_turned_off() -> None:
+    c = PassiveChecks("n1", Thresholds(weak_link_events=False))
+    assert _nvlink_errors(c, 0, 0) == [] and _nvlink_errors(c, 100, 5) == []
+
+
+@given(st.lists(st.tuples(st.integers(0, 5), st.floats(0, 200)), max_size=60))
+def test_weak_reports_lose_no_error_and_keep_their_interval(steps: list[tuple[int, float]]) -> None:
+    """Every error is in a report or still carried; no link reports twice within the interval."""
+    weak = WeakLinks(60.0)
+    t, sent, times = 0.0, 0, []
+    for errors, gap in steps:
+        t += gap
+        n = weak.seen("n1-gpu0:nvlink3", errors, t)
+        if n is not None:
+            sent += n
+            times.append(t)
+    assert sent + weak.carried("n1-gpu0:nvlink3") == sum(e for e, _ in steps)
+    assert all(b - a >= 60.0 for a, b in pairwise(times))
+
+
 def test_nvlink_never_up_is_not_reported() -> None:
     c = PassiveChecks("n1")
     assert c.on_slow(slow(nvlinks=(NvLinkReading(0, False),)), at(0)) == []
@@ -180,12 +222,15 @@ def test_ib_port_down_flap_rate_and_symbol_errors(tmp_path: Path) -> None:
     (root / "mlx5_1/ports/1/rate").write_text("200 Gb/sec (4X HDR)\n")
     (root / "mlx5_7/ports/1/counters/symbol_error").write_text("5\n")  # 5/min: under the limit
     evs = [e for p in col.read() for e in c.on_ib(p, at(30), 30.0)]
-    got = sorted((e.kind.value, e.component) for e in evs)
-    assert got == [("link_down", "n1-nic4"), ("link_error", "n1-nic1"), ("link_flap", "n1-nic4")]
+    got = sorted((e.kind.value, e.component, e.attr("rule")) for e in evs)
+    assert got == [("link_down", "n1-nic4", "ib_down"), ("link_error", "n1-nic1", "ib_rate"),
+                   ("link_error", "n1-nic7", "ib_symbol_error_seen"), ("link_flap", "n1-nic4", "ib_flap")]
+    [weak] = [e for e in evs if e.component == "n1-nic7"]  # under the limit: a weak report, judged info
+    assert sev(weak) is Severity.INFO and weak.attr("errors") == "5" and weak.attr("device") == "mlx5_7"
     (root / "mlx5_7/ports/1/counters/symbol_error").write_text("40\n")
     evs = [e for p in col.read() for e in c.on_ib(p, at(60), 60.0)]
-    [sym] = [e for e in evs if dict(e.attrs).get("rule") == "ib_symbol_error"]
-    assert sym.component == "n1-nic7" and sev(sym) is Severity.DEGRADED and "40.0/min" in sym.message
+    [sym] = [e for e in evs if e.component == "n1-nic7"]  # the rate event, not a weak report as well
+    assert sym.attr("rule") == "ib_symbol_error" and sev(sym) is Severity.DEGRADED and "40.0/min" in sym.message
 
 
 def test_ib_degraded_fixture_first_read_reports_only_rate() -> None:

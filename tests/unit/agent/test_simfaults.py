@@ -158,6 +158,13 @@ def test_xid_at_an_address_the_node_does_not_know_is_reported_against_the_node(t
         ("nvlink_errors:150@gpu1.nvlink2", 30, EventKind.LINK_ERROR, "n1-gpu1", {"gpu": "1", "nvlink": "2"}),
         ("ib_down@nic3", 1, EventKind.LINK_DOWN, "n1-nic3", {"device": "mlx5_3", "port": "1"}),
         ("ib_flap:2@nic1", 1, EventKind.LINK_FLAP, "n1-nic1", {"device": "mlx5_1", "port": "1"}),
+        # below the rules' limits: weak reports (agent/weaklinks.py)
+        ("nvlink_errors:1@gpu2.nvlink5", 30, EventKind.LINK_ERROR, "n1-gpu2",
+         {"gpu": "2", "nvlink": "5", "rule": "nvlink_error_seen", "errors": "1"}),
+        ("ib_symbol:3@nic2", 1, EventKind.LINK_ERROR, "n1-nic2",
+         {"device": "mlx5_2", "port": "1", "rule": "ib_symbol_error_seen", "errors": "3"}),
+        ("ib_rcv:2@nic0", 1, EventKind.LINK_ERROR, "n1-nic0",
+         {"device": "mlx5_0", "rule": "ib_port_rcv_error_seen", "errors": "2"}),
     ],
 )
 def test_fault_reaches_the_rules_through_the_real_collectors(

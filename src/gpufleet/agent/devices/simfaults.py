@@ -17,6 +17,8 @@ nvlink_errors:N    gpuI[.nvlinkL]            CRC flit counter of link L (default
 nvlink_down        gpuI.nvlinkL              link L down
 ib_down            nicK                      port 1 state ``1: DOWN``, phys_state ``3: Disabled``
 ib_flap[:COUNT]    nicK                      port 1 ``link_downed`` +COUNT (default 1)
+ib_symbol:COUNT    nicK                      port 1 ``symbol_error`` +COUNT
+ib_rcv:COUNT       nicK                      port 1 ``port_rcv_errors`` +COUNT
 =================  ========================  ==================================================================
 
 Faults fire after a tick's collection, so the readings before them are the baseline the counter rules
@@ -58,6 +60,8 @@ KINDS: dict[str, _Kind] = {
     "nvlink_down": _Kind(None, None, frozenset({"gpu.nvlink"})),
     "ib_down": _Kind(None, None, frozenset({"nic"})),
     "ib_flap": _Kind("COUNT", 1, frozenset({"nic"})),
+    "ib_symbol": _Kind("COUNT", None, frozenset({"nic"})),
+    "ib_rcv": _Kind("COUNT", None, frozenset({"nic"})),
 }
 _TARGET = re.compile(
     r"gpu(\d{1,3})(?:\.nvlink(\d{1,3}))?|nic(\d{1,3})|pci=([0-9a-f]{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7])"
@@ -206,6 +210,10 @@ class FaultInjector:
             case "ib_flap":
                 assert self.sysfs is not None
                 self.sysfs.ib_flap(_req(f.nic), arg)
+            case "ib_symbol" | "ib_rcv":
+                assert self.sysfs is not None
+                counter = "symbol_error" if f.kind == "ib_symbol" else "port_rcv_errors"
+                self.sysfs.add_to_counter(_req(f.nic), counter, arg)
 
 
 def _req(v: int | None) -> int:

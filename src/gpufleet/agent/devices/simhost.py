@@ -167,7 +167,13 @@ class SimSysfs:
 
     def ib_flap(self, nic: int, count: int = 1) -> None:
         """The port went down and came back ``count`` times (``link_downed`` grows)."""
-        f = self._port(nic) / "counters" / "link_downed"
+        self.add_to_counter(nic, "link_downed", count)
+
+    def add_to_counter(self, nic: int, counter: str, count: int) -> None:
+        """Port counter ``counter`` (one of the collector's ``COUNTERS``) grows by ``count``."""
+        if counter not in COUNTERS:
+            raise InvalidInput("counter", counter, f"one of {', '.join(COUNTERS)}")
+        f = self._port(nic) / "counters" / counter
         f.write_text(f"{int(f.read_text()) + count}\n")
 
     def _port(self, nic: int) -> Path:

@@ -284,8 +284,8 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
     def verdicts(caller: Reader) -> dict[str, object]:
         ranked = sorted(c.verdicts, key=lambda s: -s.confidence)
         if caller.tenant is None:
-            return {"suspects": [{**s.to_dict(), "affected_nodes": list(s.affected_nodes), "reason": s.reason}
-                                 for s in ranked]}
+            return {"suspects": [{**s.to_dict(), "affected_nodes": list(s.affected_nodes), "reason": s.reason,
+                                  "finding": s.finding.value, "repeats": s.repeats} for s in ranked]}
         # a tenant: the suspects behind its own nodes, with its own nodes only (the reason names others)
         mine = [(s, [n for n in s.affected_nodes if scope.sees(caller, n)]) for s in ranked]
         return {"suspects": [{"component": s.component, "kind": s.kind, "confidence": s.confidence,
