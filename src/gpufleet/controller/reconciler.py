@@ -27,7 +27,7 @@ from gpufleet.lifecycle.engine import SchedObservation
 from gpufleet.lifecycle.plan import AuditEntry, OutboxAction, Plan
 from gpufleet.lifecycle.states import Actor, NodeState
 from gpufleet.lifecycle.validation import plan_validation
-from gpufleet.schedulers.port import Job, SchedNode, SchedNodeState, Scheduler, drain_reason
+from gpufleet.schedulers.port import Job, RunStatus, SchedNode, SchedNodeState, Scheduler, drain_reason
 
 from .faults import fault_of
 from .fleetjudge import FleetJudge
@@ -65,7 +65,10 @@ class Validator(Protocol):
       ``multinode`` level) the run spans the node and those known-good nodes.
     * ``partners`` is how many known-good nodes a fabric fault's validation pairs the node with
       (0: this validator cannot pair; fabric faults get their single-node level).
-    * ``ended`` says how a run ended (one line), or None while it is queued or running.
+    * ``status`` says where a run stands (``RunStatus``): how it ended (one line), else why it has not
+      started yet (the scheduler's pending reason), else running. A run pending longer than the policy's
+      ``validation_start_timeout`` after it was submitted is ended with ``cancel`` (idempotent: a run
+      that is gone already is fine) and the validation fails, naming the pending reason.
     * ``release`` ends any hold the validator put on the node (a maintenance reservation); a no-op
       when there is none. ``holds`` says whether there is one (such a node may look schedulable).
     * Failures: ExternalError (retried), Conflict (a node drained by someone else: not touched).
@@ -76,7 +79,9 @@ class Validator(Protocol):
 
     def request(self, node: str, level: str, key: str, partners: Sequence[str] = ()) -> str: ...
 
-    def ended(self, handle: str) -> str | None: ...
+    def status(self, handle: str) -> RunStatus: ...
+
+    def cancel(self, handle: str) -> None: ...
 
     def release(self, node: str) -> None: ...
 
@@ -299,18 +304,41 @@ class Reconciler:
                 return f"{level} validation started"
             with_ = f" with {p['partners']}" if p.get("partners") else ""
             self.controller.audit(node, "validation_job", f"{level} validation{with_}: job {handle} submitted")
+            p["submitted"] = now.isoformat()
+            run = RunStatus()
         else:
-            ended = self.validator.ended(handle)
+            run = self.validator.status(handle)
+            ended = None if run.ended is None else f"{level} validation {run.ended} without a passing result"
+            if ended is None and run.pending:
+                ended = self._never_started(node, handle, run.pending, p.setdefault("submitted", now.isoformat()), now)
             if ended is not None:
                 self.controller.ingest([HealthEvent(
                     f"validation-ended:{row.id}", node, EventKind.CHECK_FAILED, now, source="validator",
-                    severity=Severity.DEGRADED, message=f"{level} validation {ended} without a passing result")])
-                return f"validation {ended}; no result: back to repair"
+                    severity=Severity.DEGRADED, message=ended)])
+                return f"{ended}: back to repair"
+        what = f"pending ({run.pending})" if run.pending else "running"
         self.controller.store.update_action(row.id, status=ActionStatus.WAITING, now=now,
                                             next_attempt=now + self.cfg.checkpoint_poll,
                                             progress={**p, "validation": handle},
-                                            result=f"{level} validation job {handle} running")
+                                            result=f"{level} validation job {handle} {what}")
         return None
+
+    def _never_started(self, node: str, handle: str, pending: str, submitted: str, now: datetime) -> str | None:
+        """A validation job still pending ``validation_start_timeout`` after it was submitted never gets the
+        node (a drain by someone else, a partition down, a partner's job that does not end): cancel it and
+        say why (None while it may still start). Cancelled before the failure is recorded: a crash in
+        between finds the job ended and fails the validation all the same."""
+        waited = now - datetime.fromisoformat(submitted)
+        if waited < self.cfg.validation_start_timeout:
+            return None
+        waited -= timedelta(microseconds=waited.microseconds)  # said in whole seconds
+        assert self.validator is not None
+        self.validator.cancel(handle)
+        why = (f"validation job {handle} never started: pending ({pending}) for {waited} after it was submitted "
+               f"(validation_start_timeout {self.cfg.validation_start_timeout}); cancelled")
+        log.warning("%s: %s", node, why)
+        self.controller.audit(node, "validation_cancelled", why)
+        return why
 
     def _partners(self, node: str, count: int) -> tuple[str, ...]:
         """Known-good partners that are idle in the scheduler now (LifecycleEngine.pairing_partners)."""

@@ -27,6 +27,7 @@ from gpufleet.lifecycle.decisions import Decision, DecisionStatus
 from gpufleet.lifecycle.engine import OperatorOp
 from gpufleet.lifecycle.plan import Plan
 from gpufleet.lifecycle.states import NodeState, Transition
+from gpufleet.schedulers.port import RunStatus
 from gpufleet.schedulers.sim import SimScheduler
 
 OPERATOR = "operator:demo-oncall"
@@ -61,7 +62,10 @@ class Validator:
         self.world.later(self.world.clock.now() + delay, "validate", node)
         return ""  # nothing to follow: the results arrive as check events
 
-    def ended(self, handle: str) -> str | None:
+    def status(self, handle: str) -> RunStatus:
+        return RunStatus()  # never asked: request hands out no handle (the results arrive on the world's timer)
+
+    def cancel(self, handle: str) -> None:
         return None
 
     def release(self, node: str) -> None:

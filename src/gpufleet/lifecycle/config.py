@@ -30,9 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from gpufleet.domain.catalog import Catalog, load_default_catalog
-from gpufleet.domain.durations import parse_duration
+from gpufleet.domain.durations import format_duration, parse_duration
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.false_alarms import FALSE_ALARM_BUDGET, false_alarm_budget
+
+# The range of a "deadline" setting (validation_start_timeout): never 0 (a job could not be submitted and
+# seen before it), and no longer than a day (a node kept out of service that long for want of a start is stuck).
+DEADLINE_MIN, DEADLINE_MAX = timedelta(seconds=1), timedelta(days=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +66,9 @@ class PolicyConfig:
     clock_skew: timedelta = timedelta(minutes=5)
     # An agent silent for this long produces a heartbeat_lost event (0 disables).
     heartbeat_timeout: timedelta = timedelta(minutes=2)
+    # A validation job still pending (never started: e.g. Slurm's ReqNodeNotAvail on a node someone drained)
+    # this long after it was submitted is cancelled, and the validation fails with the pending reason.
+    validation_start_timeout: timedelta = timedelta(minutes=10)
     # Blast-radius budget: at most this share of the fleet / of any rack or switch domain unavailable.
     max_unavailable_fleet: float = 0.10
     max_unavailable_domain: float = 0.25  # per rack / switch domain (max_unavailable_fleet: the fleet)
@@ -102,6 +109,7 @@ _POLICY_KEYS: dict[str, str] = {
     "auto_burn_in": "bool",
     "place_suspects_last": "bool",
     "heartbeat_timeout": "duration",
+    "validation_start_timeout": "deadline",
     "clock_skew": "duration",
     "merge_window": "duration",
     "correlation_hold": "duration",
@@ -181,6 +189,12 @@ def _coerce(kind: str, value: Any, path: str) -> Any:
         return value
     if kind == "duration":
         return parse_duration(value, path)
+    if kind == "deadline":
+        d = parse_duration(value, path)
+        if not DEADLINE_MIN <= d <= DEADLINE_MAX:
+            raise InvalidInput(path, value, f"a duration from {format_duration(DEADLINE_MIN)} to "
+                                            f"{format_duration(DEADLINE_MAX)}, e.g. 10m")
+        return d
     if kind == "share":
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
             raise InvalidInput(path, value, "a fraction in (0, 1], e.g. 0.10 for 10 %")

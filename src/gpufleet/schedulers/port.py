@@ -103,6 +103,16 @@ class Job:
     extra: tuple[tuple[str, str], ...] = field(default=())
 
 
+@dataclass(frozen=True, slots=True)
+class RunStatus:
+    """Where a validation run stands (the controller's ``Validator.status``): ``ended`` says how it ended
+    (one line) once it is over; until then ``pending`` says why it has not started ("" once it runs),
+    e.g. Slurm's pending reason ``ReqNodeNotAvail``."""
+
+    ended: str | None = None
+    pending: str = ""
+
+
 def drain_reason(decision_id: str, text: str) -> str:
     """The scheduler-visible reason for a drain gpufleet makes: ``gpufleet:<decision> <text>``."""
     return f"{REASON_PREFIX}{decision_id} {text}".strip()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,7 +20,7 @@ from gpufleet.domain.fleet import simulated_fleet
 from gpufleet.lifecycle.config import parse_policy
 from gpufleet.lifecycle.engine import OperatorOp
 from gpufleet.lifecycle.states import NodeState
-from gpufleet.schedulers.port import SchedNodeState
+from gpufleet.schedulers.port import RunStatus, SchedNodeState
 from gpufleet.schedulers.sim import SimScheduler
 
 T0 = datetime(2026, 11, 21, 12, tzinfo=UTC)
@@ -169,3 +169,59 @@ def test_a_negative_sync_interval_is_refused_with_its_name(rig: Rig) -> None:
     with pytest.raises(InvalidInput) as err:
         Reconciler(rig.c, rig.s, sync_interval=-1.0)
     assert (err.value.field, err.value.value) == ("scheduler_sync_interval", -1.0)
+
+
+@dataclass
+class QueuedValidator:
+    """A validator whose job waits in the queue for ``reason`` until it is cancelled (the drill: an operator
+    drained the node under validation, Slurm keeps the job pending on ReqNodeNotAvail)."""
+
+    reason: str = "ReqNodeNotAvail"
+    partners: int = 0
+    cancelled: list[str] | None = None
+
+    def request(self, node: str, level: str, key: str, partners: Sequence[str] = ()) -> str:
+        return "41"
+
+    def status(self, handle: str) -> RunStatus:
+        if self.cancelled:
+            return RunStatus(ended=f"job {handle} ended CANCELLED")
+        return RunStatus(pending=self.reason)
+
+    def cancel(self, handle: str) -> None:
+        self.cancelled = [*(self.cancelled or []), handle]
+
+    def release(self, node: str) -> None:
+        return None
+
+    def holds(self, node: str) -> bool:
+        return False
+
+
+def test_a_validation_job_that_never_starts_is_cancelled_at_the_deadline_and_fails(rig: Rig) -> None:
+    v = QueuedValidator()
+    rig.r.validator = v
+    node = rig.nodes[0]
+    rig.c.ingest([ev(node, EventKind.XID, T0, 79)])
+    rig.step()
+    rig.step()
+    assert rig.c.state_of(node) in (NodeState.DRAINED, NodeState.REPAIR)
+    rig.c.operate(node, OperatorOp.RESUME, "operator:test")
+    rig.step()
+    deadline = rig.c.policy_file.config.validation_start_timeout
+    waited = timedelta(0)
+    while waited + timedelta(seconds=30) < deadline:  # pending, polled, never past the deadline
+        rig.step(30)
+        waited += timedelta(seconds=30)
+        assert rig.c.state_of(node) == NodeState.REVALIDATE and not v.cancelled
+    (a,) = [a for a in rig.c.store.actions(node=node, page=Page(1000)) if a.kind == "validate"]
+    assert a.status == "waiting" and a.result.endswith(f"pending ({v.reason})")
+    rig.step(60)
+    assert v.cancelled == ["41"]
+    assert rig.c.state_of(node) == NodeState.REPAIR
+    (failed,) = [e for e in rig.c.store.events(node=node, kind="check_failed", page=Page(10))]
+    assert f"never started: pending ({v.reason})" in failed.message and str(deadline) in failed.message
+    (audit,) = [x for x in rig.c.store.audit(target=node, page=Page(1000)) if x.action == "validation_cancelled"]
+    assert "job 41" in audit.detail and v.reason in audit.detail
+    rig.step(60)
+    assert v.cancelled == ["41"], "cancelled once"

@@ -8,6 +8,7 @@ side: the reservation, the undrain, the pinned job, the verdict coming back, the
 
 from __future__ import annotations
 
+import re
 import shlex
 import sys
 from datetime import timedelta
@@ -23,6 +24,8 @@ from tests.integration.slurm.lab import SlurmLab, wait_for
 pytestmark = [pytest.mark.slurm, pytest.mark.loop]
 
 GPUFLEET = str(Path(sys.executable).with_name("gpufleet"))
+# Why Slurm 22.05 keeps a job in a down partition, pinned to a drained node in a reservation, pending.
+PENDING_REASONS = ("PartitionDown", "ReqNodeNotAvail", "Resources", "Reservation")
 
 
 def _action(ctl: LabController, node: str, kind: str, status: str) -> dict[str, object]:
@@ -176,4 +179,45 @@ def test_a_new_node_is_burned_in_by_a_slurm_job_before_it_takes_work(
         assert [x["action"] for x in ctl.audit("n1")].count("validation_job") == 1
     finally:
         ctl.stop()
+        lab.cmd("scontrol", "delete", f"reservationname={reservation_of('n1')}", check=False)
+
+
+def test_a_validation_job_that_never_starts_is_cancelled_and_the_node_goes_back_to_repair(
+        lab: SlurmLab, sched: SlurmScheduler, tmp_path: Path) -> None:
+    """The drill: a node is revalidated, its validation job cannot start (here its partition is down) and
+    an operator drains the node by hand meanwhile. Before 2026-11-29 the job pending was read as running
+    and the node sat in revalidate for ever; now the job is cancelled at validation_start_timeout and the
+    validation fails, naming Slurm's pending reason."""
+    url_file, verdict_file = _verdict_script(tmp_path)
+    verdict_file.write_text("pass")
+    jobs = ValidationJobs((tmp_path / "command").read_text(), "root", partition="high",
+                          time_limit=timedelta(minutes=5), output=str(lab.root / "jobs" / "validate-%j.out"))
+    policy = POLICY.replace("[policy]\n", '[policy]\nvalidation_start_timeout = "3s"\n')
+    lab.cmd("scontrol", "update", "PartitionName=high", "State=DOWN")
+    ctl = LabController.start(tmp_path, sched, lab.nodes, policy_text=policy,
+                              validator=SlurmValidator(sched, jobs, slurm_conf=lab.slurm_conf))
+    url_file.write_text(ctl.url.removesuffix("/v1"))
+    try:
+        ctl.post_event("n1", "xid", code=79, component="n1-gpu0")
+        wait_for(lambda: ctl.node_state("n1") == "drained", lambda: f"n1 drained: {ctl.node_state('n1')}")
+        ctl.admin.post("/nodes/n1/resume", json={"reason": "drill: revalidate"}).raise_for_status()
+        wait_for(lambda: (a := ctl.action("n1", "validate")) is not None and "validation" in (a["progress"] or {}),
+                 lambda: f"validation job submitted: {ctl.action('n1', 'validate')}")
+        job = str(ctl.action("n1", "validate")["progress"]["validation"])  # type: ignore[index]
+        assert lab.job_state(job) == "PENDING"
+        lab.cmd("scontrol", "update", "nodename=n1", "state=drain", "reason=operator: PSU swap")
+        wait_for(lambda: ctl.node_state("n1") == "repair", lambda: f"n1 back to repair: {ctl.node_state('n1')}")
+        assert lab.job_state(job) == "CANCELLED", "the job that never started is cancelled in Slurm"
+        a = _action(ctl, "n1", "validate", "done")
+        said = re.search(rf"validation job {job} never started: pending \((\w+)\)", str(a["result"]))
+        assert said and said[1] in PENDING_REASONS, a["result"]  # Slurm's words (it changes them while it waits)
+        (cancelled,) = [x for x in ctl.audit("n1") if x["action"] == "validation_cancelled"]
+        assert said[0] in cancelled["detail"] and "(validation_start_timeout 0:00:03)" in cancelled["detail"]
+        _action(ctl, "n1", "drain", "done")
+        node = sched.slurm_node("n1")
+        assert "DRAIN" in node.flags and node.reason == "operator: PSU swap", "the operator's drain is kept"
+        assert not _reserved(lab, "n1"), "the reservation is gone"
+    finally:
+        ctl.stop()
+        lab.cmd("scontrol", "update", "PartitionName=high", "State=UP")
         lab.cmd("scontrol", "delete", f"reservationname={reservation_of('n1')}", check=False)

@@ -179,6 +179,8 @@ def test_a_short_checkpoint_wait_under_the_default_grace_is_accepted() -> None:
         ({"policy": {"correlation_false_alarm_budget": True}}, "policy.correlation_false_alarm_budget"),
         ({"policy": {"correlation_false_alarm_budget": 1e-320}}, "policy.correlation_false_alarm_budget"),
         ({"nonsense": {}}, "nonsense"),
+        ({"policy": {"validation_start_timeout": "0s"}}, "policy.validation_start_timeout"),
+        ({"policy": {"validation_start_timeout": "2d"}}, "policy.validation_start_timeout"),
         ({"escalation": [{"kind": "xid", "code": 94, "count": 0, "window": "1h"}]}, "escalation[0].count"),
         ({"override": [{"kind": "bogus", "severity": "fatal"}]}, "override[0].kind"),
         ({"override": [{"kind": "xid", "code": 1, "severity": "catastrophic"}]}, "override[0].severity"),
@@ -194,6 +196,17 @@ def test_bad_policy_names_the_field_and_value(doc: dict[str, object], field: str
         parse_policy(doc)
     assert err.value.field == field
     assert str(err.value).startswith(field)
+
+
+def test_validation_start_timeout_says_its_range() -> None:
+    from gpufleet.lifecycle.config import parse_policy
+
+    assert parse_policy({}).config.validation_start_timeout == timedelta(minutes=10)
+    shortest = parse_policy({"policy": {"validation_start_timeout": "1s"}}).config
+    assert shortest.validation_start_timeout == timedelta(seconds=1)
+    with pytest.raises(InvalidInput) as err:
+        parse_policy({"policy": {"validation_start_timeout": "25h"}})
+    assert str(err.value) == "policy.validation_start_timeout: got '25h', expected a duration from 1s to 1d, e.g. 10m"
 
 
 def test_missing_or_broken_policy_file(tmp_path: Path) -> None:

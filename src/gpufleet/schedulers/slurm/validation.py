@@ -15,6 +15,9 @@ spanning the node and its partners (``-N``, one task per node: ``srun gpufleet c
 --known-good {partners}``), so the check blames the node, never a partner. Deleting the reservation
 frees the partners with the node.
 
+A job that never starts (pending: Slurm's reason is in ``status``) is cancelled by the reconciler at the
+policy's ``validation_start_timeout`` through ``cancel`` (``scancel``), and the validation fails.
+
 Idempotent: the job carries ``gpufleet:validate=<action id>`` in its comment, and a request finds a
 job already submitted for the same action instead of submitting a second one (a crash between
 ``sbatch`` and recording the job id). An existing reservation is reused. A node drained by someone
@@ -30,7 +33,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from gpufleet.domain.errors import InvalidInput, NotFound
-from gpufleet.schedulers.port import JobState
+from gpufleet.schedulers.port import JobState, RunStatus
 from gpufleet.schedulers.slurm.adapter import SlurmScheduler
 from gpufleet.schedulers.slurm.runner import CommandRunner, SubprocessRunner, raise_for
 
@@ -121,14 +124,25 @@ class SlurmValidator:
         log.info("%s: %s validation job %s submitted in reservation %s", node, level, job, reservation_of(node))
         return job
 
-    def ended(self, handle: str) -> str | None:
+    def status(self, handle: str) -> RunStatus:
         try:
             job = self._sched.job(handle)
         except NotFound:
-            return f"job {handle} left the queue"
+            return RunStatus(ended=f"job {handle} left the queue")
+        extra = dict(job.extra)
+        if job.state in (JobState.PENDING, JobState.REQUEUED):
+            return RunStatus(pending=extra.get("state_reason") or extra.get("slurm_state") or job.state)
         if job.state in _OPEN:
-            return None
-        return f"job {handle} ended {dict(job.extra).get('slurm_state', job.state)}"
+            return RunStatus()
+        return RunStatus(ended=f"job {handle} ended {extra.get('slurm_state', job.state)}")
+
+    def cancel(self, handle: str) -> None:
+        res = self._run(["scancel", handle], timeout=self._timeout)  # 22.05: rc 0 for an ended or unknown job
+        try:
+            raise_for(res, job=handle)
+        except NotFound:
+            return  # "Invalid job id specified" (other versions): gone already
+        log.info("validation job %s cancelled", handle)
 
     def release(self, node: str) -> None:
         name = reservation_of(node)

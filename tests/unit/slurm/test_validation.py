@@ -1,0 +1,42 @@
+"""The Slurm validator's reads and writes on recorded Slurm outputs: where a validation job stands, and
+its cancellation (the pending deadline: docs/lifecycle.md#validation-without-an-operator)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpufleet.schedulers.slurm import SlurmScheduler
+from gpufleet.schedulers.slurm.runner import CommandResult
+from gpufleet.schedulers.slurm.validation import SlurmValidator, ValidationJobs
+from tests.unit.slurm.replay import ReplayRunner, recording
+
+JOBS = ValidationJobs("gpufleet check --level {level} --node {node}", "gpufleet")
+
+
+def _validator(r: ReplayRunner) -> SlurmValidator:
+    return SlurmValidator(SlurmScheduler(runner=r), JOBS, runner=r)
+
+
+def test_a_pending_job_is_not_running_and_says_slurms_reason() -> None:
+    """The drill: a job pending on ReqNodeNotAvail (its node drained by an operator) was read as running."""
+    r = ReplayRunner({("scontrol", "show", "job", "4"): "show-job-waits-busy"})
+    run = _validator(r).status("4")
+    reason = next(t for t in recording("show-job-waits-busy").stdout.split() if t.startswith("Reason="))
+    assert run.ended is None
+    assert run.pending and reason.startswith(f"Reason={run.pending}")  # Slurm's own words, its first part
+
+
+def test_a_running_job_is_neither_pending_nor_ended() -> None:
+    r = ReplayRunner({("scontrol", "show", "job", "1"): "show-job-train-a-busy"})
+    run = _validator(r).status("1")
+    assert (run.ended, run.pending) == (None, "")
+
+
+def test_cancel_runs_scancel_and_a_job_gone_already_is_fine() -> None:
+    r = ReplayRunner({})
+    _validator(r).cancel("4")
+    assert r.writes == [("scancel", "4")]
+
+    def gone(argv: Sequence[str], *, timeout: float) -> CommandResult:
+        return CommandResult(tuple(argv), 1, "", "scancel: error: Kill job error on job id 5: Invalid job id specified")
+    SlurmValidator(SlurmScheduler(runner=gone), JOBS, runner=gone).cancel("5")  # no error: it left the queue
