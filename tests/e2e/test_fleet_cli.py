@@ -86,11 +86,28 @@ def test_held_decisions_approve_cancel_and_the_breaker(ctl: Controller) -> None:
     assert ctl.api.node_state("n2") in ("draining", "drained")
     cancelled = cli_json(ctl, "cancel", "n3", "--reason", "false alarm")
     assert cancelled["cancelled"]
-    assert ctl.api.breaker()["held"] == 0
+    breaker = ctl.api.breaker()
+    assert breaker["held"] == 0
+    # n1 and the approved n2 out of four, one allowed: nothing held, yet over the budget, and it says so
+    assert breaker["tripped"] and breaker["reason"].startswith("no decision held, but fleet budget: 2 of 4 nodes")
     assert any(a["action"] == "approve_held" and a["target"] == "n2" for a in ctl.api.audit())
     cli(ctl, "breaker", "--reset")
     assert ctl.api.breaker()["tripped"] is False
     cli(ctl, "approve", "n4", expect=3)  # nothing held for n4
+
+
+def test_the_breaker_closes_once_nothing_is_held_within_the_budget(ctl: Controller) -> None:
+    """The drill: the operator cancelled the last held decision and the breaker stayed tripped."""
+    fatal(ctl, "n1")
+    fatal(ctl, "n2")
+    assert ctl.api.breaker()["tripped"] and ctl.api.breaker()["held"] == 1
+    cli(ctl, "cancel", "n2", "--reason", "false alarm")
+    breaker = cli_json(ctl, "breaker")
+    assert breaker == ctl.api.breaker()
+    assert (breaker["tripped"], breaker["held"], breaker["reason"]) == (False, 0, "")
+    (closed,) = [a for a in ctl.api.audit() if a["action"] == "breaker_closed"]
+    assert "within its budget" in closed["detail"] and closed["actor_id"].endswith("admin")
+    assert ctl.api.node_state("n2") == "ready"
 
 
 def test_drain_resume_retire_and_their_refusals(ctl: Controller) -> None:

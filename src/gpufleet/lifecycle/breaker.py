@@ -4,7 +4,9 @@ Budget: at most ``max_unavailable_fleet`` of all (non-retired) nodes, and at mos
 ``max_unavailable_domain`` of any failure domain (a rack, a leaf switch), may be unavailable or
 committed to a drain at once — always at least one node, so a tiny fleet can still heal. When a
 decision would exceed it, the breaker trips: that decision and every later one that would take a node
-out are held (queued, with the reason in the audit log) until an operator resets the breaker.
+out are held (queued, with the reason in the audit log) until an operator resets the breaker — or
+has approved or cancelled every held decision: with none held and the fleet within its budget the
+breaker closes (``LifecycleEngine`` after ``approve_held``, ``cancel_held`` and operator actions).
 """
 
 from __future__ import annotations
@@ -41,16 +43,23 @@ class Budget:
         """Why taking ``node`` out (with ``out`` already out or committed) breaks the budget, or None."""
         if node in out:
             return None
-        after = len(out) + 1
-        cap = self.allowed(fleet_size, self.max_fleet)
-        if after > cap:
-            return (f"fleet budget: {after} of {fleet_size} nodes would be unavailable "
-                    f"(max {cap} = {self.max_fleet:.0%})")
+        why = self._over("fleet", len(out) + 1, fleet_size, self.max_fleet, "would be")
         for dom in sorted(domains.get(node, frozenset())):
             group = members.get(dom, frozenset())
-            n = len(out & group) + 1
-            dcap = self.allowed(len(group), self.max_domain)
-            if n > dcap:
-                return (f"domain budget: {n} of {len(group)} nodes in {dom} would be unavailable "
-                        f"(max {dcap} = {self.max_domain:.0%})")
-        return None
+            why = why or self._over("domain", len(out & group) + 1, len(group), self.max_domain, "would be", dom)
+        return why
+
+    def excess(self, out: Set[str], members: Mapping[str, frozenset[str]], fleet_size: int) -> str | None:
+        """How the nodes ``out`` (out or committed) are over the budget now, or None when within it."""
+        why = self._over("fleet", len(out), fleet_size, self.max_fleet, "are")
+        for dom in sorted(members):
+            group = members[dom]
+            why = why or self._over("domain", len(out & group), len(group), self.max_domain, "are", dom)
+        return why
+
+    def _over(self, what: str, count: int, size: int, share: float, verb: str, dom: str = "") -> str | None:
+        cap = self.allowed(size, share)
+        if count <= cap:
+            return None
+        where = f" in {dom}" if dom else ""
+        return f"{what} budget: {count} of {size} nodes{where} {verb} unavailable (max {cap} = {share:.0%})"

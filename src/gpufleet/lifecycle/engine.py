@@ -286,6 +286,7 @@ class LifecycleEngine:
                             from_state=rec.state, time=now, actor=Actor.OPERATOR, actor_id=actor_id)
             plan.extend(self._commit(again, now))
         self._forget_superseded(plan, cancel=False)
+        self._settle_breaker(plan, Actor.OPERATOR, actor_id, now)
         return plan
 
     def held_group(self, group: str) -> list[str]:
@@ -432,12 +433,15 @@ class LifecycleEngine:
         d = Decision(did, node, now, st, to, f"operator_{op}", why, Severity.INFO, Actor.OPERATOR, actor_id,
                      actions=acts)
         plan = Plan()
-        if node in self.held:
-            plan.status_changes.append((self.held.pop(node).id, DecisionStatus.CANCELLED))
+        held = self.held.pop(node, None)
+        if held is not None:
+            plan.status_changes.append((held.id, DecisionStatus.CANCELLED))
         own = self.superseded.pop(node, None)
         if own is not None:  # a person decided about the node
             plan.status_changes.append((own.id, DecisionStatus.CANCELLED))
         plan.extend(self._commit(d, now))
+        if held is not None:
+            self._settle_breaker(plan, Actor.OPERATOR, actor_id, now)
         return plan
 
     def reset_breaker(self, actor_id: str, now: datetime, *, discard_held: bool) -> Plan:
@@ -495,6 +499,7 @@ class LifecycleEngine:
             back = S.IN_SERVICE if rec.has_jobs else S.READY
             plan.extend(self._move(rec, back, now, f"held decision cancelled: {reason}", Actor.OPERATOR,
                                    actor_id=actor_id, decision=d.id))
+        self._settle_breaker(plan, Actor.OPERATOR, actor_id, now)
         return plan
 
     def _forget_superseded(self, plan: Plan, *, cancel: bool) -> None:
@@ -504,6 +509,28 @@ class LifecycleEngine:
             d = self.superseded.pop(n)
             if cancel:
                 plan.status_changes.append((d.id, DecisionStatus.CANCELLED))
+
+    def _settle_breaker(self, plan: Plan, actor: Actor, actor_id: str, now: datetime) -> None:
+        """After the held decisions were approved, cancelled or overtaken by an operator: the breaker says
+        what holds now. With none held it closes, unless the fleet is over its budget even so (an approval
+        over it): then it stays tripped, its reason saying so, until the nodes are back or a reset."""
+        if not self.breaker.tripped or self.held:
+            return
+        out = self._out | self.external if self.external else self._out
+        over = self.budget.excess(out, self._serving_members(), len(self.nodes) - len(self._uncounted))
+        if over is None:
+            detail = f"closed: no decision held and the fleet within its budget (tripped for: {self.breaker.reason})"
+            self.breaker = BreakerState()
+            log.info("blast-radius breaker %s", detail)
+        else:
+            detail = f"no decision held, but {over}: automation stays held until a reset (POST /v1/breaker/reset)"
+            if self.breaker.reason == detail:
+                return
+            self.breaker = replace(self.breaker, reason=detail)
+            log.warning("blast-radius breaker stays tripped: %s", detail)
+        plan.breaker = self.breaker
+        plan.audit.append(AuditEntry(now, actor, actor_id, "breaker_closed" if over is None else "breaker_open",
+                                     "breaker", detail))
 
     def set_dry_run(self, on: bool, actor_id: str, now: datetime) -> Plan:
         self.dry_run = on
@@ -619,16 +646,20 @@ class LifecycleEngine:
         else:
             self._timed.discard(rec.node)
 
-    def _violation(self, node: str, out: set[str] | None = None) -> str | None:
+    def _serving_members(self, domains: Set[str] | None = None) -> dict[str, frozenset[str]]:
+        """Each failure domain's nodes (of ``domains``, or all) that count towards the budget."""
         if self._members is None:
             members: dict[str, set[str]] = {}
             for r in self.nodes.values():
                 for dom in r.domains:
                     members.setdefault(dom, set()).add(r.node)
             self._members = {k: frozenset(v) for k, v in members.items()}
+        return {d: m - self._uncounted if self._uncounted else m for d, m in self._members.items()
+                if domains is None or d in domains}
+
+    def _violation(self, node: str, out: set[str] | None = None) -> str | None:
         rec = self.nodes[node]
-        members_active = {d: m - self._uncounted if self._uncounted else m for d, m in self._members.items()
-                          if d in rec.domains}
+        members_active = self._serving_members(rec.domains)
         if out is None:
             out = self._out | self.external if self.external else self._out
         return self.budget.violation(node, out, {node: rec.domains}, members_active,

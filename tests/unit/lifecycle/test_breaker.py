@@ -245,3 +245,52 @@ def test_a_node_gpufleet_already_took_out_is_not_counted_twice() -> None:
     assert not eng.external, "gpufleet's own: counted once, as its state"
     plan = eng.observe([xid(nodes[1], 79, T0 + timedelta(seconds=1))], T0 + timedelta(seconds=1))
     assert [d.status for d in plan.decisions] == [DecisionStatus.APPLIED]
+
+
+def test_the_breaker_closes_when_the_last_held_decision_is_cancelled_within_the_budget() -> None:
+    """The drill: every held decision dealt with, nothing held, and the breaker stayed tripped."""
+    eng = engine(10, 1)  # fleet cap 1
+    first, second = sorted(eng.nodes)[:2]
+    eng.observe([xid(first, 79, T0)], T0)
+    eng.observe([xid(second, 79, T0)], T0)
+    assert eng.breaker.tripped and list(eng.held) == [second]
+    plan = eng.cancel_held(second, "carol", "false alarm", T0 + timedelta(minutes=1))
+    assert not eng.breaker.tripped and not eng.held
+    assert plan.breaker is not None and not plan.breaker.tripped  # persisted with the cancellation
+    (closed,) = [a for a in plan.audit if a.action == "breaker_closed"]
+    assert closed.actor_id == "carol" and "fleet budget: 2 of 10" in closed.detail  # why it had tripped
+    later = T0 + timedelta(minutes=2)  # automation acts again: a fault that fits is not held
+    eng.operator(first, OperatorOp.RETIRE, "carol", "", later)
+    assert [d.status for d in eng.observe([xid(sorted(eng.nodes)[2], 79, later)], later).decisions] == [
+        DecisionStatus.APPLIED]
+
+
+def test_approved_over_the_budget_the_breaker_stays_tripped_and_says_why() -> None:
+    eng = engine(10, 1)
+    first, second = sorted(eng.nodes)[:2]
+    eng.observe([xid(first, 79, T0)], T0)
+    eng.observe([xid(second, 79, T0)], T0)
+    plan = eng.approve_held([second], "alice", T0 + timedelta(minutes=1))
+    assert not eng.held and eng.breaker.tripped
+    assert eng.breaker.reason.startswith("no decision held, but fleet budget: 2 of 10 nodes are unavailable (max 1")
+    assert [a.action for a in plan.audit if a.actor_id == "alice"][-1] == "breaker_open"
+    assert eng.breaker.since == T0  # still the trip's time
+
+
+def test_an_operator_action_on_the_last_held_node_closes_the_breaker() -> None:
+    eng = engine(10, 1)
+    first, second = sorted(eng.nodes)[:2]
+    eng.observe([xid(first, 79, T0)], T0)
+    eng.observe([xid(second, 79, T0)], T0)
+    eng.operator(first, OperatorOp.RETIRE, "dave", "", T0)  # the first is gone for good: one node of 9 out
+    eng.operator(second, OperatorOp.RESUME, "dave", "checked by hand", T0 + timedelta(minutes=1))
+    assert not eng.held and not eng.breaker.tripped
+
+
+def test_the_budget_says_how_far_over_it_is() -> None:
+    b = Budget(max_fleet=0.1, max_domain=0.5)
+    members = {"rack:r01": frozenset({"a", "b", "c", "d"}), "rack:r02": frozenset({"e", "f", "g", "h"})}
+    assert b.excess({"a", "b"}, members, 20) is None  # 2 of 20 fleet, 2 of 4 rack: at the caps
+    assert b.excess({"a", "b", "c"}, members, 20) == "fleet budget: 3 of 20 nodes are unavailable (max 2 = 10%)"
+    assert b.excess({"a", "b", "c"}, members, 40) == (
+        "domain budget: 3 of 4 nodes in rack:r01 are unavailable (max 2 = 50%)")
