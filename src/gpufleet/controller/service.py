@@ -93,6 +93,7 @@ class Controller:
         self.max_clock_skew = MAX_CLOCK_SKEW  # how far ahead of our clock a reported time may be
         self.clock_skew: dict[str, float] = {}  # node -> its agent's clock minus ours at its last heartbeat (s)
         self._skewed: dict[str, timedelta] = {}  # the nodes whose skew is corrected (>= SKEW_CORRECTED_S)
+        self._not_silence: set[str] = set()  # held decisions a returning agent does not cancel (_heard_again)
         # Nodes a maintenance rollout holds (controller.maintenance keeps it; the time-driven rules skip them).
         self.under_maintenance: set[str] = set()
 
@@ -343,7 +344,31 @@ class Controller:
             except Exception as err:
                 failed = ExternalError("database", f"recording heartbeats: {brief(err)}")
                 return [failed if e is None else e for e in out]
+            for b in known:
+                if b.node in self.engine.held:
+                    self._heard_again(b.node, now)
             return out
+
+    def _heard_again(self, node: str, now: datetime) -> None:
+        """The node's agent is heard again: a held decision that was only about its silence (all of its
+        evidence ``heartbeat_lost`` events) is cancelled, the node back in service; a held decision for
+        anything else (a fault, a correlated group's) is left to people. Best effort: a failed write is
+        logged and tried again at the next heartbeat."""
+        d = self.engine.held[node]
+        if d.id in self._not_silence:
+            return
+        if self.store.event_kinds(node, d.evidence) != {EventKind.HEARTBEAT_LOST.value}:
+            self._not_silence.add(d.id)
+            return
+        reason = f"the agent was heard again at {now.isoformat()}: the decision was only about its silence"
+        try:
+            with self._atomic():
+                self._persist(self.engine.cancel_held(node, "controller", reason, now, actor=Actor.SYSTEM))
+        except GpufleetError as err:
+            log.warning("%s: %s, but cancelling its held decision %s failed (%s); trying again at the next "
+                        "heartbeat", node, reason, d.id, err)
+            return
+        log.info("%s: held decision %s cancelled: %s", node, d.id, reason)
 
     def largest_clock_skew(self) -> float:
         """The largest |agent clock - controller clock| in seconds at the agents' last heartbeats (0 before

@@ -479,8 +479,10 @@ class LifecycleEngine:
         self._forget_superseded(plan, cancel=discard_held)
         return plan
 
-    def cancel_held(self, node: str, actor_id: str, reason: str, now: datetime) -> Plan:
-        """Cancel the decision held for ``node`` (a false alarm); the node leaves suspect."""
+    def cancel_held(self, node: str, actor_id: str, reason: str, now: datetime, *,
+                    actor: Actor = Actor.OPERATOR) -> Plan:
+        """Cancel the decision held for ``node`` (a false alarm; or, by the system, a decision only about an
+        agent's silence once it is heard again); the node leaves suspect."""
         d = self.held.pop(node, None)
         if d is None:
             raise NotFound("held decision for node", node)
@@ -491,15 +493,15 @@ class LifecycleEngine:
                       "is held again")
             log.warning("%s: %s", node, detail)
             return Plan(status_changes=[(d.id, DecisionStatus.CANCELLED), (own.id, DecisionStatus.HELD)],
-                        audit=[AuditEntry(now, Actor.OPERATOR, actor_id, "cancel_held", node, detail)])
+                        audit=[AuditEntry(now, actor, actor_id, "cancel_held", node, detail)])
         plan = Plan(status_changes=[(d.id, DecisionStatus.CANCELLED)], audit=[AuditEntry(
-            now, Actor.OPERATOR, actor_id, "cancel_held", node, f"cancelled {d.id} ({d.reason}): {reason}")])
+            now, actor, actor_id, "cancel_held", node, f"cancelled {d.id} ({d.reason}): {reason}")])
         rec = self.nodes[node]
         if rec.state == S.SUSPECT and not rec.committed:
             back = S.IN_SERVICE if rec.has_jobs else S.READY
-            plan.extend(self._move(rec, back, now, f"held decision cancelled: {reason}", Actor.OPERATOR,
+            plan.extend(self._move(rec, back, now, f"held decision cancelled: {reason}", actor,
                                    actor_id=actor_id, decision=d.id))
-        self._settle_breaker(plan, Actor.OPERATOR, actor_id, now)
+        self._settle_breaker(plan, actor, actor_id, now)
         return plan
 
     def _forget_superseded(self, plan: Plan, *, cancel: bool) -> None:

@@ -54,3 +54,39 @@ def test_liveness_is_the_controllers_receive_time_not_the_agents_clock(api: Api)
     assert _lost(api) == ["r01-n01", "r01-n02"]  # both silent now, whatever their clocks said
     assert api.controller.clock_skew["r01-n01"] == -3600.0
     assert api.controller.clock_skew["r01-n02"] > 365 * 86400
+
+
+def _held(api: Api) -> dict[str, dict[str, object]]:
+    return {d["node"]: d for d in api.get("/v1/decisions", status="held", limit=1000)}
+
+
+def test_a_held_decision_about_silence_is_cancelled_when_the_agent_is_heard_again(api: Api) -> None:
+    """The drill: two agents fell silent; one node was drained, the other's decision held by the breaker.
+    The agent came back, yet its held decision stayed, and a later approve drained a healthy node."""
+    for node in api.nodes:
+        _beat(api, node)
+    api.tick(timedelta(seconds=90))
+    quiet = ["r01-n01", "r02-n01"]
+    for node in api.nodes:
+        if node not in quiet:
+            _beat(api, node)
+    api.tick(timedelta(seconds=60))
+    api.reconciler.run_once()
+    assert _lost(api) == quiet
+    other = "r02-n02"  # held for a different reason: a failed check
+    ev = api.event("chk-1", other, "check_failed", None, component=f"{other}-gpu0", message="gemm: 0.0 TFLOPS")
+    assert api.post("/v1/events", {"events": [ev]}, "agent").status_code == 202
+    held = _held(api)
+    (silent,) = [n for n in quiet if n in held]  # one silent node drained within the budget, the other held
+    assert other in held and api.states()[silent] == "suspect"
+
+    _beat(api, silent)
+    _beat(api, other)
+    after = _held(api)
+    assert silent not in after and after.get(other) == held[other], "only the decision about silence goes"
+    assert api.states()[silent] == "ready"
+    (line,) = [a for a in api.get("/v1/audit", target=silent, limit=1000) if a["action"] == "cancel_held"]
+    assert line["actor"] == "system" and "heard again" in line["detail"] and str(held[silent]["id"]) in line["detail"]
+    r = api.post("/v1/held/approve", {"nodes": [silent]}, "operator")
+    assert r.status_code == 404, r.text  # nothing left to approve: a later approve cannot drain it
+    assert api.states()[silent] == "ready"

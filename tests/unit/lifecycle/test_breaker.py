@@ -12,7 +12,7 @@ from gpufleet.domain.fleet import simulated_fleet
 from gpufleet.lifecycle.breaker import Budget
 from gpufleet.lifecycle.decisions import ComponentFault, DecisionStatus
 from gpufleet.lifecycle.engine import LifecycleEngine, NodeRecord, OperatorOp, SchedObservation
-from gpufleet.lifecycle.states import UNAVAILABLE, NodeState
+from gpufleet.lifecycle.states import UNAVAILABLE, Actor, NodeState
 
 from .helpers import T0, engine, ev, policy, xid
 
@@ -294,3 +294,13 @@ def test_the_budget_says_how_far_over_it_is() -> None:
     assert b.excess({"a", "b", "c"}, members, 20) == "fleet budget: 3 of 20 nodes are unavailable (max 2 = 10%)"
     assert b.excess({"a", "b", "c"}, members, 40) == (
         "domain budget: 3 of 4 nodes in rack:r01 are unavailable (max 2 = 50%)")
+
+
+def test_the_system_cancels_a_held_decision_in_its_own_name() -> None:
+    eng = engine(10, 1)
+    first, second = sorted(eng.nodes)[:2]
+    eng.observe([ev(n, EventKind.HEARTBEAT_LOST, T0) for n in (first, second)], T0)
+    (node,) = eng.held
+    plan = eng.cancel_held(node, "controller", "the agent was heard again", T0, actor=Actor.SYSTEM)
+    assert {a.actor for a in plan.audit if a.target == node} == {Actor.SYSTEM}
+    assert [(t.actor, t.to_state) for t in plan.transitions] == [(Actor.SYSTEM, NodeState.READY)]
