@@ -9,13 +9,25 @@ audit log are read from the controller's API.
 from __future__ import annotations
 
 import ast
+import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.harness import BASE_POLICY, REPO, Controller, Fleet, TopologyFile, wait_until
+from tests.e2e.harness import (
+    ADMIN_TOKEN,
+    BASE_POLICY,
+    REPO,
+    Controller,
+    Fleet,
+    TopologyFile,
+    child_env,
+    gpufleet_argv,
+    wait_until,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -90,6 +102,42 @@ def test_a_failing_leaf_seen_by_the_agents_ib_events_is_one_decision(fleet: Flee
     # Each node was drained once.
     drains = [e for e in fleet.sim_scheduler_effects() if e[0] == "drain"]
     assert sorted(n for _, n, _ in drains) == sorted(behind), drains
+
+
+def _fleet_verdicts(ctl: Controller, *args: str) -> str:
+    """``gpufleet fleet verdicts`` against the controller (a real process), its stdout."""
+    out = subprocess.run(gpufleet_argv("fleet", "--url", ctl.url, "verdicts", *args),
+                         env=child_env({"GPUFLEET_TOKEN": ADMIN_TOKEN, "COLUMNS": "200"}),
+                         capture_output=True, text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr + out.stdout
+    return out.stdout
+
+
+def test_three_trays_short_of_a_verdict_put_the_chip_on_the_watch_list(fleet: Fleet, tmp_path: Path) -> None:
+    """Below significance a weak pattern leaves a trace an operator can see: three trays, one corrected
+    NVLink error each towards one chip, are no verdict (six are, above), but ``gpufleet fleet verdicts``
+    lists the chip as watched, with the reporters behind it."""
+    topo = TopologyFile.generate(tmp_path / "nvl72.json", "nvl72", "--racks", "1")
+    trays = [c["id"] for c in topo.components("compute_tray")][:3]
+    reporter = {t: f"gpu{i}" for i, t in enumerate(trays)}
+    (chip,) = {_nvswitch_of(topo, f"{t}-{g}", 5) for t, g in reporter.items()}
+    ctl = fleet.controller(nodes=topo.racks(), topology=topo.path)
+    for t, g in reporter.items():
+        fleet.agent(t, "--gpus", "4", "--inject", f"nvlink_errors:1@{g}.nvlink5", wait=False)
+
+    def watched() -> dict[str, Any] | None:
+        doc = json.loads(_fleet_verdicts(ctl, "--json"))
+        rows = [w for w in doc["watching"] if w["component"] == chip and w["witnesses"] == len(trays)]
+        return {**doc, "row": rows[0]} if rows else None
+
+    doc = wait_until(watched, lambda: f"{chip} watched; verdicts: {_fleet_verdicts(ctl, '--json')}", timeout=30)
+    assert doc["suspects"] == [], doc
+    assert sorted(doc["row"]["reporters"]) == sorted(f"{t}-{g}" for t, g in reporter.items()), doc
+    assert 0 < doc["row"]["decades_short"] <= 2, doc
+    text = _fleet_verdicts(ctl)
+    assert "0 suspect(s)" in text and "watched, below significance" in text and chip in text, text
+    assert "watched" not in _fleet_verdicts(ctl, "--watch", "0"), "--watch 0: no watch list"
+    assert ctl.api.decisions() == [], "nothing acts on a watched pattern"
 
 
 def test_one_symbol_error_per_node_on_one_rail_names_the_leaf(fleet: Fleet, tmp_path: Path) -> None:

@@ -26,6 +26,8 @@ Reason = Annotated[str, typer.Option(help="why (kept in the audit log)")]
 
 
 def register(app: typer.Typer) -> None:
+    from gpufleet.cli import fleet_verdicts  # noqa: F401 (its command joins fleet_app)
+
     app.add_typer(fleet_app, name="fleet")
 
 

@@ -19,7 +19,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.exc import SQLAlchemyError
 
 from gpufleet.correlate.engine import Engine
-from gpufleet.correlate.model import Basis, Suspect, SuspectAction, Verdict, VerdictStatus
+from gpufleet.correlate.model import Basis, Suspect, SuspectAction, Verdict, VerdictStatus, Watched
 from gpufleet.correlate.offenders import REPEAT_WINDOW
 from gpufleet.domain.errors import Conflict, ExternalError, GpufleetError, InvalidInput, NotFound
 from gpufleet.domain.events import EventKind, HealthEvent
@@ -281,6 +281,14 @@ class Controller:
         """``component`` is ``node`` or one of its parts in the topology (the node named as the scheduler does)."""
         assert self.topology is not None
         return component == node or self.topology.node_of(component) == node
+
+    def watching(self, decades: float) -> list[Watched]:
+        """The correlator's watch list now (``Engine.watching``): weak patterns within ``decades`` of
+        significance; empty without a topology."""
+        with self.lock:
+            if self.correlator is None:
+                return []
+            return self.correlator.watching(self.clock.now(), decades)
 
     def approve_held(self, nodes: Sequence[str], actor_id: str) -> Plan:
         with self.lock, self._atomic():

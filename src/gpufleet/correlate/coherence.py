@@ -269,6 +269,27 @@ class Coherence(KeptPatterns):
         evaluation's closest approach of a missed truth (``scoring.Outcome.closest``)."""
         return self.surprise(c) if isinstance(self._cands.get(c), Cand) else None
 
+    def near(self, t: float, decades: float) -> list[tuple[str, float, int, float]]:
+        """Candidates whose live pattern is not significant at ``t`` but within ``decades`` of it:
+        (candidate, decades short of ``alpha``, witnesses, newest witness time). A candidate is scored in
+        full only when its last scoring (a screen's bound, never farther from ``alpha`` than the full
+        statistic) was within ``decades``: nothing near is missed, and the rest costs a comparison. The
+        full scoring updates the candidate's stored ``p`` and forgets its witnesses older than the
+        window, as the next event's scoring would; nothing else changes, so no verdict does."""
+        out: list[tuple[str, float, int, float]] = []
+        cutoff = t - self.window
+        for c, st in list(self._cands.items()):
+            if not isinstance(st, Cand) or st.significant or self.surprise(c) < -decades:
+                continue
+            newest = max((v[0] for v in st.wit.values()), default=-math.inf)
+            if newest < cutoff:
+                continue
+            self._score_live(c, st, t)  # (a pattern kept from before a move is not part of what is watched)
+            short = -self.surprise(c)
+            if 0.0 < short <= decades and st.wit:
+                out.append((c, short, len(st.wit), newest))
+        return out
+
     def is_significant(self, c: str) -> bool:
         st = self._cands.get(c)
         return isinstance(st, Cand) and st.significant

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from gpufleet.correlate.coherence import Coherence
 from gpufleet.correlate.explain import UNITS as _UNIT_KINDS  # what contains other candidates
 from gpufleet.correlate.index import Pairs, index_of
 from gpufleet.correlate.inventory import Inventory, MoveRecord
-from gpufleet.correlate.model import Ref, Suspect, SymptomKey, Verdict, sort_refs
+from gpufleet.correlate.model import WATCH_DECADES, Ref, Suspect, SymptomKey, Verdict, Watched, sort_refs
 from gpufleet.correlate.offenders import MemoryHistory, UnitHistory
 from gpufleet.correlate.symptoms import FOLD, IGNORE, Symptom, Weighing, weigh
 from gpufleet.correlate.verdicts import Verdicts
@@ -518,6 +518,21 @@ class Engine(Verdicts):
         return (sym.reporter, ln.a, ln.b)
 
     # -- output -----------------------------------------------------------------------------------------
+
+    def watching(self, now: datetime, decades: float = WATCH_DECADES, limit: int = 20) -> list[Watched]:
+        """The watch list: candidates whose weak pattern is within ``decades`` of significance at ``now``
+        but not significant (no verdict; nothing acts on them), closest first, at most ``limit``. Empty
+        without coherence."""
+        coh = self.coherence
+        if coh is None:
+            return []
+        t = now.timestamp()
+        rows = [Watched(c, self.kind_of(c), round(short, 2), k,
+                        tuple(sorted({key[0] for key in coh.support(c, t)}))[:10],
+                        datetime.fromtimestamp(newest, UTC))
+                for c, short, k, newest in coh.near(t, decades)]
+        rows.sort(key=lambda w: (w.decades, w.component))
+        return rows[:limit]
 
     def suspects(self, now: datetime | None = None) -> list[Suspect]:
         """Every current suspect, ranked by confidence (primaries and their alternatives)."""

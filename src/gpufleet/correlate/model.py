@@ -73,6 +73,31 @@ class Suspect:
         }
 
 
+# The watch list's reach: patterns within this many decades of their false-alarm share (about what one to
+# three more coincident witnesses bring, docs/correlate.md §Watch list); farther than the most, every
+# background pattern would be listed.
+WATCH_DECADES = 2.0
+MAX_WATCH_DECADES = 6.0
+
+
+@dataclass(frozen=True, slots=True)
+class Watched:
+    """A candidate whose weak pattern is close to significance but not there (the watch list): no verdict,
+    nothing acts on it; it shows an operator what would need a few more witnesses. ``decades``: how far
+    the pattern's p-value is above the candidate's false-alarm share, in decades (0 < decades)."""
+
+    component: str
+    kind: str
+    decades: float
+    witnesses: int
+    reporters: tuple[str, ...]  # the reporters behind the witnesses (at most 10, sorted)
+    last: datetime  # the newest report in the pattern
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"component": self.component, "kind": self.kind, "decades_short": self.decades,
+                "witnesses": self.witnesses, "reporters": list(self.reporters), "last": self.last.isoformat()}
+
+
 class VerdictStatus(StrEnum):
     NEW = "new"
     CHANGED = "changed"  # confidence moved by >= 0.1, or the action / finding changed

@@ -157,3 +157,32 @@ def test_a_nodes_own_fault_superseded_by_a_held_group_is_held_again_after_a_rest
         [DecisionStatus.HELD.value]
     detail = [a.detail for a in again.store.audit(page=Page(limit=1000)) if a.action == "cancel_held"]
     assert detail and own in detail[-1] and "held again" in detail[-1]
+
+
+def test_the_verdicts_endpoint_lists_the_watch_list_to_operators_not_to_tenants(tmp_path: Path) -> None:
+    """Three trays each with one corrected NVLink error towards one chip: no verdict, but the chip is on
+    the watch list of GET /v1/verdicts (``watch``: how many decades of significance; 0 turns it off)."""
+    from gpufleet.domain.topology_gen import generate_nvl72
+
+    rack = generate_nvl72(1)
+    c = controller(tmp_path, rack)
+    trays = sorted(n for n in rack.components if rack.components[n].kind.value == "compute_tray")[:3]
+    for i, t in enumerate(trays):
+        gpu = f"{t}-gpu{i}"
+        link = [lid for lid in rack.links_of(gpu) if rack.links[lid].kind == "nvlink"][5]
+        c.ingest([HealthEvent(f"le-{i}", t, EventKind.LINK_ERROR, T0 + timedelta(seconds=20 * i), gpu, link=link)])
+    chip = rack.links[link].other(gpu)
+    tokens = (TokenConfig(name="ops", role=Role.OPERATOR, token=TOKEN),
+              TokenConfig(name="t1", role=Role.VIEWER, token="tenant-token-0123456789", tenant="t1"))
+    http = TestClient(create_app(c, tokens), headers={"Authorization": f"Bearer {TOKEN}"})
+    doc = http.get("/v1/verdicts").json()
+    assert doc["suspects"] == []
+    (w,) = [w for w in doc["watching"] if w["component"] == chip]
+    assert (w["kind"], w["witnesses"], sorted(w["reporters"])) == ("nvswitch", 3, [f"{t}-gpu{i}" for i, t in
+                                                                                     enumerate(trays)])
+    assert 0 < w["decades_short"] <= 2
+    assert http.get("/v1/verdicts", params={"watch": 0}).json()["watching"] == []
+    bad = http.get("/v1/verdicts", params={"watch": 7})
+    assert bad.status_code == 422 and "watch" in bad.text, bad.text
+    tenant = http.get("/v1/verdicts", headers={"Authorization": "Bearer tenant-token-0123456789"})
+    assert tenant.status_code == 200 and tenant.json()["watching"] == [], tenant.text

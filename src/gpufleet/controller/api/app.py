@@ -10,7 +10,7 @@ import logging
 from collections import Counter
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, status
+from fastapi import APIRouter, Body, Depends, FastAPI, HTTPException, Query, status
 
 from gpufleet import __version__
 from gpufleet.controller import web
@@ -23,6 +23,7 @@ from gpufleet.controller.retention import Retention
 from gpufleet.controller.service import Controller, Heartbeat
 from gpufleet.controller.settings import Role, TokenConfig
 from gpufleet.controller.store.repo import ActionStatus, Page
+from gpufleet.correlate.model import MAX_WATCH_DECADES, WATCH_DECADES
 from gpufleet.domain.errors import Conflict, InvalidInput, NotFound
 from gpufleet.domain.events import EventKind
 from gpufleet.domain.fleet import Gpu, Nic, Node, gpu_slot, nic_slot
@@ -280,16 +281,19 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         c.approve_held(nodes, f"{caller.role}:{caller.name}")
         return {"approved": nodes, "states": {n: c.state_of(n) for n in nodes}}
 
-    @v1.get("/verdicts", summary="Current correlation suspects, most likely first (viewer)")
-    def verdicts(caller: Reader) -> dict[str, object]:
+    @v1.get("/verdicts", summary="Current correlation suspects, most likely first, and the watch list (viewer)")
+    def verdicts(caller: Reader, watch: Annotated[float, Query(ge=0, le=MAX_WATCH_DECADES)] = WATCH_DECADES
+                 ) -> dict[str, object]:
         ranked = sorted(c.verdicts, key=lambda s: -s.confidence)
         if caller.tenant is None:
             return {"suspects": [{**s.to_dict(), "affected_nodes": list(s.affected_nodes), "reason": s.reason,
-                                  "finding": s.finding.value, "repeats": s.repeats} for s in ranked]}
+                                  "finding": s.finding.value, "repeats": s.repeats} for s in ranked],
+                    "watching": [w.to_dict() for w in c.watching(watch)] if watch else []}
         # a tenant: the suspects behind its own nodes, with its own nodes only (the reason names others)
         mine = [(s, [n for n in s.affected_nodes if scope.sees(caller, n)]) for s in ranked]
         return {"suspects": [{"component": s.component, "kind": s.kind, "confidence": s.confidence,
-                              "affected_nodes": nodes, "reason": ""} for s, nodes in mine if nodes]}
+                              "affected_nodes": nodes, "reason": ""} for s, nodes in mine if nodes],
+                "watching": []}  # below significance, a pattern names no tenant's node: not shown to tenants
 
     @v1.get("/actions", response_model=list[ActionOut], summary="Outbox actions; status=pending|waiting|failed|done")
     def list_actions(caller: Reader, node: Name | None = None, status: Name | None = None, limit: Limit = 100,

@@ -1,0 +1,73 @@
+"""The watch list (``Engine.watching``): weak patterns close to significance but not there. Nothing acts
+on them; asking for the list must not change a verdict."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gpufleet.correlate.engine import Engine
+from gpufleet.correlate.model import WATCH_DECADES
+from gpufleet.correlate.scenarios import Noise, TopologyKind
+from gpufleet.correlate.weak import WEAK_FAULTS, Split, generate_weak, weak_topology
+from gpufleet.domain.events import EventKind, HealthEvent
+from gpufleet.domain.topology import Topology
+from gpufleet.domain.topology_gen import generate_nvl72
+
+T0 = datetime(2026, 11, 28, 12, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def rack() -> Topology:
+    return generate_nvl72(1)
+
+
+def one_error(topo: Topology, tray: str, gpu: int, n: int) -> HealthEvent:
+    """``tray``'s GPU ``gpu`` logs one corrected error on its NVLink 5 (to one chip for every GPU)."""
+    g = f"{tray}-gpu{gpu}"
+    link = [lid for lid in topo.links_of(g) if topo.links[lid].kind == "nvlink"][5]
+    return HealthEvent(f"e{n}", tray, EventKind.LINK_ERROR, T0 + timedelta(seconds=10 * n), g, link=link)
+
+
+def test_a_pattern_short_of_significance_is_watched_until_it_becomes_a_verdict(rack: Topology) -> None:
+    trays = sorted(c for c in rack.components if rack.components[c].kind.value == "compute_tray")
+    events = [one_error(rack, t, i % 4, i) for i, t in enumerate(trays[:4])]
+    chip = rack.links[events[0].link or ""].other(events[0].component)
+    eng = Engine(rack, coherence=True)
+    for e in events[:2]:
+        assert eng.observe_health_event(e) == []
+    far = {w.component: w for w in eng.watching(events[1].time, decades=6.0)}
+    assert chip in far and far[chip].decades > WATCH_DECADES  # two reports: still far from it
+    assert chip not in {w.component for w in eng.watching(events[1].time)}
+    assert eng.observe_health_event(events[2]) == []
+    (w,) = [w for w in eng.watching(events[2].time) if w.component == chip]
+    assert (w.kind, w.witnesses, w.last) == ("nvswitch", 3, events[2].time)
+    assert w.reporters == tuple(sorted(e.component for e in events[:3]))
+    assert 0 < w.decades < far[chip].decades  # a third witness brought it closer
+    assert [v.suspect.component for v in eng.observe_health_event(events[3])] == [chip]
+    assert chip not in {x.component for x in eng.watching(events[3].time, decades=6.0)}  # a verdict now
+
+
+def test_without_coherence_nothing_is_watched(rack: Topology) -> None:
+    eng = Engine(rack, coherence=False)
+    eng.observe_health_event(one_error(rack, "r01-ct01", 0, 0))
+    assert eng.watching(T0 + timedelta(minutes=1)) == []
+
+
+@pytest.mark.parametrize("kind", [TopologyKind.HGX, TopologyKind.NVL72])
+def test_asking_for_the_watch_list_after_every_event_changes_no_verdict(kind: TopologyKind) -> None:
+    """The watch list scores candidates in full (it updates their stored p): the verdicts streamed with it
+    asked after every event are the verdicts streamed without it, on weak faults in heavy noise."""
+    topo = weak_topology(kind)
+    watched = 0
+    for fault in WEAK_FAULTS[kind][:5]:
+        sc = generate_weak(topo, kind, fault, Noise.HEAVY, 1, Split.TUNE)
+        plain, asked = Engine(topo, coherence=True), Engine(topo, coherence=True)
+        for ev in sc.events:
+            assert asked.observe(ev) == plain.observe(ev), (fault, ev)
+            rows = asked.watching(ev.time)
+            watched += len(rows)
+            standing = {s.component for s in asked.suspects() if s.finding.value != "alternative"}
+            assert all(0 < w.decades <= WATCH_DECADES and w.component not in standing for w in rows)
+    assert watched > 0  # heavy noise leaves patterns near the line: the property was exercised
