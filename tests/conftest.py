@@ -64,10 +64,31 @@ def in_slurm_group(nodeid: str) -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Refuse a slurm-marked test that the scheduler would not send to the lab's worker."""
+    gone = [f for f in LONG_FIRST[1:] if not (Path(__file__).resolve().parents[1] / f).is_file()]
+    if gone:
+        raise pytest.UsageError(f"tests/conftest.py LONG_FIRST names files that are not there: {gone}")
     stray = [i.nodeid for i in items if i.get_closest_marker("slurm") and not in_slurm_group(i.nodeid)]
     if stray:
         raise pytest.UsageError(f"slurm tests outside the Slurm group (tests/conftest.py in_slurm_group): {stray[:5]}; "
                                 "name pytest.mark.slurm in their file")
+
+
+# Started first, longest first (a work queue ends soonest when its long units start early): the Slurm group,
+# then the files that took 30 s or more in a CI run (.ci/run on the 2-core box, 2026-11-28). The rest follow
+# in xdist's order (most tests first). Only the order changes: every test still runs, once.
+LONG_FIRST = (
+    "slurm",
+    "tests/integration/api/test_schema_fuzz.py",
+    "tests/integration/compiled/test_compiled_build.py",
+    "tests/integration/ha/test_failover.py",
+    "tests/e2e/test_goodput_trackers.py",
+    "tests/integration/goodput/test_train_e2e.py",
+    "tests/e2e/test_loop_crash.py",
+    "tests/integration/crash/test_crash_safety.py",
+    "tests/integration/chaos/test_database_outage.py",
+    "tests/integration/sim/test_sweep.py",
+    "tests/e2e/test_maintenance_crash.py",
+)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -77,5 +98,12 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class SlurmTogether(LoadScopeScheduling):  # type: ignore[misc]
         def _split_scope(self, nodeid: str) -> str:
             return "slurm" if in_slurm_group(nodeid) else nodeid.split("::", 1)[0]
+
+        def _assign_work_unit(self, node: Any) -> None:
+            queue = self.workqueue
+            first = next((scope for scope in LONG_FIRST if scope in queue), None)
+            if first is not None:
+                queue.move_to_end(first, last=False)
+            super()._assign_work_unit(node)
 
     return SlurmTogether(config, log)
