@@ -163,7 +163,7 @@ def test_one_symbol_error_per_node_on_one_rail_names_the_leaf(fleet: Fleet, tmp_
 
     top = wait_until(leaf_named, lambda: f"{leaf} named; verdicts: {ctl.api.verdicts()}", timeout=30)
     assert (top["kind"], top["finding"]) == ("leaf_switch", "degrading"), top
-    assert _evidence_nodes(ctl, top["evidence"]) == set(nodes), top
+    assert _evidence_nodes(ctl, top["evidence"]) == set(nodes), top  # all four: fewer are not significant
     for n in nodes:
         seen = [e for e in ctl.api.events(n) if e["kind"] == "link_error"]
         assert [(e["component"], e["link"], e["attrs"]["rule"], e["severity"]) for e in seen] == [
@@ -239,13 +239,30 @@ def test_one_corrected_nvlink_error_per_tray_names_the_nvswitch_chip(fleet: Flee
     top = wait_until(chip_named, lambda: f"{chip} named; verdicts: {ctl.api.verdicts()}", timeout=30)
     assert (top["kind"], top["finding"]) == ("nvswitch", "degrading"), top
     assert len(_evidence_nodes(ctl, top["evidence"])) >= 4, top  # several trays' reports, not one
-    # Each agent's report: one error, named with the topology's lane id, judged informational.
+    # Each agent's report: one error, named with the topology's lane id, judged informational. (The chip may
+    # be named before the last trays' reports are in.)
+    wait_until(lambda: all(ctl.api.events(t, kind="link_error") for t in trays),
+               lambda: f"a link_error from each of {trays}: {ctl.api.events(kind='link_error')}")
     for t, g in reporter.items():
         seen = [e for e in ctl.api.events(t) if e["kind"] == "link_error"]
         assert [(e["link"], e["attrs"]["rule"], e["attrs"]["errors"], e["severity"]) for e in seen] == [
             (f"{t}-{g}~{chip}", "nvlink_error_seen", "1", "info")], seen
     # What acts is the chip's verdict: no decision of a node's own policy on its informational report.
     assert all(d["actor_id"] == f"correlate:{chip}" for d in ctl.api.decisions()), ctl.api.decisions()
+    # The window exported as event lines replays offline to the same chip (gpufleet correlate --events).
+    window = tmp_path / "window.jsonl"
+    out = subprocess.run(gpufleet_argv("fleet", "--url", ctl.url, "events", "--since", "1h", "--jsonl"),
+                         env=child_env({"GPUFLEET_TOKEN": ADMIN_TOKEN}), capture_output=True, text=True,
+                         timeout=60, check=True)
+    window.write_text(out.stdout)
+    lines = [json.loads(ln) for ln in out.stdout.splitlines()]
+    assert {(ln["component"], ln["link"]) for ln in lines if ln["kind"] == "link_error"} == {
+        (f"{t}-{g}", f"{t}-{g}~{chip}") for t, g in reporter.items()}, lines
+    replay = subprocess.run(gpufleet_argv("correlate", "--topology", str(topo.path), "--events", str(window),
+                                          "--json"), env=child_env(), capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert replay.returncode == 1, replay.stderr  # a suspect needs action
+    assert json.loads(replay.stdout)["suspects"][0]["component"] == chip, replay.stdout
 
 
 def _serial_args(topo: TopologyFile, tray: str) -> list[str]:

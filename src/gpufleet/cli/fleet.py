@@ -26,7 +26,7 @@ Reason = Annotated[str, typer.Option(help="why (kept in the audit log)")]
 
 
 def register(app: typer.Typer) -> None:
-    from gpufleet.cli import fleet_verdicts  # noqa: F401 (its command joins fleet_app)
+    from gpufleet.cli import fleet_events, fleet_verdicts  # noqa: F401 (their commands join fleet_app)
 
     app.add_typer(fleet_app, name="fleet")
 
@@ -328,19 +328,6 @@ def breaker(ctx: typer.Context, reset: Annotated[bool, typer.Option(help="reset 
                    if out else ""))
 
     _out(doc, as_json, text)
-
-
-@fleet_app.command()
-def events(ctx: typer.Context, node: Annotated[str | None, typer.Option(help="only this node's")] = None,
-           kind: Annotated[str | None, typer.Option(help="only this kind, e.g. xid")] = None,
-           limit: Annotated[int, typer.Option(help="at most this many, newest first")] = 50,
-           as_json: AsJson = False) -> None:
-    """Recent events, newest first."""
-    doc = _client(ctx).call("GET", "/events", node=node, kind=kind, limit=limit)
-    _out(doc, as_json, lambda d: _table(f"{len(d)} event(s)", ["time", "node", "kind", "code", "component",
-                                                               "severity", "message"],
-                                        [[_when(e["time"]), e["node"], e["kind"], e["code"], e["component"],
-                                          e["severity"], e["message"]] for e in d]))
 
 
 @fleet_app.command()
