@@ -141,10 +141,23 @@ def test_an_operator_runs_the_fleet_from_the_browser(fleet: Fleet, browser: Brow
         {"id": f"ib-{n}", "node": n, "kind": "link_down", "time": now, "component": f"{n}-nic{RAIL}",
          "link": f"{n}-nic{RAIL}~{leaf}"} for n in (nodes[2], nodes[3], nodes[6])]})
     wait_until(lambda: any(v["component"] == leaf for v in ctl.api.verdicts()), f"a verdict on {leaf}")
+    # ...and three other nodes each report ONE symbol error towards the rail-2 leaf: no verdict, but watched.
+    weak = (nodes[0], nodes[1], nodes[4])
+    (cable2,) = topo.links_of(f"{weak[0]}-nic2", "ib")
+    leaf2 = cable2["b"] if cable2["a"] == f"{weak[0]}-nic2" else cable2["a"]
+    ctl.api.post("/events", {"events": [
+        {"id": f"se-{n}", "node": n, "kind": "link_error", "time": now, "component": f"{n}-nic2",
+         "link": topo.links_of(f"{n}-nic2", "ib")[0]["id"]} for n in weak]})
+    wait_until(lambda: any(w["component"] == leaf2 for w in ctl.api.get("/verdicts")["watching"]),
+               lambda: f"{leaf2} watched: {ctl.api.get('/verdicts')}")
     browser.goto(f"{base}/ui/verdicts")
     row = browser.js(f"[...document.querySelectorAll('tr')].map(r => r.innerText).find(t => t.includes('{leaf}'))")
     verdict = next(v for v in ctl.api.verdicts() if v["component"] == leaf)
     assert row and all(n in row for n in verdict["affected_nodes"]), (row, verdict)
+    watched = browser.text(f"tr[data-watched='{leaf2}']")
+    assert all(f"{n}-nic2" in watched for n in weak) and "leaf_switch" in watched, watched
+    assert not any(v["component"] == leaf2 for v in ctl.api.verdicts())
+    assert not browser.exists(f"tr[data-watched='{leaf}']"), "a part with a verdict is not also watched"
     browser.screenshot(shots / "verdicts.png")
 
     # Jobs: the running job, its nodes and the checkpoint it reported; its goodput timeline.

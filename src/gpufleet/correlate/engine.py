@@ -521,16 +521,18 @@ class Engine(Verdicts):
 
     def watching(self, now: datetime, decades: float = WATCH_DECADES, limit: int = 20) -> list[Watched]:
         """The watch list: candidates whose weak pattern is within ``decades`` of significance at ``now``
-        but not significant (no verdict; nothing acts on them), closest first, at most ``limit``. Empty
+        but not significant, and that no standing verdict names (a verdict from its counts, a fatal link
+        down say, is already acted on), closest first, at most ``limit``. Nothing acts on them. Empty
         without coherence."""
         coh = self.coherence
         if coh is None:
             return []
         t = now.timestamp()
+        standing = self._standing
         rows = [Watched(c, self.kind_of(c), round(short, 2), k,
                         tuple(sorted({key[0] for key in coh.support(c, t)}))[:10],
                         datetime.fromtimestamp(newest, UTC))
-                for c, short, k, newest in coh.near(t, decades)]
+                for c, short, k, newest in coh.near(t, decades) if c not in standing]
         rows.sort(key=lambda w: (w.decades, w.component))
         return rows[:limit]
 

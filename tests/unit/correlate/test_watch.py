@@ -49,6 +49,25 @@ def test_a_pattern_short_of_significance_is_watched_until_it_becomes_a_verdict(r
     assert chip not in {x.component for x in eng.watching(events[3].time, decades=6.0)}  # a verdict now
 
 
+def test_a_part_with_a_verdict_from_its_counts_is_not_also_watched() -> None:
+    """Three ports down towards one leaf: a verdict from the fatal events' counts, while the leaf's
+    coherence pattern (three witnesses) is short of significance. The leaf is acted on; it is not watched."""
+    from gpufleet.domain.topology_gen import generate_hgx
+
+    topo = generate_hgx(8)
+    nodes = sorted(c for c in topo.components if topo.components[c].kind.value == "node")[:3]
+    eng = Engine(topo, coherence=True)
+    for i, n in enumerate(nodes):
+        nic = f"{n}-nic5"
+        link = next(lid for lid in topo.links_of(nic) if topo.links[lid].kind == "ib")
+        eng.observe_health_event(HealthEvent(f"d{i}", n, EventKind.LINK_DOWN, T0 + timedelta(seconds=i), nic,
+                                             link=link))
+        leaf = topo.links[link].other(nic)
+    now = T0 + timedelta(seconds=5)
+    assert leaf in {s.component for s in eng.suspects(now)}
+    assert leaf not in {w.component for w in eng.watching(now, decades=6.0)}
+
+
 def test_without_coherence_nothing_is_watched(rack: Topology) -> None:
     eng = Engine(rack, coherence=False)
     eng.observe_health_event(one_error(rack, "r01-ct01", 0, 0))

@@ -24,6 +24,7 @@ from gpufleet.controller.api.errors import response_for
 from gpufleet.controller.reconciler import Reconciler
 from gpufleet.controller.service import Controller
 from gpufleet.controller.store.repo import Page
+from gpufleet.correlate.model import WATCH_DECADES
 from gpufleet.domain.errors import GpufleetError, InvalidInput
 from gpufleet.lifecycle.engine import OperatorOp
 
@@ -114,7 +115,8 @@ def install(app: FastAPI, controller: Controller, reconciler: Reconciler | None)
                                                              "held": len(c.engine.held)})
     page("/ui/breaker", "breaker.html", "breaker and dry run", lambda: {
         "held": len(c.engine.held), "audit": c.store.audit(page=Page(15))})  # the count, not one page
-    page("/ui/verdicts", "verdicts.html", "correlation verdicts", lambda: {"verdicts": pages.verdicts(c)})
+    page("/ui/verdicts", "verdicts.html", "correlation verdicts", lambda: {"verdicts": pages.verdicts(c),
+                                                                           "watching": c.watching(WATCH_DECADES)})
     page("/ui/jobs", "jobs.html", "jobs", lambda find: {"jobs": pages.jobs(c, reconciler, find[:200]),
                                                         "goodput": goodput_views(c)}, query=("find",))
 
