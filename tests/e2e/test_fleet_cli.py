@@ -117,10 +117,15 @@ def test_drain_resume_retire_and_their_refusals(ctl: Controller) -> None:
     assert any("fan noise" in t["reason"] for t in ctl.api.node("n4")["history"])
     err = cli(ctl, "drain", "n4", expect=4)  # already draining: a conflict, named
     assert "n4" in err
+    err = cli(ctl, "repair-complete", "n4", expect=4)  # drained or draining, not in repair: refused, named
+    assert "n4" in err and "not in repair" in err, err
     cli(ctl, "retire", "n3")
     assert ctl.api.node_state("n3") == "retired"
     cli(ctl, "resume", "n3", expect=4)
     cli(ctl, "node", "nope", expect=3)
+    # Burn-in from the shell, as from the web UI: only a new node (this one is draining), refused by name.
+    err = cli(ctl, "burn-in", "n4", "--reason", "racked today", expect=4)
+    assert "n4" in err and "only new nodes" in err, err
 
 
 def burned_in(ctl: Controller, node: str) -> bool:

@@ -282,6 +282,20 @@ def resume(ctx: typer.Context, name: Annotated[str, typer.Argument(help="the nod
     _operate(ctx, name, "resume", reason, as_json)
 
 
+@fleet_app.command("repair-complete")
+def repair_complete(ctx: typer.Context, name: Annotated[str, typer.Argument(help="the node id")], reason: Reason = "",
+                    as_json: AsJson = False) -> None:
+    """A node in repair is fixed: revalidate it before it returns to service."""
+    _operate(ctx, name, "repair-complete", reason, as_json)
+
+
+@fleet_app.command("burn-in")
+def burn_in(ctx: typer.Context, name: Annotated[str, typer.Argument(help="the node id")], reason: Reason = "",
+            as_json: AsJson = False) -> None:
+    """Start the burn-in of a new node (drained, validated, then ready)."""
+    _operate(ctx, name, "burn-in", reason, as_json)
+
+
 @fleet_app.command()
 def retire(ctx: typer.Context, name: Annotated[str, typer.Argument(help="the node id")], reason: Reason = "",
            as_json: AsJson = False) -> None:
