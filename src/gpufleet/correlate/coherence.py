@@ -273,7 +273,8 @@ class Coherence(KeptPatterns):
         """Candidates whose live pattern is not significant at ``t`` but within ``decades`` of it:
         (candidate, decades short of ``alpha``, witnesses, newest witness time). A candidate is scored in
         full only when its last scoring (a screen's bound, never farther from ``alpha`` than the full
-        statistic) was within ``decades``: nothing near is missed, and the rest costs a comparison. The
+        statistic at the rates of that time) was within ``decades``; the rest costs a comparison (a pattern
+        the rates learned since would bring nearer is listed at its next event). The
         full scoring updates the candidate's stored ``p`` and forgets its witnesses older than the
         window, as the next event's scoring would; nothing else changes, so no verdict does."""
         out: list[tuple[str, float, int, float]] = []
