@@ -33,15 +33,25 @@ from .auth import Caller, authenticate
 log = logging.getLogger(__name__)
 
 
-MAX_SHOWN = 200  # characters of a field name, a value or an expectation an error body repeats
+MAX_SHOWN = 200  # characters of a field name or a value an error body repeats (the caller's: any size)
+# characters of what was expected: the controller's own words (a schema's allowed values, a rule), so a
+# list of allowed values is shown whole; only a list longer than this is cut, and then says where the rest is
+MAX_EXPECTED = 2000
+EXPECTED_CUT = " (cut; GET /openapi.json names every allowed value)"
 
 
-def _cut(text: str) -> str:
-    """At most MAX_SHOWN characters, and only characters JSON can carry as UTF-8 (a lone surrogate
-    is shown escaped)."""
-    if len(text) > MAX_SHOWN:
-        text = text[:MAX_SHOWN] + "..."
+def _cut(text: str, limit: int = MAX_SHOWN, more: str = "...") -> str:
+    """At most ``limit`` characters (then ``more``), and only characters JSON can carry as UTF-8 (a lone
+    surrogate is shown escaped)."""
+    if len(text) > limit:
+        text = text[:limit] + more
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _expected(text: str) -> str:
+    """What was expected, as an error body says it: every allowed value a schema lists (event kinds,
+    states), bounded by MAX_EXPECTED."""
+    return _cut(text, MAX_EXPECTED, "..." + EXPECTED_CUT)
 
 
 def shown(v: Any) -> Any:
@@ -72,9 +82,9 @@ def _entry(e: Any) -> dict[str, Any]:
         at = e["loc"][-1] if isinstance(e["loc"][-1], int) else None
         why = (e.get("ctx") or {}).get("error", e["msg"])
         return {"field": "body", "value": None,
-                "expected": _cut(f"a JSON document ({why}" + (f" at character {at})" if at is not None else ")"))}
+                "expected": _expected(f"a JSON document ({why}" + (f" at character {at})" if at is not None else ")"))}
     return {"field": _field(tuple(e["loc"])), "value": shown(e.get("input")),
-            "expected": _cut(validation_expected(str(e["msg"])))}
+            "expected": _expected(validation_expected(str(e["msg"])))}
 
 
 def invalid(details: list[dict[str, Any]]) -> JSONResponse:
@@ -124,7 +134,8 @@ def install(app: FastAPI) -> None:
 def response_for(err: GpufleetError) -> JSONResponse:
     """The answer to a domain error (also used by the ingest fast path, so both answer alike)."""
     if isinstance(err, InvalidInput):
-        return invalid([{"field": _cut(str(err.field)), "value": shown(err.value), "expected": _cut(err.expected)}])
+        return invalid([{"field": _cut(str(err.field)), "value": shown(err.value),
+                        "expected": _expected(err.expected)}])
     if isinstance(err, NotFound):
         return JSONResponse({"detail": f"{err.what} {shown(err.ident)!r} not found"}, status_code=404)
     if isinstance(err, Conflict):
