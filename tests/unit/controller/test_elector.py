@@ -119,3 +119,18 @@ def test_a_leader_cut_off_from_the_database_leads_until_its_lease_would_run_out_
     assert not ea.step() and a.epoch is None and ea.fence.epoch is None, "stepped down when the lease ran out"
     leases.down = False
     assert ea.step() and a.epoch == 2 and gains == [("a", 1), ("a", 2)], "back with a new epoch, rebuilt"
+
+
+def test_a_follower_that_cannot_ask_names_no_leader_once_the_leaders_lease_may_have_run_out(tmp_path: Path) -> None:
+    engine = make_engine(f"sqlite:///{tmp_path / 'lease.db'}")
+    migrate(engine)
+    leases = Unreachable(engine, now=CLOCK.wall)
+    a, ea = replica(leases, "a", [])
+    b, eb = replica(leases, "b", [])
+    assert ea.step() and not eb.step() and b.leader_url == "http://a"
+    leases.down = True  # neither can reach the database: a cannot renew, b cannot learn that
+    CLOCK.t += 7.9
+    assert not eb.step() and b.leader_url == "http://a", "a's lease may still be valid"
+    assert a.leader_url == "http://a"
+    CLOCK.t += 0.1
+    assert not eb.step() and (a.role, a.leader_url, b.leader_url) == ("follower", None, None)

@@ -38,7 +38,8 @@ class Leadership:
     replica: str
     elected: bool = True  # False: no election (SQLite), this replica always leads
     epoch: int | None = None  # the lease epoch this replica leads with (None: it follows)
-    leader_url: str = ""  # where the leader serves the API ("" while unknown)
+    _leader: str = ""  # where the lease holder serves the API, as this replica last learned it
+    _leader_until: float = 0.0  # time.monotonic() after which that holder's lease may have run out
     ready: bool = False  # memory rebuilt for ``epoch``
     deadline: float = 0.0  # time.monotonic() after which this replica stops leading without a renewal
     changes: int = 0  # how many times it gained or lost the lead (tests poll this)
@@ -53,6 +54,20 @@ class Leadership:
     @property
     def role(self) -> str:
         return "leader" if self.leading() else "follower"
+
+    @property
+    def leader_url(self) -> str | None:
+        """Where the leader serves the API, or None while nobody is known to lead: the lease was never
+        taken, it ran out (its holder could not renew it, or this replica cannot ask the database), or
+        this replica holds it but does not lead yet (rebuilding). Also None without an election (SQLite:
+        this replica answers everything itself)."""
+        if self.epoch is not None:  # this replica holds the lease: it is the leader while it leads
+            return (self._leader or None) if self.leading() else None
+        return (self._leader or None) if self._clock() < self._leader_until else None
+
+    def learned(self, url: str, until: float) -> None:
+        """The lease's holder serves at ``url`` ("": none) and its lease runs out by ``until`` at the latest."""
+        self._leader, self._leader_until = url, until
 
 
 def always_leading(replica: str = "single") -> Leadership:
@@ -89,9 +104,11 @@ class Elector:
         if not mine:
             if me.epoch is not None:
                 self._lose(f"replica {lease.holder} holds the lease at epoch {lease.epoch}")
-            me.leader_url = lease.url if lease.holder else ""
+            # the holder renewed at most lease_s before it expires, and before this ask began: so its
+            # lease runs out by started + lease_s (unless it renews; the next step learns that)
+            me.learned(lease.url if lease.holder else "", started + self.lease_s)
             return False
-        me.leader_url = lease.url
+        me.learned(lease.url, started + self.lease_s)
         if lease.epoch != me.epoch or not me.ready:
             self._gain(lease.epoch)
         if me.epoch == lease.epoch and me.ready:
@@ -140,5 +157,6 @@ class Elector:
         me.ready = False
         me.epoch = self.fence.epoch = None
         me.deadline = 0.0
+        me.learned("", 0.0)  # whoever leads next is learned from the lease, not assumed
         me.changes += 1
         log.warning("leader lease: stepped down from epoch %s: %s", was, why)
