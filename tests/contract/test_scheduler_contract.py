@@ -35,8 +35,8 @@ def test_drain_then_resume_round_trip_with_reason(harness: SchedulerHarness) -> 
 def test_drain_is_idempotent(harness: SchedulerHarness) -> None:
     s, node = harness.scheduler, harness.nodes[1]
     reason = drain_reason("d-7", "row remap failure")
-    s.drain(node, reason)
-    s.drain(node, reason)
+    assert s.drain(node, reason) is True, "the drain that changed the node says so"
+    assert s.drain(node, reason) is False, "a drain of a node already drained changes nothing and says so"
     harness.eventually(lambda: s.node(node).state == SchedNodeState.DRAINED, "drained")
     assert s.node(node).reason.startswith("gpufleet:d-7")
     s.resume(node)
@@ -66,7 +66,7 @@ def test_foreign_drain_is_respected(harness: SchedulerHarness) -> None:
         s.resume(node)
     assert s.node(node).state == SchedNodeState.DRAINED
     # Draining it ourselves keeps the admin's reason (the node is out either way).
-    s.drain(node, drain_reason("d-1", "xid 48"))
+    assert s.drain(node, drain_reason("d-1", "xid 48")) is False
     assert "PSU" in s.node(node).reason
 
 

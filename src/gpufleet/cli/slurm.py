@@ -99,7 +99,8 @@ def healthcheck(
     out = run_healthcheck(_node(node), status_file, SlurmScheduler(slurm_conf=slurm_conf), datetime.now(UTC),
                           parse_duration(max_age, "--max-age"), load_policy(policy).catalog,
                           parse_duration(controller_fresh, "--controller-fresh"))
-    typer.echo(out.message, err=True)
+    if out.message:  # nothing when the node was already drained (slurmd runs this every few seconds)
+        typer.echo(out.message, err=True)
     raise typer.Exit(0 if out.ok else 1)
 
 

@@ -43,11 +43,12 @@ class DemoScheduler(SimScheduler):
         self.clock = clock
         self.drained_at: dict[str, datetime] = {}
 
-    def drain(self, node: str, reason: str) -> None:
+    def drain(self, node: str, reason: str) -> bool:
         before = self.node(node).state
-        super().drain(node, reason)
+        drained = super().drain(node, reason)
         if self.node(node).state != before:
             self.drained_at.setdefault(node, self.clock.now())
+        return drained
 
 
 @dataclass

@@ -5,7 +5,10 @@ Every implementation passes ``tests/contract/test_scheduler_contract.py``.
 Consistency and failure behaviour (the contract):
 
 * **Idempotent.** ``drain`` of a node already drained *by gpufleet* is a no-op; ``resume`` of a node
-  that is not drained is a no-op. The reconciler may call either again after a crash.
+  that is not drained is a no-op. The reconciler may call either again after a crash. ``drain`` returns
+  whether it changed the node: ``True`` when this call drained it, ``False`` when it already was
+  drained (by anyone) and was left as it is — what a caller that reports drains (the Slurm health-check
+  hook, run every few seconds) needs to say "drained" once.
 * **Ownership.** gpufleet drains with a reason that starts with :data:`REASON_PREFIX` and carries the
   decision id. ``resume`` never clears a drain whose reason does not start with the prefix (someone
   else drained it): it raises :class:`~gpufleet.domain.errors.Conflict` and leaves the node alone.
@@ -134,7 +137,7 @@ class Scheduler(Protocol):
 
     def jobs_on(self, node: str) -> Sequence[Job]: ...
 
-    def drain(self, node: str, reason: str) -> None: ...
+    def drain(self, node: str, reason: str) -> bool: ...
 
     def resume(self, node: str) -> None: ...
 

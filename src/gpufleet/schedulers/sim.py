@@ -85,16 +85,17 @@ class SimScheduler:
             self._get(node)
             return [j for j in self._s.jobs.values() if j.state == JobState.RUNNING and node in j.nodes]
 
-    def drain(self, node: str, reason: str) -> None:
+    def drain(self, node: str, reason: str) -> bool:
         with self._lock:
             self._check_reachable()
             n = self._get(node)
             if not reason:
                 raise InvalidInput("reason", reason, "a non-empty drain reason")
             if n.drain:
-                return  # idempotent; a foreign reason is kept
+                return False  # idempotent; a foreign reason is kept
             n.drain, n.reason = True, reason
             self._effect("drain", node, reason)
+            return True
 
     def resume(self, node: str) -> None:
         with self._lock:

@@ -122,11 +122,12 @@ class KillsControllerAfterDrain(SlurmScheduler):
         super().__init__(slurm_conf=lab.slurm_conf)
         self.lab, self.killed = lab, False
 
-    def drain(self, node: str, reason: str) -> None:
-        super().drain(node, reason)
+    def drain(self, node: str, reason: str) -> bool:
+        drained = super().drain(node, reason)
         if not self.killed:
             self.killed = True
             self.lab.script("ctld-stop")
+        return drained
 
 
 def test_slurmctld_killed_mid_operation_retried_never_duplicated(lab: SlurmLab, tmp_path: Path) -> None:

@@ -132,3 +132,24 @@ def test_healthcheck_leaves_a_fatal_status_to_a_reachable_controller_and_drains_
     write_status(status, NodeStatus("n2", later, "fatal", reasons, controller_reached=later - timedelta(minutes=5)))
     wait_for(lambda: "DRAIN" in sched.slurm_node("n2").flags, "out of reach: the hook drained n2", timeout=60)
     assert sched.node("n2").reason == "gpufleet:healthcheck xid 79 on gpu5: fell off the bus"
+
+
+def test_healthcheck_says_drained_once_and_stays_quiet_on_a_node_already_drained(
+        lab: SlurmLab, sched: SlurmScheduler, tmp_path: Path) -> None:
+    """A drill: slurmd ran the hook every HealthCheckInterval (5 s on the lab) and every run said
+    "drained n2" and exited 1 for a node drained long before (slurmd logs a health check's non-zero exit
+    with its output). Now the run that drains says so and exits 1; the runs after it, on the node already
+    drained, say nothing and exit 0."""
+    status, log = tmp_path / "n2-status.json", tmp_path / "hook.log"
+    write_status(status, NodeStatus("n2", datetime.now(UTC), "fatal", ("xid 79 on gpu5: fell off the bus",)))
+    cmd = " ".join(shlex.quote(a) for a in (GPUFLEET, "slurm", "healthcheck", "--status-file", str(status)))
+    to_log = shlex.quote(str(log))
+    lab.hook("healthcheck", f"#!/bin/sh\n{cmd} 2>>{to_log}\necho \"exit $?\" >>{to_log}\n", node="n2")
+    wait_for(lambda: "DRAIN" in sched.slurm_node("n2").flags, "the hook drained n2", timeout=60)
+    wait_for(lambda: log.exists() and log.read_text().count("exit ") >= 4,
+             lambda: f"three more runs: {log.read_text()}", timeout=60)
+    runs = log.read_text().split("exit ")
+    assert runs[0].strip() == "gpufleet healthcheck: drained n2: gpufleet:healthcheck xid 79 on gpu5: fell off the bus"
+    assert runs[1].startswith("1\n"), log.read_text()  # the run that drained
+    assert all(r.strip() == "0" for r in runs[2:-1]), f"runs on the drained node said something: {log.read_text()}"
+    assert sched.node("n2").reason == "gpufleet:healthcheck xid 79 on gpu5: fell off the bus"

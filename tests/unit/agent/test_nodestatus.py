@@ -23,8 +23,11 @@ class Drains:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    def drain(self, node: str, reason: str) -> None:
+    def drain(self, node: str, reason: str) -> bool:
+        """As the port: True when this call drained the node, False when it already was drained."""
+        drained = node not in {n for n, _ in self.calls}
         self.calls.append((node, reason))
+        return drained
 
 
 def _writer(tmp_path: Path) -> tuple[NodeStatusWriter, FakeClock, Path]:

@@ -23,8 +23,11 @@ class Drains:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    def drain(self, node: str, reason: str) -> None:
+    def drain(self, node: str, reason: str) -> bool:
+        """As the port: True when this call drained the node, False when it already was drained."""
+        drained = node not in {n for n, _ in self.calls}
         self.calls.append((node, reason))
+        return drained
 
 
 def _run(argv: list[str] | tuple[str, ...], timeout: float):  # type: ignore[no-untyped-def]
@@ -122,6 +125,14 @@ def test_healthcheck_drains_on_fatal(tmp_path: Path) -> None:
     assert d.calls == [("n1", "gpufleet:d-abc xid 79 on gpu5: GPU has fallen off the bus")]
 
 
+def test_healthcheck_on_a_node_already_drained_says_nothing_and_exits_0(tmp_path: Path) -> None:
+    d = Drains()
+    first = healthcheck("n1", _status(tmp_path, "fatal"), d, NOW, timedelta(minutes=5))
+    again = healthcheck("n1", _status(tmp_path, "fatal"), d, NOW, timedelta(minutes=5))
+    assert (first.ok, first.drained, bool(first.message)) == (False, True, True)
+    assert (again.ok, again.drained, again.message) == (True, False, "")
+
+
 @pytest.mark.parametrize("worst", ["ok", "info", "degraded"])
 def test_healthcheck_leaves_non_fatal_alone(tmp_path: Path, worst: str) -> None:
     d = Drains()
@@ -192,13 +203,13 @@ def test_healthcheck_leaves_a_fatal_status_to_a_controller_the_agent_reached_lat
     ``controller_fresh`` is the controller's to act on; past it (or with 0s, or unstated) the hook drains."""
     path = tmp_path / "node-status.json"
     reasons = ("xid 79 on gpu5: GPU has fallen off the bus",)
-    d = Drains()
     for reached, fresh, drained in (
         (NOW - timedelta(seconds=20), timedelta(minutes=2), False),
         (NOW - timedelta(minutes=3), timedelta(minutes=2), True),  # the controller out of reach for 3 minutes
         (NOW - timedelta(seconds=20), timedelta(0), True),  # --controller-fresh 0s: always drain
         (None, timedelta(minutes=2), True),  # a status that does not say (a site script's)
     ):
+        d = Drains()  # an undrained node each time
         write_status(path, NodeStatus("n1", NOW - timedelta(seconds=3), "fatal", reasons, controller_reached=reached))
         before = len(d.calls)
         out = healthcheck("n1", path, d, NOW, timedelta(minutes=5), controller_fresh=fresh)

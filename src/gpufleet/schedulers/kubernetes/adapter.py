@@ -183,13 +183,15 @@ class KubernetesScheduler:
         return [j for j in self.list_jobs() if j.state == JobState.RUNNING and node in j.nodes]
 
     # ---- node changes -------------------------------------------------------------------------
-    def drain(self, node: str, reason: str) -> None:
+    def drain(self, node: str, reason: str) -> bool:
         text = " ".join(reason.split())[:_MAX_REASON]
         if not text:
             raise InvalidInput("reason", reason, "a non-empty drain reason")
+        patched = [False]  # whether the last read found the node to cordon (a 409 reads it again)
 
         def change(current: k8s.V1Node) -> dict[str, Any] | None:
             marks = NodeMarks.of(current)
+            patched[0] = not marks.cordoned
             if marks.cordoned:
                 if not marks.cordoned_by_us:
                     log.info("%s: already cordoned by someone else (%s); leaving it as it is", node, marks.reason)
@@ -204,6 +206,7 @@ class KubernetesScheduler:
         if NodeMarks.of(current).cordoned_by_us:
             self.set_condition(node, CONDITION_HEALTHY, False, "GpufleetDrained", text, current=current)
             log.info("%s: cordoned and tainted %s:NoSchedule: %s", node, TAINT_KEY, text)
+        return patched[0]
 
     def resume(self, node: str) -> None:
         def change(current: k8s.V1Node) -> dict[str, Any] | None:

@@ -208,13 +208,13 @@ class SlurmScheduler:
         return jobs
 
     # ---- node changes -------------------------------------------------------------------------
-    def drain(self, node: str, reason: str) -> None:
+    def drain(self, node: str, reason: str) -> bool:
         text = _clean_reason(reason)
         current = self.slurm_node(node)
         if current.drain_flag:
             if not current.reason.startswith(REASON_PREFIX):
                 log.info("%s: already drained by someone else (%r); keeping their reason", node, current.reason)
-            return
+            return False
         self._scontrol(["update", f"nodename={node}", "state=drain", f"reason={text}"], node=node)
         log.info("%s: drained in slurm: %s", node, text)
         try:
@@ -222,6 +222,7 @@ class SlurmScheduler:
         except ExternalError:  # the drain itself went through; without a boot time it is never re-asserted
             boot = ""
         self._issued[node] = (text, boot)
+        return True
 
     def resume(self, node: str) -> None:
         current = self.slurm_node(node)

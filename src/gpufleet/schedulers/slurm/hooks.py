@@ -8,7 +8,8 @@
 * **epilog** appends one JSON line per finished job to a local journal and never fails (a failing
   Slurm epilog drains the node).
 * **healthcheck** (HealthCheckProgram) reads the agent's local status file and drains its node on a
-  fatal verdict while the controller is out of reach. A missing or stale file is reported, not acted
+  fatal verdict while the controller is out of reach; it says so once, in the run that drains: on a
+  node already drained it is silent. A missing or stale file is reported, not acted
   on: a dead agent is not a GPU fault. A fatal verdict the agent delivered to the controller lately is
   left to the controller, whose blast-radius budget, held decisions and revalidation apply: the hook
   draining on its own bypassed them (a whole partition drained while the controller held every
@@ -37,7 +38,7 @@ JOURNAL_FORMAT = "gpufleet.slurm-job/v1"
 
 
 class Drainer(Protocol):
-    def drain(self, node: str, reason: str) -> None: ...
+    def drain(self, node: str, reason: str) -> bool: ...  # whether it drained (False: it already was)
 
 
 CheckRunner = Callable[[Sequence[str], float], CommandResult]
@@ -166,5 +167,9 @@ def healthcheck(node: str, status_file: Path, drainer: Drainer, now: datetime, m
                                  f"agent reached {max(timedelta(0), now - reached)} ago (its budget and held "
                                  "decisions apply); not drained here")
     reason = drain_reason(status.decision or "healthcheck", text)
-    drainer.drain(node, reason)
+    if not drainer.drain(node, reason):
+        # Already drained (by this hook's last run, the controller or an operator; the reason there is
+        # kept): nothing changed, so nothing is said. slurmd runs the hook every HealthCheckInterval and
+        # logs a non-zero exit with its output: a drained node must not fill its log.
+        return HookOutcome(True, "")
     return HookOutcome(False, f"gpufleet healthcheck: drained {node}: {reason}", drained=True)
