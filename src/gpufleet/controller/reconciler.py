@@ -47,6 +47,21 @@ VALIDATING = frozenset({NodeState.REVALIDATE, NodeState.BURN_IN})
 _BUSY = frozenset({SchedNodeState.ALLOCATED, SchedNodeState.DRAINING})  # the port: running at least one job
 
 
+DRIFT = "drift"  # the decision id of a drift re-drain's reason (gpufleet:drift ...)
+_BEFORE = "; before: "
+
+
+def drift_reason(state: NodeState, before: str) -> str:
+    """The reason of a drift re-drain: gpufleet's (so revalidation resumes the node as its own drain), and
+    then the reason the node had while it was last out (``before``: an operator's words, or gpufleet's
+    earlier reason), which the resume erased in the scheduler (Slurm clears it) and the re-drain would
+    otherwise replace. A node re-drained again keeps the first reason, not a chain (decision 0128)."""
+    if before.startswith(drain_reason(DRIFT, "")):
+        before = before.partition(_BEFORE)[2]
+    text = f"{state}: not revalidated"
+    return drain_reason(DRIFT, f"{text}{_BEFORE}{before}" if before else text)
+
+
 def _out_in_scheduler(n: SchedNode) -> str:
     """Why the scheduler has ``n`` out of service (drained or down, by anyone: an operator, the health-check
     hook, gpufleet itself), or "" while it can run jobs."""
@@ -107,6 +122,9 @@ class Reconciler:
         self.scheduler_ok = True
         self.last_error = ""
         self._seen: dict[str, SchedObservation] = {}
+        # the last reason the scheduler showed for each node while it had it out (a resume erases it there;
+        # a drift re-drain keeps it): in memory, so a restarted controller knows only what it has seen since
+        self._out_reason: dict[str, str] = {}
         self._passes = 0
         self.sync_interval = timedelta(seconds=sync_interval)
         self._last_sync: datetime | None = None
@@ -171,6 +189,9 @@ class Reconciler:
                                      out_in_scheduler=_out_in_scheduler(n))
             for n in nodes
         }
+        for n in nodes:
+            if n.reason and observed[n.name].out_in_scheduler:
+                self._out_reason[n.name] = n.reason
         # Hand the controller only what changed since the last pass (the lock is shared with ingest),
         # and everything every FULL_SYNC_EVERY passes so nothing can be missed for long.
         self._passes += 1
@@ -190,7 +211,8 @@ class Reconciler:
         """Nodes gpufleet holds out of service (drained, in repair, revalidating) must stay drained in the
         scheduler. If the scheduler lost the drain (slurmctld can forget one it acknowledged if it
         crashes before saving state) or someone resumed the node behind gpufleet's back, drain it again
-        and say so in the audit log: a node nobody revalidated never quietly takes work."""
+        and say so in the audit log: a node nobody revalidated never quietly takes work. The reason keeps
+        the one the node had while it was out (:func:`drift_reason`): an operator's note survives."""
         for n in nodes:
             if n.state not in (SchedNodeState.IDLE, SchedNodeState.ALLOCATED):
                 continue
@@ -200,9 +222,13 @@ class Reconciler:
                 continue
             if state not in HELD_OUT or (self.validator is not None and self.validator.holds(n.name)):
                 continue  # (a node validating in a maintenance reservation is undrained on purpose)
+            before = self._out_reason.get(n.name, "")
+            reason = drift_reason(state, before)
             detail = f"scheduler shows {n.name} {n.state} while gpufleet has it {state}: drained again"
+            if before:
+                detail += f", keeping the reason it had: {before!r}"
             try:
-                self.scheduler.drain(n.name, drain_reason("drift", f"{state}: not revalidated"))
+                self.scheduler.drain(n.name, reason)
             except (ExternalError, Conflict, NotFound) as err:
                 log.error("%s: %s; the re-drain failed (%s). Manual action: drain it in the scheduler",
                           n.name, detail, err)

@@ -225,3 +225,17 @@ def test_a_validation_job_that_never_starts_is_cancelled_at_the_deadline_and_fai
     assert "job 41" in audit.detail and v.reason in audit.detail
     rig.step(60)
     assert v.cancelled == ["41"], "cancelled once"
+
+
+def test_a_drift_redrain_keeps_the_reason_the_node_had_and_a_second_one_does_not_nest_it(rig: Rig) -> None:
+    n = rig.nodes[4]
+    rig.c.ingest([ev(n, EventKind.XID, T0, 79)])
+    rig.step()
+    rig.step()
+    first = rig.s.node(n).reason
+    assert first.startswith("gpufleet:d-")
+    for _ in range(2):  # resumed behind gpufleet's back twice: the reason it had the first time is kept
+        rig.s.resume(n)
+        rig.step()
+        assert rig.s.node(n).reason == f"gpufleet:drift repair: not revalidated; before: {first}"
+        rig.step()  # a pass that sees it drained again

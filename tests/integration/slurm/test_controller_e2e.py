@@ -182,3 +182,26 @@ def test_a_node_an_operator_drained_in_slurm_counts_against_the_budget(lab: Slur
     finally:
         ctl.stop()
         lab.cmd("scontrol", "update", "nodename=n2", "state=resume", check=False)
+
+
+def test_a_drift_redrain_keeps_the_reason_an_operator_put_on_the_node(lab: SlurmLab, sched: SlurmScheduler,
+                                                                      ctl: LabController) -> None:
+    """A drill: gpufleet had n1 out for a fatal XID; an operator wrote their own reason on it (an RMA
+    ticket), then resumed it. gpufleet drained it again for drift (not revalidated) with a reason of its
+    own, and the operator's words were gone from Slurm (a resume clears the reason: seen on 22.05). The
+    re-drain keeps them, after gpufleet's own, so revalidation still resumes it as gpufleet's."""
+    ctl.post_event("n1", "xid", code=79, component="n1-gpu3", message="GPU has fallen off the bus")
+    _done(ctl, "n1", "drain")
+    wait_for(lambda: ctl.node_state("n1") == "drained", "n1 drained in gpufleet")
+    lab.cmd("scontrol", "update", "nodename=n1", "state=drain", "reason=jdoe: RMA 4411, GPU3 swap pending")
+    assert sched.slurm_node("n1").reason == "jdoe: RMA 4411, GPU3 swap pending"
+    passes: list[int] = []
+    ctl.runtime.reconciler.on_pass.append(lambda _s, _n: passes.append(1))
+    wait_for(lambda: len(passes) >= 2, "a whole reconciler pass saw the operator's reason")
+    lab.cmd("scontrol", "update", "nodename=n1", "state=resume")
+    wait_for(lambda: any(a["action"] == "drift_redrain" for a in ctl.audit("n1")), "n1 drained again for drift")
+    reason = sched.slurm_node("n1").reason
+    assert "DRAIN" in sched.slurm_node("n1").flags
+    assert reason.startswith("gpufleet:drift drained: not revalidated"), reason
+    assert reason.endswith("; before: jdoe: RMA 4411, GPU3 swap pending"), reason
+    assert sched.node("n1").drained_by_us  # gpufleet's own drain: revalidation resumes it
