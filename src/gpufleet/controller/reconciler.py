@@ -29,6 +29,7 @@ from gpufleet.lifecycle.states import Actor, NodeState
 from gpufleet.lifecycle.validation import plan_validation
 from gpufleet.schedulers.port import Job, RunStatus, SchedNode, SchedNodeState, Scheduler, drain_reason
 
+from .failurelog import FailureLog
 from .faults import fault_of
 from .fleetjudge import FleetJudge
 from .maintenance import Maintenance
@@ -168,12 +169,15 @@ class Reconciler:
         return len(due)
 
     def run_forever(self, stop: threading.Event, interval: float = 1.0) -> None:
+        # a database outage fails every pass alike: its first traceback, a count, one line when it is over
+        failures = FailureLog(log, "reconciler pass")
         while not stop.is_set():
             try:
                 if self.leading():
                     self.run_once()
-            except Exception:  # one bad pass never stops the loop
-                log.exception("reconciler pass failed; retrying in %.1fs", interval)
+                    failures.ok()
+            except Exception as err:  # one bad pass never stops the loop
+                failures.failed(err, f"; retrying every {interval:.1f}s")
             stop.wait(interval)
 
     def sync(self) -> bool:

@@ -37,6 +37,7 @@ from gpufleet.lifecycle.states import Actor, NodeState
 from . import heap
 from .admission import Admission
 from .clock import Clock
+from .failurelog import FailureLog
 from .identity import Identity
 from .store.db import brief
 from .store.namings import NamingStore
@@ -70,6 +71,8 @@ class IngestResult:
 
 class Controller:
     def __init__(self, store: Store, policy: PolicyFile, clock: Clock, *, topology: Topology | None = None) -> None:
+        # a database outage fails every write alike (each agent's round, each plan): counted, not a flood
+        self._writes = FailureLog(log, "writing to the database")
         self.store = store
         self.policy_file = policy
         self.clock = clock
@@ -227,16 +230,17 @@ class Controller:
                 return out
             except Exception as err:
                 self._rollback()
-                log.error("could not write an ingest round (%s); reloading state from the store", err)
+                alone = "" if len(valid) == 1 else f", then each of its {len(valid)} batches on its own"
+                self._writes.failed(err, f"; an ingest round: reloading state from the store{alone}", trace=False)
                 self._reload()
                 if len(valid) == 1:
                     out[valid[0][0]] = ExternalError("database", f"write failed: {brief(err)}")
                     return out
-                log.warning("group commit of %d batches failed; retrying each on its own", len(valid))
                 for slot, events in valid:
                     out[slot] = self.ingest_many([events])[0]
                 return out
             self._commit()
+            self._writes.ok()
             self._flush_namings()
             if written is not None:
                 self._notify(written.plan)
@@ -553,9 +557,10 @@ class Controller:
         try:
             self.store.commit(plan, nodes=self._touched(plan), events=events, received=received, new_nodes=new_nodes)
         except Exception as err:
-            log.error("could not persist a plan (%s); reloading state from the store", err)
+            self._writes.failed(err, "; a plan: reloading state from the store", trace=False)
             self._reload()
             raise ExternalError("database", f"write failed: {brief(err)}") from err
+        self._writes.ok()
         self._notify(plan)
 
     def _touched(self, plan: Plan) -> list[NodeRecord]:
@@ -605,8 +610,8 @@ class Controller:
             admission = self._admission()
             engine = self._load(admission)
         except Exception as err:
-            log.error("could not reload state from the store either (%s); memory stays as it was before the "
-                      "failed write", brief(err))
+            self._writes.failed(err, "; reloading state after a failed write: memory stays as it was before it",
+                                trace=False)
             return False
         self.admission, self.engine = admission, engine
         self._rebuild_correlator()

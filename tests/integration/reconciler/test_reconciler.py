@@ -239,3 +239,32 @@ def test_a_drift_redrain_keeps_the_reason_the_node_had_and_a_second_one_does_not
         rig.step()
         assert rig.s.node(n).reason == f"gpufleet:drift repair: not revalidated; before: {first}"
         rig.step()  # a pass that sees it drained again
+
+
+def test_a_database_outage_is_one_traceback_and_one_line_when_it_is_over_not_one_per_pass(
+        rig: Rig, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A drill: a 30 s PostgreSQL outage logged a traceback at every reconciler pass. The loop runs 200
+    passes whose store read fails as a lost connection does, then one that works."""
+    import logging
+    import threading
+
+    from sqlalchemy.exc import OperationalError
+
+    real, stop, passes = rig.c.store.due_actions, threading.Event(), [0]
+
+    def due_actions(now: datetime) -> object:
+        passes[0] += 1
+        if passes[0] <= 200:
+            raise OperationalError("SELECT ...", {}, Exception("connection refused"))
+        stop.set()  # the pass after this one never starts
+        return real(now)
+
+    monkeypatch.setattr(rig.c.store, "due_actions", due_actions)
+    with caplog.at_level(logging.INFO, logger="gpufleet.controller.reconciler"):
+        rig.r.run_forever(stop, interval=0)
+    records = [r for r in caplog.records if r.name == "gpufleet.controller.reconciler"]
+    assert passes[0] == 201
+    assert len(records) <= 3, [r.getMessage() for r in records]  # the first, a count if a minute passed, "again"
+    assert records[0].exc_info is not None and "connection refused" in records[0].getMessage()
+    assert records[-1].getMessage().startswith("reconciler pass: working again after 200 failure(s)"), \
+        records[-1].getMessage()

@@ -17,6 +17,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 
+from gpufleet.controller.failurelog import FailureLog
 from gpufleet.controller.store.db import brief
 from gpufleet.domain.errors import (
     Conflict,
@@ -110,6 +111,10 @@ def _safe_entry(e: Any) -> dict[str, Any]:
 
 
 def install(app: FastAPI) -> None:
+    # every request fails alike while the database is away: one line, then a count (no success is heard
+    # here: a minute without a failure ends the episode)
+    db_failures = FailureLog(log, "answering a request from the database")
+
     @app.exception_handler(RequestValidationError)
     async def _invalid_body(req: Request, err: RequestValidationError) -> JSONResponse:
         errors = err.errors()
@@ -127,7 +132,7 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(SQLAlchemyError)
     async def _db(_req: Request, err: SQLAlchemyError) -> JSONResponse:
         # A read the validation let through and the database refused, or the database is down.
-        log.error("database error answering a request: %s", err)
+        db_failures.failed(err, trace=False)
         return JSONResponse({"detail": _cut(f"database: {brief(err)}")}, status_code=503)
 
 

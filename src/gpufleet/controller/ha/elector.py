@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from ..failurelog import FailureLog
 from ..store.db import brief
 from ..store.lease import LeaseStore
 from .fence import Fence
@@ -87,6 +88,7 @@ class Elector:
         self.url = url
         self.on_gain = on_gain
         self._clock = clock
+        self._asking = FailureLog(log, "leader lease: asking for it", level=logging.WARNING)
 
     def step(self) -> bool:
         """One try at the lease; whether this replica leads after it."""
@@ -97,10 +99,9 @@ class Elector:
         except Exception as err:
             if me.epoch is not None and started >= me.deadline:
                 self._lose(f"could not renew the lease before it ran out ({brief(err)})")
-            else:
-                log.warning("leader lease: could not ask for it (%s); trying again in %.1f s", brief(err),
-                            self.renew_s)
+            self._asking.failed(err, f"; trying again every {self.renew_s:.1f} s", trace=False)
             return me.leading()
+        self._asking.ok()
         if not mine:
             if me.epoch is not None:
                 self._lose(f"replica {lease.holder} holds the lease at epoch {lease.epoch}")
