@@ -25,7 +25,7 @@ from gpufleet.agent.collectors.host import HostReading
 from gpufleet.agent.collectors.infiniband import IbPortReading
 from gpufleet.agent.devices.port import THERMAL_THROTTLE, FastReading, SlowReading, XidEvent
 from gpufleet.agent.weaklinks import WeakLinks
-from gpufleet.domain.events import EventKind, HealthEvent
+from gpufleet.domain.events import IB_RCV_SEEN, IB_SYMBOL_SEEN, NVLINK_SEEN, EventKind, HealthEvent
 from gpufleet.domain.fleet import gpu_slot, nic_slot
 
 
@@ -374,12 +374,12 @@ class PassiveChecks:
                 )
             elif (n := self._weak_count(f"nvlink:{key}", d, now)) is not None:
                 out.append(
-                    self._event(
-                        f"nvlink_seen:{key}:{total}",
+                    self._event(  # the second: a counter restarts from 0 after a reset, its totals repeat
+                        f"nvlink_seen:{key}:{total}:{int(now.timestamp())}",
                         EventKind.LINK_ERROR,
                         now,
                         g,
-                        "nvlink_error_seen",
+                        NVLINK_SEEN,
                         f"{n} NVLink {lk.link} error(s) (CRC flit/data, replay, recovery) since the last report",
                         link=f"{g}~nvlink{lk.link}",
                         attrs=(("nvlink", str(lk.link)), ("errors", str(n))),
@@ -444,18 +444,21 @@ class PassiveChecks:
                 )
             )
         for counter, limit, seen in (
-            ("symbol_error", th.ib_symbol_error_per_min, "ib_symbol_error_seen"),
-            ("port_rcv_errors", th.ib_rcv_error_per_min, "ib_port_rcv_error_seen"),
+            ("symbol_error", th.ib_symbol_error_per_min, IB_SYMBOL_SEEN),
+            ("port_rcv_errors", th.ib_rcv_error_per_min, IB_RCV_SEEN),
         ):
             value = p.counter(counter)
             grew = self._delta(f"ib_{counter}_seen:{key}", value)
             rate = self._rate(f"{counter}:{key}", value, mono)
-            if rate is None or not self._edge(f"ib_{counter}:{key}", rate > limit):
-                n = self._weak_count(f"ib_{counter}:{key}", grew, now)
+            edge = f"ib_{counter}:{key}"
+            # Over the limit: at the last measured rate (one per ib_window_s; between two, the rule's state).
+            over = rate > limit if rate is not None else edge in self._active
+            if rate is None or not self._edge(edge, over):
+                n = None if over else self._weak_count(f"ib_{counter}:{key}", grew, now)
                 if n is not None:
                     out.append(
                         self._event(
-                            f"{seen}:{key}:{value}",
+                            f"{seen}:{key}:{value}:{int(now.timestamp())}",
                             EventKind.LINK_ERROR,
                             now,
                             nic,

@@ -196,6 +196,8 @@ class Reconciler:
         for n in nodes:
             if n.reason and observed[n.name].out_in_scheduler:
                 self._out_reason[n.name] = n.reason
+            elif n.name in self._out_reason and not observed[n.name].out_in_scheduler and self._serving(n.name):
+                del self._out_reason[n.name]  # back in service for good: that reason is not a later drift's
         # Hand the controller only what changed since the last pass (the lock is shared with ingest),
         # and everything every FULL_SYNC_EVERY passes so nothing can be missed for long.
         self._passes += 1
@@ -210,6 +212,13 @@ class Reconciler:
             self._redrain_drift([n for n in nodes if n.name in changed])
         place_suspects_last(self.controller, self.scheduler, nodes)
         return True
+
+    def _serving(self, node: str) -> bool:
+        """Whether gpufleet has ``node`` in service (not held out, not unknown)."""
+        try:
+            return self.controller.state_of(node) not in HELD_OUT
+        except NotFound:
+            return False
 
     def _redrain_drift(self, nodes: Sequence[SchedNode]) -> None:
         """Nodes gpufleet holds out of service (drained, in repair, revalidating) must stay drained in the

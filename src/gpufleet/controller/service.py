@@ -369,7 +369,13 @@ class Controller:
         d = self.engine.held[node]
         if d.id in self._not_silence:
             return
-        if self.store.event_kinds(node, d.evidence) != {EventKind.HEARTBEAT_LOST.value}:
+        try:
+            kinds = self.store.event_kinds(node, d.evidence)
+        except Exception as err:  # the heartbeats are recorded: their answer stands; asked again at the next
+            log.warning("%s: the agent is heard again, but its held decision %s could not be read (%s); "
+                        "trying again at the next heartbeat", node, d.id, brief(err))
+            return
+        if kinds != {EventKind.HEARTBEAT_LOST.value}:
             self._not_silence.add(d.id)
             return
         reason = f"the agent was heard again at {now.isoformat()}: the decision was only about its silence"

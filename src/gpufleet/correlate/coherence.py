@@ -58,6 +58,7 @@ from gpufleet.domain.topology import Topology
 SCAN = 3.0
 SHORT = 3.0  # the short scale is window / SHORT
 _LN2 = math.log(2.0)
+_LN10 = math.log(10.0)
 _LOG_SCAN = math.log(SCAN)
 UNIT_S = 60.0
 REFRESH_S = 60.0
@@ -274,21 +275,22 @@ class Coherence(KeptPatterns):
         (candidate, decades short of ``alpha``, witnesses, newest witness time). A candidate is scored in
         full only when its last scoring (a screen's bound, never farther from ``alpha`` than the full
         statistic at the rates of that time) was within ``decades``; the rest costs a comparison (a pattern
-        the rates learned since would bring nearer is listed at its next event). The
-        full scoring updates the candidate's stored ``p`` and forgets its witnesses older than the
-        window, as the next event's scoring would; nothing else changes, so no verdict does."""
+        the rates learned since would bring nearer is listed at its next event). The full scoring is of a
+        copy: ``t`` (the controller's clock) may be past the stream, and the engine's own state must not
+        lose a witness that a late event, stamped before ``t``, would still count."""
         out: list[tuple[str, float, int, float]] = []
         cutoff = t - self.window
-        for c, st in list(self._cands.items()):
+        for c, st in self._cands.items():
             if not isinstance(st, Cand) or st.significant or self.surprise(c) < -decades:
                 continue
             newest = max((v[0] for v in st.wit.values()), default=-math.inf)
             if newest < cutoff:
                 continue
-            self._score_live(c, st, t)  # (a pattern kept from before a move is not part of what is watched)
-            short = -self.surprise(c)
-            if 0.0 < short <= decades and st.wit:
-                out.append((c, short, len(st.wit), newest))
+            probe = Cand(dict(st.wit), dict(st.keys), st.cls, st.units, st.oldest)
+            self._score_plain(c, probe, t, 0.0)  # (a pattern kept from before a move is not watched)
+            short = (probe.log_p - self._log_alpha[probe.cls]) / _LN10
+            if 0.0 < short <= decades and probe.wit:
+                out.append((c, short, len(probe.wit), newest))
         return out
 
     def is_significant(self, c: str) -> bool:
@@ -328,6 +330,10 @@ class Coherence(KeptPatterns):
         if hist:
             # the live pattern alone first, against the class's threshold; else with the one kept
             return self._score_live(c, st, t) or self._combined(st, t, hist)
+        return self._score_plain(c, st, t, mu_lb)
+
+    def _score_plain(self, c: str, st: Cand, t: float, mu_lb: float) -> bool:
+        """:meth:`_score` of the live pattern ``st`` alone (a pattern kept from before a move not looked at)."""
         wit = st.wit
         if st.oldest < t - self.window:
             prune(st, t - self.window)

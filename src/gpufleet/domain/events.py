@@ -59,6 +59,11 @@ _SEVERITY_RANK = {Severity.INFO: 0, Severity.DEGRADED: 1, Severity.FATAL: 2}
 # Link events (InfiniBand ports, NVLink links): held for the correlator (controller.admission) and,
 # as a repair's cause, what makes a fault a fabric fault (lifecycle.validation).
 LINK_KINDS = frozenset({EventKind.LINK_DOWN, EventKind.LINK_FLAP, EventKind.LINK_ERROR})
+# The agent's weak link reports (agent/weaklinks.py; decision 0127): error-counter growth below its threshold
+# rules, judged info. Witnesses for the correlator only: no per-node escalation counts them (50 corrected
+# errors spread over a node's links in ten minutes are not 50 bad links).
+NVLINK_SEEN, IB_SYMBOL_SEEN, IB_RCV_SEEN = "nvlink_error_seen", "ib_symbol_error_seen", "ib_port_rcv_error_seen"
+WEAK_REPORT_RULES = frozenset({NVLINK_SEEN, IB_SYMBOL_SEEN, IB_RCV_SEEN})
 
 
 def worst(severities: list[Severity]) -> Severity:

@@ -501,7 +501,8 @@ class LifecycleEngine:
             back = S.IN_SERVICE if rec.has_jobs else S.READY
             plan.extend(self._move(rec, back, now, f"held decision cancelled: {reason}", actor,
                                    actor_id=actor_id, decision=d.id))
-        self._settle_breaker(plan, actor, actor_id, now)
+        if actor == Actor.OPERATOR:  # the trip is a stop for people: the system's own cancel does not close it
+            self._settle_breaker(plan, actor, actor_id, now)
         return plan
 
     def _forget_superseded(self, plan: Plan, *, cancel: bool) -> None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from gpufleet.domain.catalog import Catalog, Escalation
-from gpufleet.domain.events import EventKind, HealthEvent, Severity
+from gpufleet.domain.events import WEAK_REPORT_RULES, EventKind, HealthEvent, Severity
 from gpufleet.domain.judgement import judgement_of
 from gpufleet.lifecycle.config import PolicyConfig
 from gpufleet.lifecycle.decisions import ActionKind, Decision, PlannedAction, decision_id
@@ -271,7 +271,8 @@ class Policy:
 
 
 def _matches(esc: Escalation, e: HealthEvent) -> bool:
-    return e.kind == esc.kind and (esc.code is None or e.code == esc.code)
+    return (e.kind == esc.kind and (esc.code is None or e.code == esc.code)
+            and (e.kind != EventKind.LINK_ERROR or e.attr("rule") not in WEAK_REPORT_RULES))
 
 
 def _label(e: HealthEvent) -> str:

@@ -241,6 +241,19 @@ def test_a_drift_redrain_keeps_the_reason_the_node_had_and_a_second_one_does_not
         rig.step()  # a pass that sees it drained again
 
 
+def test_a_reason_seen_while_out_is_forgotten_once_the_node_is_back_in_service(rig: Rig) -> None:
+    """A review's case: the reason remembered for a drift re-drain must be the current outage's, not last
+    month's: an operator's drain and resume of a node gpufleet keeps serving leave nothing behind."""
+    n = rig.nodes[5]
+    rig.s.drain(n, "ticket 123: PSU")
+    rig.step()
+    assert rig.r._out_reason.get(n) == "ticket 123: PSU"  # remembered while the node is out
+    back = rig.s._get(n)  # the operator's own resume (the simulated one resumes only gpufleet's drains)
+    back.drain, back.reason = False, ""
+    rig.step()
+    assert n not in rig.r._out_reason and rig.c.state_of(n) == NodeState.READY
+
+
 def test_a_database_outage_is_one_traceback_and_one_line_when_it_is_over_not_one_per_pass(
         rig: Rig, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """A drill: a 30 s PostgreSQL outage logged a traceback at every reconciler pass. The loop runs 200

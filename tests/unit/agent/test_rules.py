@@ -146,6 +146,38 @@ def test_nvlink_errors_below_the_limit_are_weak_reports_one_per_link_a_minute() 
     assert strong.attr("rule") == "nvlink_errors" and sev(strong) is Severity.DEGRADED
 
 
+def test_a_port_over_its_limit_sends_no_weak_report_until_it_is_back_under(tmp_path: Path) -> None:
+    """Over the rate limit the rule's event says it once; the errors that keep coming are not weak reports
+    (at the window's close or between two), until the rate is back under the limit."""
+    root = tmp_path / "ib"
+    shutil.copytree(FIX / "h100-healthy", root)
+    col, f = InfinibandCollector(root), root / "mlx5_7/ports/1/counters/symbol_error"
+    c = PassiveChecks("n1", Thresholds(ib_window_s=60, ib_symbol_error_per_min=10))
+
+    def read(s: float, value: int) -> list[tuple[str, str]]:
+        f.write_text(f"{value}\n")
+        return [(e.attr("rule"), e.attr("errors")) for p in col.read() for e in c.on_ib(p, at(s), s)
+                if e.component == "n1-nic7"]
+
+    assert read(0, 0) == []
+    assert read(30, 1000) == [("ib_symbol_error_seen", "1000")]  # no rate yet (the window has not closed)
+    assert read(60, 2000) == [("ib_symbol_error", "")]  # 2000 a minute: the rule, once
+    assert read(90, 3000) == [] and read(120, 4000) == []  # still over, between and at a window's close
+    assert read(180, 4001) == [("ib_symbol_error_seen", "1")]  # back under at the close: weak reports again
+    assert read(241, 4003) == [("ib_symbol_error_seen", "2")]  # (none of the errors counted while over)
+
+
+def test_a_weak_report_after_a_counter_reset_is_a_new_event() -> None:
+    """After a GPU reset the counters start from 0 again: the same total on the same link must not reuse
+    the first report's id (the controller would refuse the batch as a reused id with other content)."""
+    c = PassiveChecks("n1")
+    _nvlink_errors(c, 0, 0)
+    [first] = _nvlink_errors(c, 30, 1)
+    assert _nvlink_errors(c, 100, 0) == []  # the reset: a new baseline
+    [again] = _nvlink_errors(c, 200, 1)
+    assert again.attr("errors") == "1" and again.id != first.id
+
+
 def test_weak_link_reports_can_be_turned_off() -> None:
     c = PassiveChecks("n1", Thresholds(weak_link_events=False))
     assert _nvlink_errors(c, 0, 0) == [] and _nvlink_errors(c, 100, 5) == []

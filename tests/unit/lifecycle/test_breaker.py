@@ -304,3 +304,7 @@ def test_the_system_cancels_a_held_decision_in_its_own_name() -> None:
     plan = eng.cancel_held(node, "controller", "the agent was heard again", T0, actor=Actor.SYSTEM)
     assert {a.actor for a in plan.audit if a.target == node} == {Actor.SYSTEM}
     assert [(t.actor, t.to_state) for t in plan.transitions] == [(Actor.SYSTEM, NodeState.READY)]
+    # The trip is a stop for people: the system's own cancel leaves it tripped (a network blip that silenced
+    # a fifth of the agents, then their return, is for someone to look at and reset).
+    assert eng.breaker.tripped and not eng.held
+    assert not [a for a in plan.audit if a.action in ("breaker_closed", "breaker_open")]

@@ -61,3 +61,26 @@ def test_a_storm_of_one_counted_kind_does_not_push_out_what_another_escalation_c
     # What is kept is bounded by what the escalations can count, not by the storm's length.
     kept = eng.nodes[node].recent
     assert len(kept) <= sum(e.count for e in eng.policy.catalog.escalations)
+
+
+def test_weak_link_reports_are_witnesses_only_and_never_escalate_a_node() -> None:
+    """A drill of the review: five links of one GPU each sending a weak report a minute (rule
+    nvlink_error_seen, judged info) for twelve minutes are 60 link_error events in ten minutes, past the
+    default escalation (50 link errors in 10 min: degraded, drain). They are no decision; as many
+    informational link errors without a weak-report rule (a link_error judged by its kind) are one."""
+    from gpufleet.domain.events import WEAK_REPORT_RULES, HealthEvent
+
+    esc = next(e for e in policy().catalog.escalations if e.kind == "link_error")
+    for rule, decides in (*((r, False) for r in sorted(WEAK_REPORT_RULES)), ("", True)):
+        eng = engine(4, 1)
+        node = next(iter(eng.nodes))
+        decisions = []
+        for m in range(12):
+            at = T0 + timedelta(minutes=m)
+            batch = [HealthEvent(f"{rule}-{m}-{k}", node, EventKind.LINK_ERROR, at, f"{node}-gpu0",
+                                 link=f"{node}-gpu0~nvlink{k}", attrs=(("rule", rule),) if rule else ())
+                     for k in range(5)]
+            decisions += eng.observe(batch, at).decisions
+        assert esc.count < 5 * 12
+        assert bool(decisions) is decides, (rule, decisions)
+        assert not decides or "times within" in decisions[0].reason, decisions[0].reason

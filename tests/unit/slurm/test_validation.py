@@ -40,3 +40,23 @@ def test_cancel_runs_scancel_and_a_job_gone_already_is_fine() -> None:
     def gone(argv: Sequence[str], *, timeout: float) -> CommandResult:
         return CommandResult(tuple(argv), 1, "", "scancel: error: Kill job error on job id 5: Invalid job id specified")
     SlurmValidator(SlurmScheduler(runner=gone), JOBS, runner=gone).cancel("5")  # no error: it left the queue
+
+
+def test_a_requeued_job_started_once_and_is_not_cancelled_as_never_started() -> None:
+    """A review's case: a burn-in job that ran for hours is requeued (slurmd restarted under it). Slurm shows
+    it pending again, but it did start: the pending deadline, counted from its submission, must not cancel it
+    as "never started". Only a job that is PENDING waits on the deadline."""
+    from gpufleet.schedulers.port import Job, JobState
+
+    class Scheduler:  # only what status() reads: the job as the adapter parses it
+        def __init__(self, state: JobState) -> None:
+            self.state = state
+
+        def job(self, handle: str) -> Job:
+            return Job(handle, "gpufleet-validate", self.state, ("n1",),
+                       extra=(("state_reason", "BeginTime"), ("slurm_state", self.state.upper())))
+
+    r = ReplayRunner({})
+    for state, pending in ((JobState.REQUEUED, ""), (JobState.PENDING, "BeginTime")):
+        run = SlurmValidator(Scheduler(state), JOBS, runner=r).status("7")  # type: ignore[arg-type]
+        assert (run.ended, run.pending) == (None, pending), state

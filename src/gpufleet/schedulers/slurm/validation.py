@@ -130,8 +130,10 @@ class SlurmValidator:
         except NotFound:
             return RunStatus(ended=f"job {handle} left the queue")
         extra = dict(job.extra)
-        if job.state in (JobState.PENDING, JobState.REQUEUED):
+        if job.state == JobState.PENDING:
             return RunStatus(pending=extra.get("state_reason") or extra.get("slurm_state") or job.state)
+        if job.state == JobState.REQUEUED:  # it started once (slurmd restarted under it): not "never started"
+            return RunStatus()
         if job.state in _OPEN:
             return RunStatus()
         return RunStatus(ended=f"job {handle} ended {extra.get('slurm_state', job.state)}")
