@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+from sqlalchemy.exc import OperationalError
+
 from tests.integration.api.conftest import Api
 
 
@@ -90,3 +93,31 @@ def test_a_held_decision_about_silence_is_cancelled_when_the_agent_is_heard_agai
     r = api.post("/v1/held/approve", {"nodes": [silent]}, "operator")
     assert r.status_code == 404, r.text  # nothing left to approve: a later approve cannot drain it
     assert api.states()[silent] == "ready"
+
+
+def test_a_failed_read_of_the_held_decision_does_not_fail_the_recorded_heartbeat(
+        api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A review's case: the held decision's evidence is read after the heartbeats are stored; a database
+    error there answered 503 for heartbeats already recorded. It is logged and tried at the next one."""
+    for node in api.nodes:
+        _beat(api, node)
+    api.tick(timedelta(seconds=90))
+    quiet = ["r01-n01", "r02-n01"]
+    for node in api.nodes:
+        if node not in quiet:
+            _beat(api, node)
+    api.tick(timedelta(seconds=60))
+    api.reconciler.run_once()
+    (silent,) = [n for n in quiet if n in _held(api)]
+    store = api.controller.store
+    real = store.event_kinds
+
+    def broken(node: str, ids: object) -> set[str]:
+        raise OperationalError("SELECT ...", {}, Exception("connection refused"))
+
+    monkeypatch.setattr(store, "event_kinds", broken)
+    _beat(api, silent)  # answered 2xx (it asserts): the heartbeat is recorded
+    assert silent in _held(api)  # not cancelled yet: the read failed
+    monkeypatch.setattr(store, "event_kinds", real)
+    _beat(api, silent)
+    assert silent not in _held(api)  # the next heartbeat does it
