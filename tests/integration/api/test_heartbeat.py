@@ -63,9 +63,9 @@ def _held(api: Api) -> dict[str, dict[str, object]]:
     return {d["node"]: d for d in api.get("/v1/decisions", status="held", limit=1000)}
 
 
-def test_a_held_decision_about_silence_is_cancelled_when_the_agent_is_heard_again(api: Api) -> None:
-    """The drill: two agents fell silent; one node was drained, the other's decision held by the breaker.
-    The agent came back, yet its held decision stayed, and a later approve drained a healthy node."""
+def _two_fall_silent(api: Api) -> list[str]:
+    """Every agent beats, then two fall silent past the heartbeat timeout and the reconciler notices:
+    one node is drained within the budget, the other's decision is held. Returns the two."""
     for node in api.nodes:
         _beat(api, node)
     api.tick(timedelta(seconds=90))
@@ -75,6 +75,13 @@ def test_a_held_decision_about_silence_is_cancelled_when_the_agent_is_heard_agai
             _beat(api, node)
     api.tick(timedelta(seconds=60))
     api.reconciler.run_once()
+    return quiet
+
+
+def test_a_held_decision_about_silence_is_cancelled_when_the_agent_is_heard_again(api: Api) -> None:
+    """The drill: two agents fell silent; one node was drained, the other's decision held by the breaker.
+    The agent came back, yet its held decision stayed, and a later approve drained a healthy node."""
+    quiet = _two_fall_silent(api)
     assert _lost(api) == quiet
     other = "r02-n02"  # held for a different reason: a failed check
     ev = api.event("chk-1", other, "check_failed", None, component=f"{other}-gpu0", message="gemm: 0.0 TFLOPS")
@@ -99,15 +106,7 @@ def test_a_failed_read_of_the_held_decision_does_not_fail_the_recorded_heartbeat
         api: Api, monkeypatch: pytest.MonkeyPatch) -> None:
     """A review's case: the held decision's evidence is read after the heartbeats are stored; a database
     error there answered 503 for heartbeats already recorded. It is logged and tried at the next one."""
-    for node in api.nodes:
-        _beat(api, node)
-    api.tick(timedelta(seconds=90))
-    quiet = ["r01-n01", "r02-n01"]
-    for node in api.nodes:
-        if node not in quiet:
-            _beat(api, node)
-    api.tick(timedelta(seconds=60))
-    api.reconciler.run_once()
+    quiet = _two_fall_silent(api)
     (silent,) = [n for n in quiet if n in _held(api)]
     store = api.controller.store
     real = store.event_kinds
