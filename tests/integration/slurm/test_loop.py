@@ -185,7 +185,7 @@ def test_a_new_node_is_burned_in_by_a_slurm_job_before_it_takes_work(
 def test_a_validation_job_that_never_starts_is_cancelled_and_the_node_goes_back_to_repair(
         lab: SlurmLab, sched: SlurmScheduler, tmp_path: Path) -> None:
     """The drill: a node is revalidated, its validation job cannot start (here its partition is down) and
-    an operator drains the node by hand meanwhile. Before 2026-11-29 the job pending was read as running
+    an operator drains the node by hand meanwhile. Until 2026-11-28 the job pending was read as running
     and the node sat in revalidate for ever; now the job is cancelled at validation_start_timeout and the
     validation fails, naming Slurm's pending reason."""
     url_file, verdict_file = _verdict_script(tmp_path)
