@@ -150,6 +150,22 @@ def _table(title: str, columns: list[str], rows: list[list[Any]]) -> Any:
     return t
 
 
+def since_time(text: str) -> str:
+    """A ``--since`` option: a time (ISO 8601 with a zone) or how long ago (2h, 7d), as the API's ISO time."""
+    from datetime import UTC, datetime
+
+    from gpufleet.domain.durations import parse_duration
+    from gpufleet.domain.eventio import parse_time
+
+    if text[:1].isdigit() and ("T" in text or "-" in text):
+        return parse_time(text, "--since").isoformat()
+    try:
+        back = parse_duration(text, "--since")
+    except InvalidInput:
+        raise InvalidInput("--since", text, "a time (2026-11-28T12:00:00Z) or how long ago (2h, 7d)") from None
+    return (datetime.now(UTC) - back).isoformat()
+
+
 def _when(ts: str | None) -> str:
     return (ts or "")[:19].replace("T", " ")
 
@@ -379,18 +395,15 @@ def ttm(ctx: typer.Context,
 
 @fleet_app.command()
 def goodput(ctx: typer.Context,
-            since: Annotated[str, typer.Option(help="how far back, e.g. 24h or 7d (at most 366d)")] = "24h",
+            since: Annotated[str, typer.Option(help="how far back, e.g. 24h or 7d (at most 366d), or a time "
+                                                    "(ISO 8601 with a zone)")] = "24h",
             limit: Annotated[int, typer.Option(help="jobs listed, longest first")] = 20,
             as_json: AsJson = False) -> None:
     """Goodput of the cluster and its jobs over a time range: ETTR, MFU, badput by category."""
-    from datetime import UTC, datetime
-
-    from gpufleet.domain.durations import parse_duration
-
-    start = datetime.now(UTC) - parse_duration(since, "--since")
+    start = since_time(since)
     if limit < 1:
         raise InvalidInput("--limit", limit, "1 or more jobs")
-    doc = _client(ctx).call("GET", "/goodput", since=start.isoformat(), limit=min(limit, 1000))
+    doc = _client(ctx).call("GET", "/goodput", since=start, limit=min(limit, 1000))
 
     def pct(v: float | None) -> str:
         return "-" if v is None else f"{100 * v:.1f} %"

@@ -14,13 +14,11 @@ catalog:
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
 
-from gpufleet.cli.fleet import AsJson, Client, _client, _out, _table, _when, fleet_app
-from gpufleet.domain.durations import parse_duration
+from gpufleet.cli.fleet import AsJson, Client, _client, _out, _table, _when, fleet_app, since_time
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.eventio import FileEvent, format_event, parse_time
 from gpufleet.domain.events import EventKind, Severity
@@ -40,7 +38,7 @@ def events(ctx: typer.Context, node: Annotated[str | None, typer.Option(help="on
            as_json: AsJson = False) -> None:
     """Recent events, newest first; or every matching event as event lines (--jsonl)."""
     client = _client(ctx)
-    after = None if since is None else _since(since)
+    after = None if since is None else since_time(since)
     if jsonl:
         if as_json:
             raise InvalidInput("--jsonl", True, "either --jsonl or --json, not both")
@@ -82,14 +80,3 @@ def file_event(e: dict[str, Any], line: int) -> FileEvent:
         from_slot=attrs.get("from") if kind is EventKind.MOVED else None,
         to_slot=attrs.get("to") if kind is EventKind.MOVED else None,
         severity=Severity(sev) if sev else None, message=e.get("message") or "", id=e["id"], node=e["node"])
-
-
-def _since(text: str) -> str:
-    """``--since``: an ISO time with a zone, or a duration back from now; as the API's ISO time."""
-    if text[:1].isdigit() and ("T" in text or "-" in text):
-        return parse_time(text, "--since").isoformat()
-    try:
-        back = parse_duration(text, "--since")
-    except InvalidInput:
-        raise InvalidInput("--since", text, "a time (2026-11-28T12:00:00Z) or how long ago (2h, 30m)") from None
-    return (datetime.now(UTC) - back).isoformat()

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from gpufleet.cli.fleet_events import PAGE, _since, export, file_event
+from gpufleet.cli.fleet import since_time as _since
+from gpufleet.cli.fleet_events import PAGE, export, file_event
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.eventio import format_event, parse_line
 from gpufleet.domain.events import EventKind
