@@ -273,7 +273,7 @@ class Pusher:
         # 422 (invalid) and 409 (an id already used for another event) can never succeed: isolate and drop.
         if (res.status == 409 or (res.status == 422 and not _names_node(res.error))):
             if len(batch) == 1:
-                self.spool.drop([batch[0][0]], f"422 {res.error} for {batch[0][1][:300]}")
+                self.spool.drop([batch[0][0]], f"{res.status} {res.error} for {batch[0][1][:300]}")
                 return True
             mid = len(batch) // 2
             return self._send(batch[:mid]) and self._send(batch[mid:])

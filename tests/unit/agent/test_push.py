@@ -303,7 +303,8 @@ def test_a_429_is_honoured_nothing_is_sent_before_its_retry_after(tmp_path: Path
     assert len(spool) == 0
 
 
-def test_a_409_for_a_reused_id_isolates_that_event_and_the_rest_go_through(tmp_path: Path) -> None:
+def test_a_409_for_a_reused_id_isolates_that_event_and_the_rest_go_through(tmp_path: Path,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
     accepted: list[str] = []
 
     def handler(req: httpx.Request) -> httpx.Response:
@@ -322,3 +323,5 @@ def test_a_409_for_a_reused_id_isolates_that_event_and_the_rest_go_through(tmp_p
     pusher.step()
     assert len(spool) == 0 and spool.dropped == 1
     assert sorted(accepted) == ["n1:e0", "n1:e1", "n1:e3", "n1:e4"]
+    [drop] = [r.getMessage() for r in caplog.records if "dropped" in r.getMessage()]
+    assert "rejected: 409 " in drop and "n1:e2" in drop  # the status the controller gave, not a 422
