@@ -38,6 +38,7 @@ from datetime import datetime, timedelta
 from functools import lru_cache
 from pathlib import Path
 
+from gpufleet.agent.eventids import event_id
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.fleet import gpu_slot
@@ -190,8 +191,8 @@ class IdleGpus:
             attrs.append(("mem_used_mib", f"{used:.0f}"))
         if holder.user:
             attrs.append(("user", holder.user))
-        return HealthEvent(
-            f"{self.node}:gpu_idle:{slot}:{holder.job}:{int(since.timestamp())}", self.node, EventKind.GPU_IDLE,
+        return HealthEvent(  # the id's time is the spell's start: one report per (GPU, job) and idle spell
+            event_id(self.node, f"gpu_idle:{slot}:{holder.job}", since), self.node, EventKind.GPU_IDLE,
             now, slot,
             message=f"GPU {gpu} allocated to Slurm job {holder.job}{owner} has been idle (utilisation <= "
                     f"{self.max_util_pct:g} %) for {minutes:.0f} min, {held}",

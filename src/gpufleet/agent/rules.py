@@ -8,9 +8,12 @@ Every check is edge-triggered: it reports when a condition *starts* (a flag turn
 past its threshold within one interval, a rate crosses its limit) and re-arms when the condition clears,
 so a GPU that stays hot yields one event, not one per second. Below the thresholds, error counters that
 grow on a link are reported as informational weak link reports, at most one per link a minute
-(:mod:`gpufleet.agent.weaklinks`): the correlator's evidence from coherence. Ids are deterministic where the condition
-has a natural key (a counter value), so a restarted agent re-reporting the same fact yields the same id
-and the controller's dedup drops it.
+(:mod:`gpufleet.agent.weaklinks`): the correlator's evidence from coherence.
+
+Each event's id is ``<node>:<key>@<time>`` (:func:`gpufleet.agent.eventids.event_id`): the key names the
+rule, the component and what fired (a counter's total, a width), the time is the event's own, to the
+microsecond. A counter's total alone would repeat: counters start again from 0 after a reset, an edge goes
+off and on again, a restarted agent reports a condition that still holds (decision 0129).
 
 Components follow the fleet's slot names: ``<node>-gpu<i>``, ``<node>-nic<k>`` (k = the HCA's position
 among the node's InfiniBand HCAs, sorted by name), ``<node>`` for host checks.
@@ -24,6 +27,7 @@ from datetime import datetime
 from gpufleet.agent.collectors.host import HostReading
 from gpufleet.agent.collectors.infiniband import IbPortReading
 from gpufleet.agent.devices.port import THERMAL_THROTTLE, FastReading, SlowReading, XidEvent
+from gpufleet.agent.eventids import event_id
 from gpufleet.agent.weaklinks import WeakLinks
 from gpufleet.domain.events import IB_RCV_SEEN, IB_SYMBOL_SEEN, NVLINK_SEEN, EventKind, HealthEvent
 from gpufleet.domain.fleet import gpu_slot, nic_slot
@@ -122,15 +126,16 @@ class PassiveChecks:
         attrs: tuple[tuple[str, str], ...] = (),
         source: str = "agent",
     ) -> HealthEvent:
-        """One observation. ``rule`` names the rule that fired (the controller's catalog judges it:
-        ``rules_catalog.csv``); ``attrs`` carry the local identities the controller maps to topology
-        ids (``gpu`` index, ``device``/``port`` of an HCA, ``nvlink`` number)."""
+        """One observation at ``now``, its id made here once: ``key`` (what was seen) at ``now``
+        (:func:`~gpufleet.agent.eventids.event_id`). ``rule`` names the rule that fired (the controller's
+        catalog judges it: ``rules_catalog.csv``); ``attrs`` carry the local identities the controller
+        maps to topology ids (``gpu`` index, ``device``/``port`` of an HCA, ``nvlink`` number)."""
         local: tuple[tuple[str, str], ...] = (("rule", rule),) if rule else ()
         gpu = component.removeprefix(f"{self.node}-gpu")
         if gpu != component and gpu.isdigit():
             local += (("gpu", gpu),)
         return HealthEvent(
-            id=f"{self.node}:{key}",
+            id=event_id(self.node, key, now),
             node=self.node,
             kind=kind,
             time=now,
@@ -146,10 +151,9 @@ class PassiveChecks:
     def on_xid(self, x: XidEvent) -> HealthEvent:
         comp = self.gpu(x.index) if x.index >= 0 else self.node
         msg = f"NVML XID {x.code}" + (f": {x.detail}" if x.detail else "")
-        stamp = int(x.time.timestamp() * 1_000_000)
-        self._xid_seq += 1  # two XIDs in the same microsecond are still two events
+        self._xid_seq += 1  # two XIDs of one code and GPU in the same microsecond are still two events
         return self._event(
-            f"xid:{comp}:{x.code}:{stamp}:{self._xid_seq}",
+            f"xid:{comp}:{x.code}:{self._xid_seq}",
             EventKind.XID,
             x.time,
             comp,
@@ -161,11 +165,11 @@ class PassiveChecks:
 
     def on_fast(self, r: FastReading, now: datetime) -> list[HealthEvent]:
         out: list[HealthEvent] = []
-        g, th, stamp = self.gpu(r.index), self.thresholds, int(now.timestamp())
+        g, th = self.gpu(r.index), self.thresholds
         if self._edge(f"lost:{g}", r.lost):
             out.append(
                 self._event(
-                    f"gpu_lost:{g}:{stamp}",
+                    f"gpu_lost:{g}",
                     EventKind.GPU_LOST,
                     now,
                     g,
@@ -186,7 +190,7 @@ class PassiveChecks:
             why = "thermal slowdown asserted" if throttled else f"temperature {temp:.0f} C >= {th.thermal_c:.0f} C"
             out.append(
                 self._event(
-                    f"thermal:{g}:{stamp}",
+                    f"thermal:{g}",
                     EventKind.THERMAL,
                     now,
                     g,
@@ -199,7 +203,7 @@ class PassiveChecks:
         if self._edge(f"hbm:{g}", hbm is not None and hbm >= th.hbm_thermal_c):
             out.append(
                 self._event(
-                    f"hbm_thermal:{g}:{stamp}",
+                    f"hbm_thermal:{g}",
                     EventKind.THERMAL,
                     now,
                     g,
@@ -297,7 +301,7 @@ class PassiveChecks:
         if self._edge(f"pcie_width:{g}", narrow):
             out.append(
                 self._event(
-                    f"pcie_width:{g}:x{r.pcie_width}:{int(now.timestamp())}",
+                    f"pcie_width:{g}:x{r.pcie_width}",
                     EventKind.LINK_ERROR,
                     now,
                     g,
@@ -311,7 +315,7 @@ class PassiveChecks:
         if self._edge(f"pcie_gen:{g}", slow):
             out.append(
                 self._event(
-                    f"pcie_gen:{g}:gen{r.pcie_gen}:{int(now.timestamp())}",
+                    f"pcie_gen:{g}:gen{r.pcie_gen}",
                     EventKind.LINK_ERROR,
                     now,
                     g,
@@ -345,7 +349,7 @@ class PassiveChecks:
             if self._edge(f"down:{key}", was_up and lk.up is False):
                 out.append(
                     self._event(
-                        f"nvlink_down:{key}:{int(now.timestamp())}",
+                        f"nvlink_down:{key}",
                         EventKind.LINK_DOWN,
                         now,
                         g,
@@ -374,8 +378,8 @@ class PassiveChecks:
                 )
             elif (n := self._weak_count(f"nvlink:{key}", d, now)) is not None:
                 out.append(
-                    self._event(  # the second: a counter restarts from 0 after a reset, its totals repeat
-                        f"nvlink_seen:{key}:{total}:{int(now.timestamp())}",
+                    self._event(
+                        f"nvlink_seen:{key}:{total}",
                         EventKind.LINK_ERROR,
                         now,
                         g,
@@ -391,7 +395,7 @@ class PassiveChecks:
     def on_ib(self, p: IbPortReading, now: datetime, mono: float) -> list[HealthEvent]:
         out: list[HealthEvent] = []
         nic, th = self.nic(p.device), self.thresholds
-        key, stamp = f"{nic}:{p.port}", int(now.timestamp())
+        key = f"{nic}:{p.port}"
         attrs = (("device", p.device), ("port", str(p.port)))
         seen_active = f"ib_up:{key}" in self._active
         if p.active:
@@ -399,7 +403,7 @@ class PassiveChecks:
         if self._edge(f"ib_down:{key}", seen_active and not p.active and p.state != ""):
             out.append(
                 self._event(
-                    f"ib_down:{key}:{stamp}",
+                    f"ib_down:{key}",
                     EventKind.LINK_DOWN,
                     now,
                     nic,
@@ -433,7 +437,7 @@ class PassiveChecks:
         if self._edge(f"ib_rate:{key}", slow):
             out.append(
                 self._event(
-                    f"ib_rate:{key}:{stamp}",
+                    f"ib_rate:{key}",
                     EventKind.LINK_ERROR,
                     now,
                     nic,
@@ -458,7 +462,7 @@ class PassiveChecks:
                 if n is not None:
                     out.append(
                         self._event(
-                            f"{seen}:{key}:{value}:{int(now.timestamp())}",
+                            f"{seen}:{key}:{value}",
                             EventKind.LINK_ERROR,
                             now,
                             nic,
@@ -470,7 +474,7 @@ class PassiveChecks:
                 continue
             out.append(
                 self._event(
-                    f"ib_{counter}:{key}:{p.counter(counter)}",
+                    f"ib_{counter}:{key}:{value}",
                     EventKind.LINK_ERROR,
                     now,
                     nic,
@@ -514,11 +518,10 @@ class PassiveChecks:
                     )
                 )
         for m in h.mounts:
-            stamp = int(now.timestamp())
             if self._edge(f"mount_missing:{m.role}", not m.present):
                 out.append(
                     self._event(
-                        f"mount_missing:{m.role}:{stamp}",
+                        f"mount_missing:{m.role}",
                         EventKind.CHECK_FAILED,
                         now,
                         self.node,
@@ -531,7 +534,7 @@ class PassiveChecks:
             if self._edge(f"mount_full:{m.role}", frac is not None and frac < th.mount_min_free_fraction):
                 out.append(
                     self._event(
-                        f"mount_full:{m.role}:{stamp}",
+                        f"mount_full:{m.role}",
                         EventKind.CHECK_FAILED,
                         now,
                         self.node,

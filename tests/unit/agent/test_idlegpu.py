@@ -98,6 +98,21 @@ def test_a_job_that_ends_rearms_its_gpus(tmp_path: Path) -> None:
     assert [e.attr("job") for e in idle.observe(t0 + timedelta(minutes=22), {0: 0.0}, {0: Allocation("8")})] == ["8"]
 
 
+def test_two_idle_spells_that_start_within_one_second_are_two_reports(tmp_path: Path) -> None:
+    """At a slow cadence under a second one spell can end and the next start within the same second: the
+    second report is a new event, not a reuse of the first one's id (decision 0129)."""
+    idle, t0, job = IdleGpus("n1", timedelta(seconds=0.2), 5.0, tmp_path), FakeClock().now(), {0: Allocation("7")}
+
+    def at(s: float, util: float) -> list[HealthEvent]:
+        return idle.observe(t0 + timedelta(seconds=s), {0: util}, job)
+
+    assert at(0.1, 0.0) == []
+    [first] = at(0.3, 0.0)
+    assert at(0.4, 90.0) == [] and at(0.5, 0.0) == []  # works, then idles again
+    [again] = at(0.7, 0.0)
+    assert again.id != first.id
+
+
 def test_the_report_names_the_owner_and_the_memory_the_idle_gpu_held(tmp_path: Path) -> None:
     """The most memory in use over the idle window is reported: a GPU with nothing loaded (a CUDA context
     at most) apart from one that keeps the job's data while it computes nothing."""

@@ -5,6 +5,7 @@ from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -304,10 +305,145 @@ def test_dbe_events_match_growth(steps: list[int]) -> None:
     assert events == sum(1 for s in steps if s > 0)
 
 
-def test_ids_are_deterministic_for_counter_events() -> None:
-    a, b = PassiveChecks("n1"), PassiveChecks("n1")
-    for c in (a, b):
-        c.on_slow(slow(ecc_dbe_aggregate=0), at(0))
-    ea = a.on_slow(slow(ecc_dbe_aggregate=2), at(30))
-    eb = b.on_slow(slow(ecc_dbe_aggregate=2), at(31))
-    assert [e.id for e in ea] == [e.id for e in eb]
+
+# --- event ids: two different events never share one ---------------------------------------------------
+# A counter starts again from 0 after a reset (GPU reset, driver reload, reboot, HCA reset, a replaced
+# board, ``nvidia-smi -p``), so its totals repeat; an edge goes off and on again; a restarted agent sees a
+# condition that still holds as new. The controller refuses a reused (node, id) with another payload (409)
+# and the agent drops it: an id that repeats loses an event.
+def _ib_checks(tmp_path: Path) -> tuple[PassiveChecks, InfinibandCollector, Path]:
+    root = tmp_path / "ib"
+    shutil.copytree(FIX / "h100-healthy", root)
+    th = Thresholds(ib_window_s=60, ib_symbol_error_per_min=10, ib_rcv_error_per_min=10, weak_link_events=False)
+    return PassiveChecks("n1", th), InfinibandCollector(root), root / "mlx5_7/ports/1/counters"
+
+
+def _ib_rule(c: PassiveChecks, col: InfinibandCollector, counters: Path, s: float, rule: str,
+             **values: int) -> list[HealthEvent]:
+    """One InfiniBand read at ``s`` with ``values`` written to mlx5_7 port 1's counters; the events of ``rule``."""
+    for name, v in values.items():
+        (counters / name).write_text(f"{v}\n")
+    return [e for p in col.read() for e in c.on_ib(p, at(s), s) if e.attr("rule") == rule]
+
+
+@pytest.mark.parametrize(("field", "rule", "total"), [
+    ("ecc_dbe_aggregate", "dbe_increase", 1),
+    ("ecc_sbe_aggregate", "sbe_burst", 150),
+    ("pcie_replay", "pcie_replay", 150),
+])
+def test_a_gpu_counter_back_at_its_total_after_a_reset_is_a_new_event(field: str, rule: str, total: int) -> None:
+    c = PassiveChecks("n1")
+
+    def read(s: float, value: int) -> list[HealthEvent]:
+        return [e for e in c.on_slow(slow(**{field: value}), at(s)) if e.attr("rule") == rule]
+
+    assert read(0, 0) == []
+    [first] = read(30, total)
+    assert read(60, 0) == []  # the reset: a new baseline
+    [again] = read(90, total)
+    assert again.id != first.id and again.time != first.time
+
+
+def test_nvlink_errors_back_at_their_total_after_a_reset_are_a_new_event() -> None:
+    c = PassiveChecks("n1", Thresholds(nvlink_error_increase=100))
+    assert _nvlink_errors(c, 0, 0) == []
+    [first] = _nvlink_errors(c, 30, 150)
+    assert _nvlink_errors(c, 60, 0) == []
+    [again] = _nvlink_errors(c, 90, 150)
+    assert (first.attr("rule"), again.attr("rule")) == ("nvlink_errors", "nvlink_errors") and again.id != first.id
+
+
+def test_an_ib_link_downed_count_back_at_its_total_after_an_hca_reset_is_a_new_flap(tmp_path: Path) -> None:
+    c, col, counters = _ib_checks(tmp_path)
+    assert _ib_rule(c, col, counters, 0, "ib_flap", link_downed=0) == []
+    [first] = _ib_rule(c, col, counters, 30, "ib_flap", link_downed=1)
+    assert _ib_rule(c, col, counters, 60, "ib_flap", link_downed=0) == []
+    [again] = _ib_rule(c, col, counters, 90, "ib_flap", link_downed=1)
+    assert again.id != first.id
+
+
+@pytest.mark.parametrize("counter", ["symbol_error", "port_rcv_errors"])
+def test_an_ib_error_rate_back_at_its_total_after_an_hca_reset_is_a_new_event(tmp_path: Path, counter: str) -> None:
+    c, col, counters = _ib_checks(tmp_path)
+    rule = f"ib_{counter}"
+    assert _ib_rule(c, col, counters, 0, rule, **{counter: 0}) == []
+    [first] = _ib_rule(c, col, counters, 60, rule, **{counter: 1000})  # 1000 a minute
+    assert _ib_rule(c, col, counters, 120, rule, **{counter: 1000}) == []  # none in the next window: re-armed
+    assert _ib_rule(c, col, counters, 150, rule, **{counter: 0}) == []  # the HCA reset
+    [again] = _ib_rule(c, col, counters, 210, rule, **{counter: 1000})
+    assert again.id != first.id
+
+
+def test_a_host_memory_error_count_back_at_its_total_after_a_reboot_is_a_new_event() -> None:
+    c = PassiveChecks("n1")
+
+    def read(s: float, ue: int) -> list[HealthEvent]:
+        return c.on_host(HostReading((EdacReading("mc0", 0, ue),), ()), at(s))
+
+    assert read(0, 0) == []
+    [first] = read(30, 1)
+    assert read(60, 0) == []
+    [again] = read(90, 1)
+    assert again.attr("check") == "edac" and again.id != first.id
+
+
+_AT_A_COUNT = {  # edge rules whose old ids were keyed by a count that stays the same while they hold
+    "remap_failure": dict(remap_failure=True, remap_uncorrectable=512),
+    "remap_pending": dict(remap_pending=True, remap_uncorrectable=2),
+    "page_retirement_pending": dict(retired_pages_pending=True, retired_pages_sbe=3),
+    "retired_pages_max": dict(retired_pages_sbe=20, retired_pages_dbe=40),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(_AT_A_COUNT))
+def test_an_edge_at_the_same_count_that_goes_off_and_on_again_is_a_new_event(rule: str) -> None:
+    c = PassiveChecks("n1")
+
+    def read(s: float, on: bool) -> list[HealthEvent]:
+        return [e for e in c.on_slow(slow(**(_AT_A_COUNT[rule] if on else {})), at(s)) if e.attr("rule") == rule]
+
+    [first] = read(0, True)
+    assert read(30, False) == []  # a GPU reset applied the remap, a read that failed, a replaced board ...
+    [again] = read(60, True)
+    assert again.id != first.id
+
+
+@pytest.mark.parametrize("rule", sorted(_AT_A_COUNT))
+def test_an_edge_a_restarted_agent_sees_again_is_a_new_event(rule: str) -> None:
+    """A restarted agent reports a condition that still holds (its edges start unarmed): a new observation,
+    at another time, which the controller must not refuse as a reuse of the first one's id."""
+    [first] = [e for e in PassiveChecks("n1").on_slow(slow(**_AT_A_COUNT[rule]), at(0)) if e.attr("rule") == rule]
+    [again] = [e for e in PassiveChecks("n1").on_slow(slow(**_AT_A_COUNT[rule]), at(45)) if e.attr("rule") == rule]
+    assert again.id != first.id
+
+
+def test_an_edge_that_goes_off_and_on_again_within_one_second_is_a_new_event() -> None:
+    """A cadence under a second (``fast_s = 0.3``) sees an edge go off and on again within one second."""
+    c = PassiveChecks("n1", Thresholds(thermal_c=87, thermal_clear_c=82))
+    [first] = c.on_fast(FastReading(0, temp_gpu_c=88.0, throttle_reasons=0), at(0.1))
+    assert c.on_fast(FastReading(0, temp_gpu_c=80.0, throttle_reasons=0), at(0.4)) == []
+    [again] = c.on_fast(FastReading(0, temp_gpu_c=88.0, throttle_reasons=0), at(0.7))
+    [lost] = c.on_fast(FastReading(1, lost=True), at(0.1))
+    assert c.on_fast(FastReading(1), at(0.4)) == []
+    [lost_again] = c.on_fast(FastReading(1, lost=True), at(0.7))
+    assert again.id != first.id and lost_again.id != lost.id
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 3), st.integers(0, 2), st.integers(0, 150),
+                          st.integers(0, 150), st.booleans(), st.booleans(), st.floats(0.001, 90.0)),
+                max_size=40))
+def test_no_two_different_events_share_an_id(
+        steps: list[tuple[bool, int, int, int, int, bool, bool, float]]) -> None:
+    """Any readings, counters that fall back (resets), edges that flap, agent restarts: an id names one event."""
+    th = Thresholds(sbe_increase=1, pcie_replay_increase=50, nvlink_error_increase=100, retired_pages_max=2)
+    c, t = PassiveChecks("n1", th), 0.0
+    named: dict[str, HealthEvent] = {}
+    for restart, sbe, dbe, replay, nvlink, pending, failure, gap in steps:
+        t += gap
+        if restart:
+            c = PassiveChecks("n1", th)
+        r = slow(ecc_sbe_aggregate=sbe, ecc_dbe_aggregate=dbe, pcie_replay=replay, remap_pending=pending,
+                 remap_failure=failure, retired_pages_pending=pending, retired_pages_dbe=dbe,
+                 nvlinks=(NvLinkReading(3, True, nvlink, 0, 0, 0),))
+        for e in c.on_slow(r, at(t)):
+            assert named.setdefault(e.id, e) == e, f"{e.id} names two events"

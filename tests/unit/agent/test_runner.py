@@ -15,7 +15,9 @@ from gpufleet.agent.collectors.kmsg import KmsgFollower
 from gpufleet.agent.devices.sim import SimDevice
 from gpufleet.agent.runner import Agent, Cadence
 from gpufleet.agent.spool import Spool
+from gpufleet.controller.api.schemas import EventIn
 from gpufleet.domain.events import EventKind, HealthEvent
+from gpufleet.domain.wire import to_wire
 from tests.unit.agent.fake_nvml import FakeNvml, nvml_over_sim
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "sysfs"
@@ -102,6 +104,23 @@ def test_faults_become_events_in_the_spool(tmp_path: Path) -> None:
     assert t.xid_counts == {(1, 31): 2, (3, 79): 1} and t.last_xid == {1: 31, 3: 79}
     assert t.fast[3] is not None and t.fast[3].lost
     assert t.events["xid"] == 3 and t.collector_errors == {}
+
+
+def test_an_event_is_spooled_with_the_id_it_was_made_with(tmp_path: Path) -> None:
+    """An id is made once, with the event (decision 0129): the runner's naming (``gpu``, ``pci``, ``source``)
+    keeps it and the spool keeps the event as it was emitted, so every resend from the spool is that event."""
+    stop = threading.Event()
+    holder: dict[str, SimDevice] = {}
+    clock = StopAt(70.0, stop, at={10.0: lambda: holder["d"].add_ecc(0, dbe=1),
+                                   40.0: lambda: holder["d"].thermal_excursion(0, 96.0)})
+    dev = holder["d"] = SimDevice(1, clock=clock)
+    spool, emitted = Spool(tmp_path / "s.db"), list[HealthEvent]()
+    agent = Agent("n1", dev, clock, spool=spool, on_events=emitted.extend)
+    agent.open()
+    agent.run(stop)
+    spooled = [to_wire(EventIn.model_validate(json.loads(b)).to_domain()) for _, b in spool.peek(100)]
+    assert {e.kind for e in emitted} >= {EventKind.ECC_DBE, EventKind.THERMAL}
+    assert spooled == [to_wire(e) for e in emitted]
 
 
 def test_gpu_lost_mid_poll_never_crashes() -> None:
