@@ -30,7 +30,7 @@ from gpufleet.lifecycle.validation import plan_validation
 from gpufleet.schedulers.port import Job, RunStatus, SchedNode, SchedNodeState, Scheduler, drain_reason
 
 from .failurelog import FailureLog
-from .faults import fault_of
+from .faults import NEVER_STARTED, fault_of
 from .fleetjudge import FleetJudge
 from .maintenance import Maintenance
 from .placement import place_suspects_last
@@ -61,6 +61,13 @@ def drift_reason(state: NodeState, before: str) -> str:
         before = before.partition(_BEFORE)[2]
     text = f"{state}: not revalidated"
     return drain_reason(DRIFT, f"{text}{_BEFORE}{before}" if before else text)
+
+
+def _busy(name: str, n: SchedNode | None) -> str:
+    """A partner that is not free, said with what the scheduler shows of it."""
+    if n is None:
+        return f"{name} (not in the scheduler)"
+    return f"{name} ({n.state}{', job ' + ','.join(n.jobs) if n.jobs else ''})"
 
 
 def _out_in_scheduler(n: SchedNode) -> str:
@@ -323,6 +330,8 @@ class Reconciler:
                                    partners=self.validator.partners)
             p = {"level": plan.level, "pairs": str(plan.partners)}
         level = p["level"]
+        if p.get("unpair"):  # a re-pairing a crash interrupted: finish it (each step is idempotent)
+            p, handle = self._unpair(row, p, now), ""
         if not handle:
             partners = tuple(x for x in p.get("partners", "").split(",") if x)
             if int(p.get("pairs", "0")) and not partners:
@@ -348,12 +357,22 @@ class Reconciler:
         else:
             run = self.validator.status(handle)
             ended = None if run.ended is None else f"{level} validation {run.ended} without a passing result"
-            if ended is None and run.pending:
-                ended = self._never_started(node, handle, run.pending, p.setdefault("submitted", now.isoformat()), now)
+            attrs: tuple[tuple[str, str], ...] = ()
+            submitted = p.setdefault("submitted", now.isoformat())
+            if (ended is None and run.pending
+                    and now - datetime.fromisoformat(submitted) >= self.cfg.validation_start_timeout):
+                busy = self._busy_partners(node, handle, p)
+                if busy:
+                    self._pair_again(row, p, handle, busy, run.pending, now)
+                    return None
+                ended = self._never_started(node, handle, run.pending, submitted, now)
+                # marked: a run that never started says nothing about the hardware (the repair ladder
+                # does not count it as the fault coming back: controller.faults.never_ran, decision 0130)
+                attrs = ((NEVER_STARTED, run.pending),)
             if ended is not None:
                 self.controller.ingest([HealthEvent(
                     f"validation-ended:{row.id}", node, EventKind.CHECK_FAILED, now, source="validator",
-                    severity=Severity.DEGRADED, message=ended)])
+                    severity=Severity.DEGRADED, message=ended, attrs=attrs)])
                 return f"{ended}: back to repair"
         what = f"pending ({run.pending})" if run.pending else "running"
         self.controller.store.update_action(row.id, status=ActionStatus.WAITING, now=now,
@@ -362,14 +381,12 @@ class Reconciler:
                                             result=f"{level} validation job {handle} {what}")
         return None
 
-    def _never_started(self, node: str, handle: str, pending: str, submitted: str, now: datetime) -> str | None:
+    def _never_started(self, node: str, handle: str, pending: str, submitted: str, now: datetime) -> str:
         """A validation job still pending ``validation_start_timeout`` after it was submitted never gets the
-        node (a drain by someone else, a partition down, a partner's job that does not end): cancel it and
-        say why (None while it may still start). Cancelled before the failure is recorded: a crash in
-        between finds the job ended and fails the validation all the same."""
+        node (a drain by someone else, a partition down): cancel it and say why. Cancelled before the
+        failure is recorded: a crash in between finds the job ended and fails the validation all the same.
+        (A partner that is not free is not the node's failure: :meth:`_pair_again`.)"""
         waited = now - datetime.fromisoformat(submitted)
-        if waited < self.cfg.validation_start_timeout:
-            return None
         waited -= timedelta(microseconds=waited.microseconds)  # said in whole seconds
         assert self.validator is not None
         self.validator.cancel(handle)
@@ -378,6 +395,55 @@ class Reconciler:
         log.warning("%s: %s", node, why)
         self.controller.audit(node, "validation_cancelled", why)
         return why
+
+    def _busy_partners(self, node: str, handle: str, p: dict[str, str]) -> tuple[str, ...]:
+        """The pairing partners (``p['partners']``) that keep validation job ``handle`` from starting: not
+        idle in the scheduler, or running another job (one that landed on a partner between its choice
+        and the reservation, which lets it finish: ``ignore_jobs``). Empty when the run has no partners, or
+        when the node itself is not free (drained by someone else, down): then it is the node's validation
+        that cannot run, and it fails (decision 0124)."""
+        partners = [x for x in p.get("partners", "").split(",") if x]
+        if not partners:
+            return ()
+        seen = {n.name: n for n in self.scheduler.list_nodes()}
+
+        def free(name: str) -> bool:
+            n = seen.get(name)
+            return n is not None and n.state == SchedNodeState.IDLE and not set(n.jobs) - {handle}
+
+        if not free(node):
+            return ()
+        return tuple(_busy(x, seen.get(x)) for x in partners if not free(x))
+
+    def _pair_again(self, row: OutboxAction, p: dict[str, str], handle: str, busy: Sequence[str], pending: str,
+                    now: datetime) -> None:
+        """A pairing job that never started because a partner was not free says nothing about the node
+        (nor the partner): cancel it and pair the node again with known-good partners that are free
+        (decision 0130). The intent is recorded first (``progress.unpair``): a crash from here
+        on finishes the re-pairing at the next pass and never reads the cancelled job as a failed run."""
+        node = row.action.node
+        why = (f"validation job {handle} never started: pending ({pending}) past validation_start_timeout "
+               f"{self.cfg.validation_start_timeout}: partner(s) not free: {', '.join(busy)}; cancelled, not "
+               f"failed: pairing {node} again")
+        p = {k: v for k, v in p.items() if k not in ("validation", "submitted", "partners")}
+        p["unpair"] = handle
+        self.controller.store.update_action(row.id, status=ActionStatus.WAITING, now=now, next_attempt=now,
+                                            progress=p, result=why)
+        log.warning("%s: %s", node, why)
+        self.controller.audit(node, "validation_partners_busy", why)
+        self._unpair(row, p, now)
+
+    def _unpair(self, row: OutboxAction, p: dict[str, str], now: datetime) -> dict[str, str]:
+        """Cancel the job ``p['unpair']`` and forget it: the next pass chooses free partners and requests the
+        run again (the validator's hold on the node stays: Slurm's reservation keeps other jobs off it and
+        is set to the node and its new partners by that request, which lets the busy partner go)."""
+        assert self.validator is not None
+        node = row.action.node
+        self.validator.cancel(p["unpair"])
+        p = {k: v for k, v in p.items() if k != "unpair"}
+        self.controller.store.update_action(row.id, status=ActionStatus.WAITING, now=now, next_attempt=now,
+                                            progress=p, result=f"pairing {node} again with free known-good partners")
+        return p
 
     def _partners(self, node: str, count: int) -> tuple[str, ...]:
         """Known-good partners that are idle in the scheduler now (LifecycleEngine.pairing_partners)."""

@@ -15,6 +15,12 @@ the action's ``progress`` *before* it is started, and executors are idempotent o
    returns it to service: no human step); a failed one climbs to the next rung on the next pass; a
    ticket ends automation: the node waits in ``repair`` for people (``repair-complete`` or ``retire``).
 
+A node sent to repair by a validation job that never started (cancelled at ``validation_start_timeout``:
+the node drained by hand, its partition down) gets no rung: that run says nothing about the fault, so it
+is not the fault coming back. The action ends at once, nothing is added to the repair log (the ladder
+stays where it was), and the node waits in ``repair`` for people, who fix what kept the job from starting
+and run ``repair-complete`` (decision 0130).
+
 Before the first rung, with the agent executor and ``bundle`` on, the node's agent captures a
 diagnostic bundle (controller.bundles) — a reset or reboot destroys what an RMA asks about; the
 repairer waits for it at most ``bundle_timeout`` and goes on without it after that.
@@ -37,7 +43,7 @@ from gpufleet.lifecycle.states import NodeState
 from gpufleet.lifecycle.validation import level_after
 
 from .executors.port import Executor, StepOutcome, StepRequest
-from .faults import fault_of
+from .faults import fault_of, never_ran
 from .service import Controller
 from .store.bundles import BundleStore
 from .store.repairs import CommandStatus, RepairStore
@@ -71,6 +77,9 @@ class Repairer:
             return f"node is {state}: nothing to repair"
         p = dict(row.progress)
         if not p.get("key"):
+            unrun = never_ran(self.c, row.decision_id)
+            if unrun:
+                return self._not_climbed(node, unrun)
             if self._capturing(row, p, now):
                 return None
             p = self._choose(row, p, now)
@@ -99,6 +108,17 @@ class Repairer:
                     got = StepOutcome(False, f"no result within {self.cfg.step_timeout} ({got.detail})")
             outcome = got
         return self._finish(row, p, step, outcome, now)
+
+    def _not_climbed(self, node: str, unrun: str) -> str:
+        """The node is in repair because its validation never ran (``unrun``: why): no rung, with people."""
+        fault = fault_of(self.c, node)
+        why = (f"no repair step: the validation never ran ({unrun}), so it says nothing about {fault.key}; the "
+               f"ladder stays where it was (not counted as the fault coming back)")
+        log.warning("%s: %s. Manual action: fix what kept the validation job from starting, then "
+                    "POST /v1/nodes/%s/repair-complete", node, why, node)
+        self.c.audit(node, "repair_not_climbed", why, actor_id="repairer")
+        return (f"{why}; with people: fix what kept the job from starting, then "
+                f"POST /v1/nodes/{node}/repair-complete (revalidates it)")
 
     # ---- the diagnostic bundle, before the first rung -----------------------------------------
     def _capturing(self, row: OutboxAction, p: dict[str, str], now: datetime) -> bool:

@@ -67,7 +67,9 @@ class PolicyConfig:
     # An agent silent for this long produces a heartbeat_lost event (0 disables).
     heartbeat_timeout: timedelta = timedelta(minutes=2)
     # A validation job still pending (never started: e.g. Slurm's ReqNodeNotAvail on a node someone drained)
-    # this long after it was submitted is cancelled, and the validation fails with the pending reason.
+    # this long after it was submitted is cancelled, and the validation fails with the pending reason (the
+    # repair ladder does not count it as the fault coming back; a pairing job kept waiting by a partner that
+    # is not free is paired again instead).
     validation_start_timeout: timedelta = timedelta(minutes=10)
     # Blast-radius budget: at most this share of the fleet / of any rack or switch domain unavailable.
     max_unavailable_fleet: float = 0.10

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import shlex
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from gpufleet.checks.collective import free_port
+from gpufleet.schedulers.port import RunStatus
 from gpufleet.schedulers.slurm import SlurmScheduler
 from gpufleet.schedulers.slurm.validation import SlurmValidator, ValidationJobs, reservation_of
 from tests.integration.slurm.controller import AGENT_TOKEN, POLICY, LabController
@@ -61,6 +62,38 @@ class PairLab:
         """The same as a ``[validation]`` table of controller.toml."""
         return (f"[validation]\ncommand = 'false {{node}} {{level}}'\nuser = \"root\"\ntime_limit = \"5m\"\n"
                 f"output = '{self.output}'\npair_command = '{self.pair_command}'\npair_partners = {self.partners}")
+
+
+class JobLandsOnAPartner:
+    """The race pairing leaves open: the first partner chosen is idle, and a job lands on it (whole node)
+    before the validation's reservation is made, which lets it run (``ignore_jobs``); the pairing job waits
+    for it. Otherwise the lab's validator."""
+
+    def __init__(self, lab: SlurmLab, inner: SlurmValidator) -> None:
+        self.lab, self.inner = lab, inner
+        self.job, self.on = "", ""
+
+    @property
+    def partners(self) -> int:
+        return self.inner.partners
+
+    def request(self, node: str, level: str, key: str, partners: Sequence[str] = ()) -> str:
+        if partners and not self.job:
+            self.on, self.job = partners[0], self.lab.sbatch(partners[0], "sleep 600", "--exclusive")
+            wait_for(lambda: self.lab.job_state(self.job) == "RUNNING", f"job {self.job} running on {self.on}")
+        return self.inner.request(node, level, key, partners)
+
+    def status(self, handle: str) -> RunStatus:
+        return self.inner.status(handle)
+
+    def cancel(self, handle: str) -> None:
+        self.inner.cancel(handle)
+
+    def release(self, node: str) -> None:
+        self.inner.release(node)
+
+    def holds(self, node: str) -> bool:
+        return self.inner.holds(node)
 
 
 @pytest.fixture
@@ -142,3 +175,46 @@ def test_a_slow_node_fails_its_pairing_and_goes_back_to_repair_without_blaming_a
         assert len(repairs) == 2, "repair again after the failed validation"
     finally:
         ctl.stop()
+
+
+def test_a_partner_whose_job_outlives_the_deadline_is_replaced_and_nobody_is_failed(
+        lab: SlurmLab, sched: SlurmScheduler, tmp_path: Path, cleanup: None) -> None:
+    """A review's case: a job landed on the chosen partner before the reservation, the pairing job waited
+    for it past validation_start_timeout and was cancelled, and the node under validation failed (back to
+    repair; with the ladder on, one rung up) for its partner being busy. A run that never started measured
+    nothing: the node is paired again with a free partner, and neither is blamed."""
+    pl = PairLab(lab, tmp_path, partners=1)
+    racing = JobLandsOnAPartner(lab, pl.validator(sched))
+    # 20 s: the first job waits for the partner's job whatever the deadline; the second must start within it,
+    # and a node just resumed (n1, by the first request) is not available to Slurm until its next ping
+    # (SlurmdTimeout 30 s: every ~10 s): with 3 s the second job failed in a run of the whole file
+    policy = PAIR_POLICY.replace("[policy]\n", '[policy]\nvalidation_start_timeout = "20s"\n')
+    ctl = LabController.start(tmp_path, sched, lab.nodes, policy_text=policy, validator=racing)
+    pl.url_file.write_text(ctl.url.removesuffix("/v1"))
+    try:
+        ctl.post_event("n1", "link_down", component="n1-mlx5_0", link="n1-mlx5_0/1", attrs={"rule": "ib_down"},
+                       message="mlx5_0 port 1 went down")
+        wait_for(lambda: ctl.node_state("n1") == "repair", lambda: f"n1 in repair: {_history(ctl, 'n1')}", timeout=60)
+        ctl.admin.post("/nodes/n1/repair-complete", json={"reason": "recabled"}).raise_for_status()
+        wait_for(lambda: ctl.node_state("n1") == "ready" or ("revalidate", "repair") in _history(ctl, "n1"),
+                 lambda: f"n1 validated: {_history(ctl, 'n1')}; {ctl.action('n1', 'validate')}", timeout=180)
+        assert ("revalidate", "repair") not in _history(ctl, "n1"), "n1 failed for its partner's job"
+        busy, other = racing.on, ({"n2", "n3"} - {racing.on}).pop()
+        (said,) = [x["detail"] for x in ctl.audit("n1") if x["action"] == "validation_partners_busy"]
+        assert f"partner(s) not free: {busy} (" in said and racing.job in said and "cancelled, not failed" in said
+        first = said.split("validation job ", 1)[1].split(" ", 1)[0]
+        assert lab.job_state(first) == "CANCELLED", "the pairing job that never started is cancelled"
+        pairs = [x["detail"] for x in ctl.audit("n1") if x["action"] == "validation_partners"][::-1]
+        assert len(pairs) == 2 and f"known-good {busy} " in pairs[0] + " " and pairs[1].endswith(
+            f"known-good {other} (fabric fault)"), pairs
+        got = [e for e in ctl.admin.get("/events", params={"node": "n1", "kind": "check_passed"}).json()
+               if "multinode_pair" in e["message"]]
+        assert got and got[0]["attrs"]["peer"] == other, got  # measured with the partner that was free
+        for node in ("n1", busy):
+            assert ctl.admin.get("/events", params={"node": node, "kind": "check_failed"}).json() == [], node
+        assert lab.job_state(racing.job) == "RUNNING", "the partner's own job is left alone"
+        wait_for(lambda: not _reserved(lab, "n1"), "the reservation is released")
+    finally:
+        ctl.stop()
+        if racing.job:
+            lab.cmd("scancel", racing.job, check=False)

@@ -126,5 +126,50 @@ def test_a_fault_that_returns_after_two_reboots_goes_to_a_hardware_ticket(
         lab.cmd("scontrol", "delete", f"reservationname={reservation_of('n2')}", check=False)
 
 
+def test_a_validation_job_that_never_starts_after_a_reboot_does_not_climb_the_ladder(
+        lab: SlurmLab, sched: SlurmScheduler, tmp_path: Path, tickets: Tickets) -> None:
+    """A review's case: the validation after a reboot could not start (its partition down), was cancelled
+    at validation_start_timeout, and the ladder took that for the fault coming back: a second reboot, then
+    a hardware ticket, for a scheduling problem. A run that never started says nothing about the GPU: the
+    node waits in repair for people with the ladder where it was."""
+    _, url_file, verdict = _validator(lab, sched, tmp_path)
+    verdict.write_text("pass")
+    jobs = ValidationJobs((tmp_path / "command").read_text(), "root", partition="high",
+                          time_limit=timedelta(minutes=5), output=str(lab.root / "jobs" / "validate-%j.out"))
+    policy = LOOP_POLICY.replace("[policy]\n", '[policy]\nvalidation_start_timeout = "3s"\n')
+    lab.cmd("scontrol", "update", "PartitionName=high", "State=DOWN")
+    ctl = LabController.start(tmp_path, sched, lab.nodes, policy_text=policy,
+                              validator=SlurmValidator(sched, jobs, slurm_conf=lab.slurm_conf),
+                              repair=RepairSettings(agent=True, ticket_url=tickets.url))
+    url_file.write_text(ctl.url.removesuffix("/v1"))
+    agent = AgentProcess(tmp_path, "n2", ctl.url.removesuffix("/v1"), "gpu_lost@gpu0")  # XID 79: reboot
+    try:
+        def second_repair() -> dict[str, object] | None:
+            repairs = [a for a in ctl.actions("n2") if a["kind"] == "repair"]
+            return repairs[0] if len(repairs) == 2 and repairs[0]["status"] != "pending" else None
+
+        wait_for(lambda: second_repair() is not None, lambda: f"n2 back in repair and its repair action carried "
+                 f"out; history {_history(ctl, 'n2')}; actions {[(a['kind'], a['status']) for a in ctl.actions('n2')]}",
+                 timeout=120)
+        cancelled = [a["detail"] for a in ctl.audit("n2") if a["action"] == "validation_cancelled"]
+        assert len(cancelled) == 1 and "never started: pending (" in cancelled[0], cancelled
+        again = second_repair()
+        assert again is not None and again["status"] == "done", again
+        assert str(again["result"]).startswith("no repair step: the validation never ran (validation job "), again
+        assert "ladder stays where it was" in str(again["result"])
+        results = [a["detail"] for a in ctl.audit("n2") if a["action"] == "repair_result"]
+        assert len(results) == 1 and results[0].startswith("reboot ("), "one reboot: the one the run never checked"
+        (held,) = [a["detail"] for a in ctl.audit("n2") if a["action"] == "repair_not_climbed"]
+        assert "xid:79" in held
+        assert tickets.bodies == [] and ctl.node_state("n2") == "repair"
+        wait_for(lambda: "DRAIN" in sched.slurm_node("n2").flags, "n2 drained again")
+        wait_for(lambda: not _reserved(lab, "n2"), "the reservation is deleted")
+    finally:
+        agent.stop()
+        ctl.stop()
+        lab.cmd("scontrol", "update", "PartitionName=high", "State=UP")
+        lab.cmd("scontrol", "delete", f"reservationname={reservation_of('n2')}", check=False)
+
+
 def _reserved(lab: SlurmLab, node: str) -> bool:
     return lab.cmd("scontrol", "show", "reservation", reservation_of(node), check=False).returncode == 0
