@@ -27,7 +27,15 @@ from gpufleet.lifecycle.engine import SchedObservation
 from gpufleet.lifecycle.plan import AuditEntry, OutboxAction, Plan
 from gpufleet.lifecycle.states import Actor, NodeState
 from gpufleet.lifecycle.validation import plan_validation
-from gpufleet.schedulers.port import Job, RunStatus, SchedNode, SchedNodeState, Scheduler, drain_reason
+from gpufleet.schedulers.port import (
+    BEFORE,
+    Job,
+    RunStatus,
+    SchedNode,
+    SchedNodeState,
+    Scheduler,
+    drain_reason,
+)
 
 from .failurelog import FailureLog
 from .faults import NEVER_STARTED, fault_of
@@ -49,7 +57,6 @@ _BUSY = frozenset({SchedNodeState.ALLOCATED, SchedNodeState.DRAINING})  # the po
 
 
 DRIFT = "drift"  # the decision id of a drift re-drain's reason (gpufleet:drift ...)
-_BEFORE = "; before: "
 
 
 def drift_reason(state: NodeState, before: str) -> str:
@@ -58,9 +65,9 @@ def drift_reason(state: NodeState, before: str) -> str:
     earlier reason), which the resume erased in the scheduler (Slurm clears it) and the re-drain would
     otherwise replace. A node re-drained again keeps the first reason, not a chain (decision 0128)."""
     if before.startswith(drain_reason(DRIFT, "")):
-        before = before.partition(_BEFORE)[2]
+        before = before.partition(BEFORE)[2]
     text = f"{state}: not revalidated"
-    return drain_reason(DRIFT, f"{text}{_BEFORE}{before}" if before else text)
+    return drain_reason(DRIFT, f"{text}{BEFORE}{before}" if before else text)
 
 
 def _busy(name: str, n: SchedNode | None) -> str:

@@ -13,7 +13,9 @@ Consistency and failure behaviour (the contract):
   decision id. ``resume`` never clears a drain whose reason does not start with the prefix (someone
   else drained it): it raises :class:`~gpufleet.domain.errors.Conflict` and leaves the node alone.
   ``drain`` of a node drained by someone else keeps their reason and succeeds (the node is out either
-  way) — :attr:`SchedNode.foreign_drain` reports it.
+  way) — :attr:`SchedNode.foreign_drain` reports it. ``drain`` of a node that is down (not drained) for
+  someone else's reason drains it with gpufleet's reason followed by theirs (:func:`keeping_reason`:
+  ``<gpufleet's>; before: <theirs>``, decision 0131): the drain is gpufleet's, their words stay.
 * **Failures are exceptions, not silence.** An unreachable scheduler raises
   :class:`~gpufleet.domain.errors.ExternalError` (retryable); an unknown node raises
   :class:`~gpufleet.domain.errors.NotFound`. The reconciler records, retries and surfaces both.
@@ -119,6 +121,19 @@ class RunStatus:
 def drain_reason(decision_id: str, text: str) -> str:
     """The scheduler-visible reason for a drain gpufleet makes: ``gpufleet:<decision> <text>``."""
     return f"{REASON_PREFIX}{decision_id} {text}".strip()
+
+
+BEFORE = "; before: "  # what follows it in a gpufleet reason is the reason the node had before (0128, 0131)
+
+
+def keeping_reason(reason: str, before: str) -> str:
+    """gpufleet's ``reason`` for a node that already has someone else's (``before``: an operator's words on
+    a node they set down), kept after it: ``<reason>; before: <before>`` (the form of a drift re-drain,
+    decision 0128). A reason of gpufleet's own is replaced, not kept (no chain)."""
+    before = " ".join(before.split())
+    if not before or before.startswith(REASON_PREFIX):
+        return reason
+    return f"{reason}{BEFORE}{before}"
 
 
 @runtime_checkable

@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 
 from gpufleet.domain.errors import Conflict, ExternalError, InvalidInput, NotFound
-from gpufleet.schedulers.port import REASON_PREFIX, Job, JobState, SchedNode, SchedNodeState
+from gpufleet.schedulers.port import REASON_PREFIX, Job, JobState, SchedNode, SchedNodeState, keeping_reason
 
 
 @dataclass(slots=True)
@@ -93,6 +93,8 @@ class SimScheduler:
                 raise InvalidInput("reason", reason, "a non-empty drain reason")
             if n.drain:
                 return False  # idempotent; a foreign reason is kept
+            if n.down:  # someone else's reason for the node being down is kept after ours (decision 0131)
+                reason = keeping_reason(reason, n.reason)
             n.drain, n.reason = True, reason
             self._effect("drain", node, reason)
             return True

@@ -241,6 +241,19 @@ def test_a_drift_redrain_keeps_the_reason_the_node_had_and_a_second_one_does_not
         rig.step()  # a pass that sees it drained again
 
 
+def test_a_drain_of_a_node_someone_set_down_keeps_their_reason_after_gpufleets(rig: Rig) -> None:
+    """The simulated scheduler as Slurm's adapter (decision 0131): a fatal fault on a node an operator had set
+    down drains it, and their reason stays after gpufleet's."""
+    n = rig.nodes[6]
+    down = rig.s._get(n)
+    down.down, down.reason = True, "jdoe: PSU dead"
+    rig.c.ingest([ev(n, EventKind.XID, T0, 79)])
+    rig.step()
+    got = rig.s._get(n)
+    assert got.drain and got.reason.startswith("gpufleet:d-"), got
+    assert got.reason.endswith("; before: jdoe: PSU dead"), got.reason
+
+
 def test_a_reason_seen_while_out_is_forgotten_once_the_node_is_back_in_service(rig: Rig) -> None:
     """A review's case: the reason remembered for a drift re-drain must be the current outage's, not last
     month's: an operator's drain and resume of a node gpufleet keeps serving leave nothing behind."""

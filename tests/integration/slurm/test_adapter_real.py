@@ -51,6 +51,28 @@ def test_node_without_slurmd_drains_and_resumes(lab: SlurmLab, sched: SlurmSched
     assert "DRAIN" not in sched.slurm_node("ghost").flags
 
 
+def test_a_drain_of_a_node_an_operator_set_down_keeps_their_reason_after_ours(
+        lab: SlurmLab, sched: SlurmScheduler) -> None:
+    """A review's case: Slurm replaces a DOWN node's reason with the drain's, so gpufleet's drain of a node an
+    operator had set down erased their words (and, the reason now gpufleet's, made it look like gpufleet's
+    own outage). The drain keeps them after gpufleet's reason, as a drift re-drain does (0128). ``ghost``
+    has no slurmd: it stays down (a live node comes back at its next registration, ReturnToService=2)."""
+    theirs = "jdoe: PSU dead, RMA 4411"
+    lab.cmd("scontrol", "update", "nodename=ghost", "state=down", f"reason={theirs}")
+    try:
+        assert sched.node("ghost").state == SchedNodeState.DOWN and sched.node("ghost").reason == theirs
+        ours = drain_reason("d-down", "xid 79 gpu fell off the bus")
+        assert sched.drain("ghost", ours) is True
+        n = sched.slurm_node("ghost")
+        assert n.base_state == "down" and "DRAIN" in n.flags, n
+        assert n.reason == f"{ours}; before: {theirs}", n.reason
+        assert sched.node("ghost").drained_by_us, "the drain is gpufleet's: revalidation resumes it"
+        assert sched.drain("ghost", drain_reason("d-other", "again")) is False
+        assert sched.slurm_node("ghost").reason == f"{ours}; before: {theirs}", "a second drain changes nothing"
+    finally:
+        lab.cmd("scontrol", "update", "nodename=ghost", "state=resume", check=False)
+
+
 def test_unreachable_controller_then_retry_applies_once(lab: SlurmLab, sched: SlurmScheduler) -> None:
     job = lab.sbatch("n3")
     wait_for(lambda: lab.job_state(job) == "RUNNING", "job running")

@@ -8,7 +8,10 @@ How the port's contract maps onto Slurm:
 
 * **Ownership.** gpufleet's drains carry a reason starting with ``gpufleet:``. ``drain`` reads the
   node first: a node that already has the DRAIN flag is left as it is (ours: idempotent; someone
-  else's: their reason is kept and reported through ``SchedNode.foreign_drain``). ``resume`` clears
+  else's: their reason is kept and reported through ``SchedNode.foreign_drain``). A node that is DOWN
+  without the DRAIN flag (an operator's ``state=down``, or Slurm's own "Not responding") is drained with
+  gpufleet's reason followed by the one it replaces (``<gpufleet's>; before: <theirs>``, decision 0131):
+  the DRAIN flag keeps the node out when it comes back up (``ReturnToService``). ``resume`` clears
   only a drain or DOWN whose reason starts with the prefix, and raises ``Conflict`` otherwise.
   Slurm has no compare-and-set on a node's reason, so there is a window of one command between the
   read and the write; an operator who re-drains a node inside it is the only way to lose a reason.
@@ -41,7 +44,7 @@ from datetime import datetime
 from typing import Protocol
 
 from gpufleet.domain.errors import Conflict, ExternalError, InvalidInput, NotFound
-from gpufleet.schedulers.port import REASON_PREFIX, Job, JobState, SchedNode
+from gpufleet.schedulers.port import REASON_PREFIX, Job, JobState, SchedNode, keeping_reason
 from gpufleet.schedulers.slurm.checkpoint import signal_name, with_checkpoint
 from gpufleet.schedulers.slurm.parse import (
     PLACE_LAST_WEIGHT,
@@ -215,6 +218,8 @@ class SlurmScheduler:
             if not current.reason.startswith(REASON_PREFIX):
                 log.info("%s: already drained by someone else (%r); keeping their reason", node, current.reason)
             return False
+        if current.base_state == "down":  # Slurm would replace their reason with ours: keep it after ours
+            text = _clean_reason(keeping_reason(text, current.reason))
         self._scontrol(["update", f"nodename={node}", "state=drain", f"reason={text}"], node=node)
         log.info("%s: drained in slurm: %s", node, text)
         try:
