@@ -8,7 +8,11 @@ starts with nothing memoised for the topology (exposures, kinds, units, placemen
 on one topology, see gpufleet.correlate.index), the second finds what the first left there, as a
 long-running engine would; a third pass runs as the second with the controller's collector thresholds
 (``gpufleet.controller.heap.tune``: young collections every 10,000 allocations, not 700), which is how
-``controller serve`` runs the engine; a last pass times each ``observe`` call for the verdict latency.
+``controller serve`` runs the engine; then ``long_lived``: ONE engine of each kind over all the streams
+placed end to end (each a minute after the last, 9 hours of stream), with the controller's collector, which
+is what a controller does (a fresh engine per 30-minute stream never reaches the steady state of a
+long-running one: its rate window (2 hours) is never full, its candidates and the collector's oldest
+generation never grow to their steady size); a last pass times each ``observe`` call for the verdict latency.
 Each of the three passes also reports how much of each engine's CPU time the cycle collector took, by
 generation (young, middle, full): the part of the speed goal that is not the engine's own work.
 ``python -m bench correlate_scale`` (a few minutes at full size);
@@ -17,9 +21,11 @@ generation (young, middle, full): the part of the speed goal that is not the eng
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import statistics
 import time
+from datetime import timedelta
 
 from gpufleet.controller import heap
 from gpufleet.correlate import compiled
@@ -76,6 +82,7 @@ def run(quick: bool) -> dict[str, object]:
             "v2_collector": collector.report(True, cpu[True]),
             "v1_collector": collector.report(False, cpu[False]),
         }
+    out["long_lived"] = _long_lived(topo, streams)  # still with the controller's collector
     out["verdict_latency"] = _verdict_latency(topo, streams)  # still with the controller's collector
     gc.set_threshold(*default)
     gc.unfreeze()
@@ -109,6 +116,41 @@ class _CollectorClock:
             total += s
         out["share_of_cpu"] = round(total / cpu_s, 3) if cpu_s > 0 else None
         return out
+
+
+def _long_lived(topo: Topology, streams: list[tuple[FileEvent, ...]]) -> dict[str, object]:
+    """One engine per kind over every stream placed end to end, as a controller runs it: events per CPU
+    second over the whole, and per fifth of it (the first fifth is before the rate window is full)."""
+    joined: list[FileEvent] = []
+    shift = timedelta(0)
+    for evs in streams:
+        joined.extend(dataclasses.replace(ev, time=ev.time + shift) for ev in evs)
+        shift += evs[-1].time - evs[0].time + timedelta(minutes=1)
+    out: dict[str, object] = {"events": len(joined), "stream_hours": round(shift.total_seconds() / 3600, 1)}
+    fifth = max(1, len(joined) // 5)
+    for coherence in (True, False):
+        collector = _CollectorClock()
+        collector.engine = coherence
+        gc.callbacks.append(collector)
+        eng = Engine(topo, coherence=coherence)
+        clock = time.process_time
+        parts: list[int] = []
+        c0 = a = clock()
+        try:
+            for i, ev in enumerate(joined, 1):
+                eng.observe(ev)
+                if i % fifth == 0:
+                    b = clock()
+                    parts.append(round(fifth / max(1e-9, b - a)))
+                    a = b
+            dt = max(1e-9, clock() - c0)
+        finally:
+            gc.callbacks.remove(collector)
+        out["v2_coherence" if coherence else "v1_counts_only"] = {
+            "events_per_cpu_s": round(len(joined) / dt), "per_fifth": parts,
+            "collector": collector.report(coherence, dt)}
+        del eng
+    return out
 
 
 def _verdict_latency(topo: Topology, streams: list[tuple[FileEvent, ...]]) -> dict[str, object]:
