@@ -39,3 +39,26 @@ def test_a_fault_at_the_same_counter_totals_after_a_reset_is_stored_not_refused(
     for rule, stored in _reported(ctl).items():
         assert len(stored) == 2 and stored[0]["id"] != stored[1]["id"], (rule, stored)
         assert stored[0]["time"] != stored[1]["time"] and stored[0]["message"] == stored[1]["message"], (rule, stored)
+
+
+def _missing(ctl: Controller, role: str) -> list[dict[str, Any]]:
+    return [e for e in ctl.api.events(node="n1") if e["attrs"].get("rule") == "mount_missing"
+            and e["message"].startswith(f"{role} mount ")]
+
+
+def test_a_restarted_agent_does_not_report_again_a_condition_that_still_stands(fleet: Fleet) -> None:
+    """Decision 0132: the agent keeps what it reported in its state directory. A mount still missing after
+    a restart was reported by the first run; reported again with a new id, it would drain the node again
+    (after an operator had put it back on purpose), at every reboot or upgrade of the agent."""
+    ctl = fleet.controller(nodes={"n1": "r01"})
+    gone = fleet.root / "not-mounted"
+    first = fleet.agent("n1", config=f'mounts = {{ checkpoints = "{gone}/ckpt" }}\n')
+    wait_until(lambda: _missing(ctl, "checkpoints"), lambda: f"checkpoints missing from n1; log:\n"
+               f"{first.proc.text(4000)}", 30)
+    fleet.stop_agent("n1")
+
+    # the second run watches one more mount, missing too: its report says the first host reading is in
+    second = fleet.agent("n1", config=f'mounts = {{ checkpoints = "{gone}/ckpt", scratch = "{gone}/scratch" }}\n')
+    wait_until(lambda: _missing(ctl, "scratch"), lambda: f"scratch missing from n1; log:\n{second.proc.text(4000)}", 30)
+    assert len(_missing(ctl, "checkpoints")) == 1, _missing(ctl, "checkpoints")
+    assert "edge(s) kept from the last run" in second.proc.text()

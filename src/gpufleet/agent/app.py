@@ -189,7 +189,7 @@ def run_agent(
             backoff=Backoff(cfg.push_backoff_base_s, max(cfg.push_backoff_base_s, cfg.push_backoff_cap_s)),
             inventory=inventory,
         )
-        agent.spool, agent.wake_pusher = spool, pusher.kick
+        agent.spool, agent.wake_pusher = spool, pusher.kick  # the first tick restores its edges
     if cfg.kmsg or cfg.kmsg_file is not None:
         agent.kmsg = _kernel_log(cfg, clock, telemetry, decode)
         telemetry.kmsg_source = agent.kmsg.start()

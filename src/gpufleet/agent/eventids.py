@@ -13,6 +13,10 @@ start unarmed, reports a condition that still holds. One rule reads one componen
 key and its time name one observation. The id is made once, with the event; the spool keeps the event as
 it was made and every resend carries that id (decision 0129).
 
+An id fits the controller's limit (``EVENT_ID_MAX`` characters): past it, the key keeps its head and
+ends in ``~`` and a digest of the whole key, so a long node name (up to ``NODE_ID_MAX``) still has
+distinct ids for distinct keys (decision 0129).
+
 The kernel-log follower's ids are not made here: they come from the record itself (the boot and the
 kernel's sequence number, ``collectors/kmsg.py``), so that re-reading the ring after a restart yields the
 same ids for the same lines.
@@ -20,12 +24,21 @@ same ids for the same lines.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime
 
-from gpufleet.domain.events import utc
+from gpufleet.domain.events import EVENT_ID_MAX, utc
+
+_DIGEST = 16  # hex characters of the key's digest when the key is cut
 
 
 def event_id(node: str, key: str, when: datetime) -> str:
     """``<node>:<key>@<when>``, ``when`` in UTC to the microsecond:
-    ``n1:ecc_dbe:n1-gpu0:3@20261207T120030.000000Z``."""
-    return f"{node}:{key}@{utc(when):%Y%m%dT%H%M%S.%fZ}"
+    ``n1:ecc_dbe:n1-gpu0:3@20261207T120030.000000Z``; the key cut to ``<head>~<digest>`` when the whole
+    would be longer than ``EVENT_ID_MAX``."""
+    stamp = f"{utc(when):%Y%m%dT%H%M%S.%fZ}"
+    room = EVENT_ID_MAX - len(node) - len(stamp) - 2  # ":" and "@"
+    if len(key) > room:
+        digest = hashlib.sha256(key.encode()).hexdigest()[:_DIGEST]
+        key = f"{key[:max(0, room - _DIGEST - 1)]}~{digest}"
+    return f"{node}:{key}@{stamp}"

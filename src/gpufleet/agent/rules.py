@@ -21,6 +21,7 @@ among the node's InfiniBand HCAs, sorted by name), ``<node>`` for host checks.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -73,6 +74,7 @@ class PassiveChecks:
     _rates: dict[str, _Rate] = field(default_factory=dict)
     _xid_seq: int = 0
     _weak: WeakLinks | None = None
+    _taken: frozenset[str] = frozenset()
 
     def _weak_count(self, key: str, errors: int, now: datetime) -> int | None:
         """The errors to send in a weak link report for ``key`` now (:class:`WeakLinks`), or None."""
@@ -101,6 +103,23 @@ class PassiveChecks:
             return True
         self._active.discard(key)
         return False
+
+    # --- standing conditions across restarts (decision 0132) ------------------------------------
+    def take_armed(self) -> frozenset[str] | None:
+        """The conditions that stand now (each reported once when it turned on), when that set changed
+        since the last call; None when it did not. The runner stores it with the tick's events (what
+        was seen up, hot or down: every edge, whichever rule keeps it)."""
+        if self._active == self._taken:
+            return None
+        self._taken = frozenset(self._active)
+        return self._taken
+
+    def restore_armed(self, keys: Iterable[str]) -> None:
+        """Start with ``keys`` standing, as a previous run of the agent left them: a condition that still
+        holds is not reported again (the controller has it); one that cleared meanwhile re-arms at its
+        first reading."""
+        self._taken = frozenset(keys)
+        self._active = set(self._taken)
 
     def _delta(self, key: str, value: int | None) -> int:
         """Growth of a counter since its last reading (0 on the first reading or after a reset)."""

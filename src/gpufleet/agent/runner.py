@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
@@ -86,6 +86,7 @@ class Agent:
         self._indices: range = range(0)
         self._pci: dict[int, str] = {}  # GPU index -> PCI address
         self._gpu_of: dict[str, int] = {}  # PCI address -> GPU index
+        self._restored = False  # the spool's edges, taken at the first tick (decision 0132)
 
     # --- lifecycle --------------------------------------------------------------------------
     def open(self) -> DeviceStatus:
@@ -146,6 +147,8 @@ class Agent:
         events: list[HealthEvent] = []
         t = self.telemetry
         t.ticks += 1
+        if not self._restored:
+            self._restore_edges()
         if self._due("fast", mono, self.cadence.fast_s):
             if self.status.ok:
                 for i in self._indices:
@@ -184,11 +187,27 @@ class Agent:
             if h is not None:
                 t.host = h
                 events += self._local(self.checks.on_host(h, now), "host")
+        armed = self.checks.take_armed()  # stored with the events that changed it (decision 0132)
         if events:
-            self.emit(events)
+            self.emit(events, armed)
+        elif armed is not None and self.spool is not None:
+            self.spool.put((), armed)
         if self.inject is not None:
             self._guard("inject", self.inject)
         return events
+
+    def _restore_edges(self) -> None:
+        """Start from the edges the agent's last run stored with its events (decision 0132): a condition
+        that still stands (a row-remap failure, a missing mount, a link seen down) was reported then and
+        is not reported again, with a new id, to drain a node an operator may have put back on purpose."""
+        self._restored = True
+        if self.spool is None:
+            return
+        kept = self.spool.armed()
+        self.checks.restore_armed(kept)
+        if kept:
+            log.info("%s: %d edge(s) kept from the last run: conditions that still stand are not reported again",
+                     self.node, len(kept))
 
     def _xids(self, xids: Sequence[XidEvent]) -> None:
         events: list[HealthEvent] = []
@@ -201,7 +220,7 @@ class Agent:
         """Count and report XID events (the run loop calls this; tests may too)."""
         self._xids(xids)
 
-    def emit(self, events: Sequence[HealthEvent]) -> None:
+    def emit(self, events: Sequence[HealthEvent], armed: Collection[str] | None = None) -> None:
         counts = self.telemetry.events
         for ev in events:
             counts[ev.kind.value] = counts.get(ev.kind.value, 0) + 1
@@ -214,7 +233,7 @@ class Agent:
                 ev.message,
             )
         if self.spool is not None:
-            self.spool.put(events)
+            self.spool.put(events, armed)
         if self.on_events is not None:
             self.on_events(events)
         if self.kmsg is not None:

@@ -5,6 +5,8 @@
 * ``peek(n)`` returns the oldest ``n`` events with their sequence numbers; ``ack(seqs)`` deletes them
   after the controller accepted them. A crash between push and ack resends: at-least-once, and the
   controller deduplicates by event id.
+* It also keeps the conditions that stand (``armed``: a remap failure, a link seen down), stored with
+  the events that reported them, so that a restarted agent does not report them again (decision 0132).
 * Bounded: at most ``max_events``. When full, the oldest *non-fatal* events go first, then the oldest
   fatal ones; every eviction is counted in ``dropped`` (exported as a metric) and logged.
 
@@ -18,7 +20,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from pathlib import Path
 
 from gpufleet.domain import wire
@@ -35,6 +37,7 @@ CREATE TABLE IF NOT EXISTS spool (
     body  TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS armed (key TEXT PRIMARY KEY);
 """
 
 
@@ -64,13 +67,16 @@ class Spool:
         self.dropped = int(row[0]) if row else 0
         self._depth = int(self._db.execute("SELECT COUNT(*) FROM spool").fetchone()[0])
 
-    def put(self, events: Iterable[HealthEvent]) -> int:
-        """Store ``events``; returns how many were new. Evicts when over ``max_events``."""
+    def put(self, events: Iterable[HealthEvent], armed: Collection[str] | None = None) -> int:
+        """Store ``events``; returns how many were new. Evicts when over ``max_events``. ``armed``, when
+        given, replaces the standing conditions (:meth:`armed`) in the same transaction: a crash keeps
+        both or neither, so a condition is never marked reported without its event, nor the reverse."""
         rows = [(ev.id, int(_keep(ev)), wire.dumps(ev)) for ev in events]
-        if not rows:
+        if not rows and armed is None:
             return 0
         with self._lock:
             cur = self._db.cursor()
+            counts = self._depth, self.dropped  # put back if the transaction is
             cur.execute("BEGIN IMMEDIATE")
             try:
                 before = self._db.total_changes
@@ -80,9 +86,13 @@ class Spool:
                 over = self._depth - self.max_events
                 if over > 0:
                     self._evict(cur, over)
+                if armed is not None:
+                    cur.execute("DELETE FROM armed")
+                    cur.executemany("INSERT INTO armed(key) VALUES (?)", [(k,) for k in sorted(armed)])
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
+                self._depth, self.dropped = counts
                 raise
         return added
 
@@ -104,6 +114,12 @@ class Spool:
             gone,
             self.dropped,
         )
+
+    def armed(self) -> frozenset[str]:
+        """The standing conditions the agent's last run had reported (``PassiveChecks.take_armed``):
+        restored at start, so a restart does not report them again (decision 0132)."""
+        with self._lock:
+            return frozenset(str(k) for (k,) in self._db.execute("SELECT key FROM armed"))
 
     def peek(self, n: int) -> list[tuple[int, str]]:
         """The oldest ``n`` events as ``(seq, json body)``."""

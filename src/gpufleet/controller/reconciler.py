@@ -366,16 +366,23 @@ class Reconciler:
             ended = None if run.ended is None else f"{level} validation {run.ended} without a passing result"
             attrs: tuple[tuple[str, str], ...] = ()
             submitted = p.setdefault("submitted", now.isoformat())
-            if (ended is None and run.pending
+            if p.get(NEVER_STARTED):  # a cancel a crash interrupted: finish it (cancel is idempotent)
+                ended = self._never_started(node, handle, p[NEVER_STARTED], submitted, now)
+            elif (ended is None and run.pending
                     and now - datetime.fromisoformat(submitted) >= self.cfg.validation_start_timeout):
                 busy = self._busy_partners(node, handle, p)
                 if busy:
                     self._pair_again(row, p, handle, busy, run.pending, now)
                     return None
+                p[NEVER_STARTED] = run.pending  # recorded before the cancel: a crash after it keeps the mark
+                self.controller.store.update_action(row.id, status=ActionStatus.WAITING, now=now, next_attempt=now,
+                                                    progress=p, result=f"validation job {handle} never started: "
+                                                                       "cancelling it")
                 ended = self._never_started(node, handle, run.pending, submitted, now)
+            if p.get(NEVER_STARTED):
                 # marked: a run that never started says nothing about the hardware (the repair ladder
                 # does not count it as the fault coming back: controller.faults.never_ran, decision 0130)
-                attrs = ((NEVER_STARTED, run.pending),)
+                attrs = ((NEVER_STARTED, p[NEVER_STARTED]),)
             if ended is not None:
                 self.controller.ingest([HealthEvent(
                     f"validation-ended:{row.id}", node, EventKind.CHECK_FAILED, now, source="validator",
@@ -390,9 +397,11 @@ class Reconciler:
 
     def _never_started(self, node: str, handle: str, pending: str, submitted: str, now: datetime) -> str:
         """A validation job still pending ``validation_start_timeout`` after it was submitted never gets the
-        node (a drain by someone else, a partition down): cancel it and say why. Cancelled before the
-        failure is recorded: a crash in between finds the job ended and fails the validation all the same.
-        (A partner that is not free is not the node's failure: :meth:`_pair_again`.)"""
+        node (a drain by someone else, a partition down): cancel it and say why. The caller records the
+        intent (``progress.never_started``) before the cancel, and the failure after it: a crash in between
+        finds the mark and the job ended (or still pending: cancelled again, idempotent) and fails the
+        validation as one that never ran, so the repair ladder does not climb. (A partner that is not free
+        is not the node's failure: :meth:`_pair_again`.)"""
         waited = now - datetime.fromisoformat(submitted)
         waited -= timedelta(microseconds=waited.microseconds)  # said in whole seconds
         assert self.validator is not None

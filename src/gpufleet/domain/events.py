@@ -54,6 +54,10 @@ class Severity(StrEnum):
         return _SEVERITY_RANK[self]
 
 
+# The longest event id and node name the controller takes (API and database: one limit, here).
+EVENT_ID_MAX = 200
+NODE_ID_MAX = 128
+
 _SEVERITY_RANK = {Severity.INFO: 0, Severity.DEGRADED: 1, Severity.FATAL: 2}
 
 # Link events (InfiniBand ports, NVLink links): held for the correlator (controller.admission) and,

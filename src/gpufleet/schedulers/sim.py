@@ -99,6 +99,13 @@ class SimScheduler:
             self._effect("drain", node, reason)
             return True
 
+    def set_down(self, node: str, reason: str) -> None:
+        """Mark ``node`` down the way an operator would (``scontrol update state=down reason=...``)."""
+        with self._lock:
+            n = self._get(node)
+            n.down, n.reason = True, reason
+            self._effect("down", node, reason)
+
     def resume(self, node: str) -> None:
         with self._lock:
             self._check_reachable()
@@ -233,10 +240,10 @@ class SimScheduler:
 
     def _view(self, n: _Node) -> SchedNode:
         jobs = tuple(j.id for j in self._s.jobs.values() if j.state == JobState.RUNNING and n.name in j.nodes)
-        if n.down:
-            state = SchedNodeState.DOWN
-        elif n.drain:
+        if n.drain:  # a drain outranks down, as Slurm (DOWN+DRAIN reads DRAINED) and Kubernetes show it
             state = SchedNodeState.DRAINING if jobs else SchedNodeState.DRAINED
+        elif n.down:
+            state = SchedNodeState.DOWN
         else:
             state = SchedNodeState.ALLOCATED if jobs else SchedNodeState.IDLE
         return SchedNode(name=n.name, state=state, reason=n.reason, jobs=jobs, placed_last=n.last)

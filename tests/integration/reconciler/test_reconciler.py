@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from gpufleet.controller.clock import ManualClock
+from gpufleet.controller.faults import NEVER_STARTED, never_ran
 from gpufleet.controller.reconciler import Reconciler, backoff
 from gpufleet.controller.service import Controller
 from gpufleet.controller.store.db import make_engine, migrate
 from gpufleet.controller.store.repo import Page, Store
-from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.errors import ExternalError, InvalidInput
 from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.fleet import simulated_fleet
 from gpufleet.lifecycle.config import parse_policy
@@ -227,6 +228,43 @@ def test_a_validation_job_that_never_starts_is_cancelled_at_the_deadline_and_fai
     assert v.cancelled == ["41"], "cancelled once"
 
 
+@dataclass
+class LostAfterCancel(QueuedValidator):
+    """The job is cancelled, then the controller loses the rest of the pass (its database went away, or
+    the process died: the next pass is all that follows)."""
+
+    lost: int = 1
+
+    def cancel(self, handle: str) -> None:
+        super().cancel(handle)
+        if self.lost:
+            self.lost -= 1
+            raise ExternalError("database", "connection lost after scancel")
+
+
+def test_a_pass_lost_after_the_cancel_still_fails_the_validation_as_one_that_never_ran(rig: Rig) -> None:
+    v = LostAfterCancel()
+    rig.r.validator = v
+    node = rig.nodes[0]
+    rig.c.ingest([ev(node, EventKind.XID, T0, 79)])
+    rig.step()
+    rig.step()
+    rig.c.operate(node, OperatorOp.RESUME, "operator:test")
+    rig.step()
+    deadline = rig.c.policy_file.config.validation_start_timeout
+    rig.step(deadline.total_seconds())
+    assert v.cancelled == ["41"] and not v.lost, "cancelled, then the pass was lost"
+    assert rig.c.state_of(node) == NodeState.REVALIDATE and not rig.c.store.events(node=node, kind="check_failed",
+                                                                                   page=Page(10))
+    rig.step(600)  # the retry: the job reads "ended CANCELLED" now
+    assert rig.c.state_of(node) == NodeState.REPAIR
+    (failed,) = rig.c.store.events(node=node, kind="check_failed", page=Page(10))
+    assert failed.attrs.get(NEVER_STARTED) == v.reason, failed.attrs
+    assert f"never started: pending ({v.reason})" in failed.message
+    (d,) = [d for d in rig.c.store.decisions(node=node, page=Page(100)) if d.rule == "validation_failed"]
+    assert never_ran(rig.c, d.id) == failed.message, "the repair ladder does not count it as the fault again"
+
+
 def test_a_drift_redrain_keeps_the_reason_the_node_had_and_a_second_one_does_not_nest_it(rig: Rig) -> None:
     n = rig.nodes[4]
     rig.c.ingest([ev(n, EventKind.XID, T0, 79)])
@@ -245,13 +283,14 @@ def test_a_drain_of_a_node_someone_set_down_keeps_their_reason_after_gpufleets(r
     """The simulated scheduler as Slurm's adapter (decision 0131): a fatal fault on a node an operator had set
     down drains it, and their reason stays after gpufleet's."""
     n = rig.nodes[6]
-    down = rig.s._get(n)
-    down.down, down.reason = True, "jdoe: PSU dead"
+    rig.s.set_down(n, "jdoe: PSU dead")
+    assert rig.s.node(n).state == SchedNodeState.DOWN and not rig.s.node(n).drained_by_us
     rig.c.ingest([ev(n, EventKind.XID, T0, 79)])
     rig.step()
-    got = rig.s._get(n)
-    assert got.drain and got.reason.startswith("gpufleet:d-"), got
-    assert got.reason.endswith("; before: jdoe: PSU dead"), got.reason
+    got = rig.s.node(n)
+    assert got.reason.startswith("gpufleet:d-") and got.reason.endswith("; before: jdoe: PSU dead"), got.reason
+    # read as Slurm shows DOWN+DRAIN (tests/integration/slurm/test_adapter_real.py, the same case on `ghost`)
+    assert got.state == SchedNodeState.DRAINED and got.drained_by_us, got
 
 
 def test_a_reason_seen_while_out_is_forgotten_once_the_node_is_back_in_service(rig: Rig) -> None:

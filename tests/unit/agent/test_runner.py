@@ -260,3 +260,39 @@ def test_failing_xid_wait_does_not_spin() -> None:
     agent.run(stop)
     assert agent.telemetry.ticks == 10
     assert agent.telemetry.collector_errors["xid"] == 10
+
+
+def _one_slow_tick(dev: SimDevice, spool: Spool) -> list[HealthEvent]:
+    """A fresh agent process on the same machine and state directory: its first tick."""
+    agent = Agent("n1", dev, FakeClock(), spool=spool)
+    agent.open()
+    return agent.tick()
+
+
+def _kinds(events: list[HealthEvent]) -> list[EventKind]:
+    return sorted(e.kind for e in events)
+
+
+def test_a_restarted_agent_does_not_report_a_condition_that_still_stands(tmp_path: Path) -> None:
+    """Decision 0132: the failure was reported by the last run; a new id for it would drain again a node an
+    operator had put back in service, at every agent restart."""
+    dev = SimDevice(2, clock=FakeClock())
+    dev.set_row_remap(1, failure=True)
+    dev.retire_pages(0, dbe=70, pending=False)
+    first = _one_slow_tick(dev, Spool(tmp_path / "s.db"))
+    assert _kinds(first) == [EventKind.ECC_DBE, EventKind.ROW_REMAP_FAILURE], first
+    assert _one_slow_tick(dev, Spool(tmp_path / "s.db")) == [], "still standing: not reported again"
+    dev.set_row_remap(1, failure=False)  # the board was replaced while the agent ran ...
+    assert _one_slow_tick(dev, Spool(tmp_path / "s.db")) == []
+    dev.set_row_remap(1, failure=True)  # ... and the new one fails after a restart: that is news
+    (again,) = _one_slow_tick(dev, Spool(tmp_path / "s.db"))
+    assert again.kind == EventKind.ROW_REMAP_FAILURE and again.component == "n1-gpu1"
+
+
+def test_an_agent_without_a_spool_keeps_no_edges_and_reports_what_it_sees(tmp_path: Path) -> None:
+    dev = SimDevice(1, clock=FakeClock())
+    dev.set_row_remap(0, failure=True)
+    for _ in range(2):
+        agent = Agent("n1", dev, FakeClock())
+        agent.open()
+        assert _kinds(agent.tick()) == [EventKind.ROW_REMAP_FAILURE]

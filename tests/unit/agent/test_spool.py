@@ -57,6 +57,28 @@ def test_survives_reopen(tmp_path: Path) -> None:
     assert len(again) == 3 and [json.loads(b)["id"] for _, b in again.peek(10)] == ["e2", "e3", "e4"]
 
 
+def test_the_standing_conditions_are_kept_with_the_events_and_survive_reopen(tmp_path: Path) -> None:
+    s = Spool(tmp_path / "s.db")
+    assert s.armed() == frozenset()
+    assert s.put([ev(1)], {"remap_failure:n1-gpu1", "up:n1-gpu0:nvlink3"}) == 1
+    assert s.put([ev(2)]) == 1  # events alone leave the conditions as they were
+    s.close()
+    again = Spool(tmp_path / "s.db")
+    assert again.armed() == {"remap_failure:n1-gpu1", "up:n1-gpu0:nvlink3"} and len(again) == 2
+    assert again.put((), {"up:n1-gpu0:nvlink3"}) == 0  # a condition cleared, no event: stored all the same
+    again.close()
+    assert Spool(tmp_path / "s.db").armed() == {"up:n1-gpu0:nvlink3"}
+
+
+def test_a_failed_put_keeps_neither_its_events_nor_its_conditions(tmp_path: Path) -> None:
+    s = Spool(tmp_path / "s.db")
+    s.put([ev(1)], {"a"})
+    s._db.execute("CREATE TRIGGER no_b BEFORE INSERT ON armed WHEN NEW.key = 'b' BEGIN SELECT RAISE(ABORT, 'x'); END")
+    with pytest.raises(Exception, match="x"):
+        s.put([ev(2)], {"b"})
+    assert s.armed() == {"a"} and [json.loads(b)["id"] for _, b in s.peek(10)] == ["e1"] and len(s) == 1
+
+
 def test_bounded_evicts_routine_kinds_first(tmp_path: Path) -> None:
     """Thermal excursions are routine (they come in floods); a stated-fatal one and rare fault kinds stay."""
     s = Spool(tmp_path / "s.db", max_events=4)

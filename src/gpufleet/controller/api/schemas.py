@@ -17,7 +17,7 @@ from pydantic import (
     model_validator,
 )
 
-from gpufleet.domain.events import EventKind, HealthEvent, Severity
+from gpufleet.domain.events import EVENT_ID_MAX, NODE_ID_MAX, EventKind, HealthEvent, Severity
 from gpufleet.domain.text import NAME_MAX, REF_MAX, TEXT_EXPECTED, unstorable
 from gpufleet.lifecycle.states import NodeState
 
@@ -67,8 +67,8 @@ class _In(BaseModel):
 
 
 class EventIn(_In):
-    id: Text = Field(min_length=1, max_length=200, description="the producer's idempotency key")
-    node: Text = Field(min_length=1, max_length=128)
+    id: Text = Field(min_length=1, max_length=EVENT_ID_MAX, description="the producer's idempotency key")
+    node: Text = Field(min_length=1, max_length=NODE_ID_MAX)
     kind: EventKind
     time: AwareTime
     component: Text | None = Field(default=None, max_length=200)

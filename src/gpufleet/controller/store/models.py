@@ -22,6 +22,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from gpufleet.domain.events import EVENT_ID_MAX, NODE_ID_MAX
+
 
 class UTCDateTime(TypeDecorator[datetime]):
     """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
@@ -63,8 +65,8 @@ class NodeRow(Base):
 class EventRow(Base):
     __tablename__ = "events"
     seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
-    id: Mapped[str] = mapped_column(String(200))  # the producer's key, unique per node
-    node: Mapped[str] = mapped_column(String(128))
+    id: Mapped[str] = mapped_column(String(EVENT_ID_MAX))  # the producer's key, unique per node
+    node: Mapped[str] = mapped_column(String(NODE_ID_MAX))
     kind: Mapped[str] = mapped_column(String(32))
     time: Mapped[datetime]
     component: Mapped[str | None] = mapped_column(String(200), default=None)
@@ -75,7 +77,7 @@ class EventRow(Base):
     source: Mapped[str] = mapped_column(String(64), default="")
     attrs: Mapped[dict[str, Any]] = mapped_column(default=dict)
     received: Mapped[datetime]
-    fault_of: Mapped[str | None] = mapped_column(String(200), default=None)  # merged onto this id (same node)
+    fault_of: Mapped[str | None] = mapped_column(String(EVENT_ID_MAX), default=None)  # merged onto this id (same node)
     __table_args__ = (Index("ix_events_node_time", "node", "time"),
                       Index("ix_events_time", "time"),  # migration 0010: windows read at start
                       Index("ix_events_kind_time", "kind", "time"),  # migration 0010: one kind's events
