@@ -199,8 +199,8 @@ class QueuedValidator:
         return False
 
 
-def test_a_validation_job_that_never_starts_is_cancelled_at_the_deadline_and_fails(rig: Rig) -> None:
-    v = QueuedValidator()
+def _revalidating(rig: Rig, v: QueuedValidator) -> str:
+    """A node out for an XID 79, put back by an operator: its validation job submitted to ``v``."""
     rig.r.validator = v
     node = rig.nodes[0]
     rig.c.ingest([ev(node, EventKind.XID, T0, 79)])
@@ -209,6 +209,12 @@ def test_a_validation_job_that_never_starts_is_cancelled_at_the_deadline_and_fai
     assert rig.c.state_of(node) in (NodeState.DRAINED, NodeState.REPAIR)
     rig.c.operate(node, OperatorOp.RESUME, "operator:test")
     rig.step()
+    return node
+
+
+def test_a_validation_job_that_never_starts_is_cancelled_at_the_deadline_and_fails(rig: Rig) -> None:
+    v = QueuedValidator()
+    node = _revalidating(rig, v)
     deadline = rig.c.policy_file.config.validation_start_timeout
     waited = timedelta(0)
     while waited + timedelta(seconds=30) < deadline:  # pending, polled, never past the deadline
@@ -244,13 +250,7 @@ class LostAfterCancel(QueuedValidator):
 
 def test_a_pass_lost_after_the_cancel_still_fails_the_validation_as_one_that_never_ran(rig: Rig) -> None:
     v = LostAfterCancel()
-    rig.r.validator = v
-    node = rig.nodes[0]
-    rig.c.ingest([ev(node, EventKind.XID, T0, 79)])
-    rig.step()
-    rig.step()
-    rig.c.operate(node, OperatorOp.RESUME, "operator:test")
-    rig.step()
+    node = _revalidating(rig, v)
     deadline = rig.c.policy_file.config.validation_start_timeout
     rig.step(deadline.total_seconds())
     assert v.cancelled == ["41"] and not v.lost, "cancelled, then the pass was lost"

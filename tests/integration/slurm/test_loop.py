@@ -182,6 +182,15 @@ def test_a_new_node_is_burned_in_by_a_slurm_job_before_it_takes_work(
         lab.cmd("scontrol", "delete", f"reservationname={reservation_of('n1')}", check=False)
 
 
+def _never_starting(lab: SlurmLab, tmp_path: Path, policy: str) -> tuple[ValidationJobs, str]:
+    """Validation jobs that cannot start (their partition, ``high``, set DOWN here: the test sets it UP
+    again), and ``policy`` with a ``validation_start_timeout`` of 3 s."""
+    jobs = ValidationJobs((tmp_path / "command").read_text(), "root", partition="high",
+                          time_limit=timedelta(minutes=5), output=str(lab.root / "jobs" / "validate-%j.out"))
+    lab.cmd("scontrol", "update", "PartitionName=high", "State=DOWN")
+    return jobs, policy.replace("[policy]\n", '[policy]\nvalidation_start_timeout = "3s"\n')
+
+
 def test_a_validation_job_that_never_starts_is_cancelled_and_the_node_goes_back_to_repair(
         lab: SlurmLab, sched: SlurmScheduler, tmp_path: Path) -> None:
     """The drill: a node is revalidated, its validation job cannot start (here its partition is down) and
@@ -190,10 +199,7 @@ def test_a_validation_job_that_never_starts_is_cancelled_and_the_node_goes_back_
     validation fails, naming Slurm's pending reason."""
     url_file, verdict_file = _verdict_script(tmp_path)
     verdict_file.write_text("pass")
-    jobs = ValidationJobs((tmp_path / "command").read_text(), "root", partition="high",
-                          time_limit=timedelta(minutes=5), output=str(lab.root / "jobs" / "validate-%j.out"))
-    policy = POLICY.replace("[policy]\n", '[policy]\nvalidation_start_timeout = "3s"\n')
-    lab.cmd("scontrol", "update", "PartitionName=high", "State=DOWN")
+    jobs, policy = _never_starting(lab, tmp_path, POLICY)
     ctl = LabController.start(tmp_path, sched, lab.nodes, policy_text=policy,
                               validator=SlurmValidator(sched, jobs, slurm_conf=lab.slurm_conf))
     url_file.write_text(ctl.url.removesuffix("/v1"))

@@ -21,7 +21,7 @@ from gpufleet.schedulers.slurm.validation import SlurmValidator, ValidationJobs,
 from tests.integration.reconciler.test_repair_ladder import Tickets
 from tests.integration.slurm.controller import AGENT_TOKEN, POLICY, LabController
 from tests.integration.slurm.lab import SlurmLab, wait_for
-from tests.integration.slurm.test_loop import _history, _verdict_script
+from tests.integration.slurm.test_loop import _history, _never_starting, _verdict_script
 
 pytestmark = [pytest.mark.slurm, pytest.mark.loop]
 GPUFLEET = str(Path(sys.executable).with_name("gpufleet"))
@@ -134,10 +134,7 @@ def test_a_validation_job_that_never_starts_after_a_reboot_does_not_climb_the_la
     node waits in repair for people with the ladder where it was."""
     _, url_file, verdict = _validator(lab, sched, tmp_path)
     verdict.write_text("pass")
-    jobs = ValidationJobs((tmp_path / "command").read_text(), "root", partition="high",
-                          time_limit=timedelta(minutes=5), output=str(lab.root / "jobs" / "validate-%j.out"))
-    policy = LOOP_POLICY.replace("[policy]\n", '[policy]\nvalidation_start_timeout = "3s"\n')
-    lab.cmd("scontrol", "update", "PartitionName=high", "State=DOWN")
+    jobs, policy = _never_starting(lab, tmp_path, LOOP_POLICY)
     ctl = LabController.start(tmp_path, sched, lab.nodes, policy_text=policy,
                               validator=SlurmValidator(sched, jobs, slurm_conf=lab.slurm_conf),
                               repair=RepairSettings(agent=True, ticket_url=tickets.url))
