@@ -20,7 +20,7 @@ from gpufleet.agent.collectors.host import HostCollector
 from gpufleet.agent.collectors.infiniband import InfinibandCollector
 from gpufleet.agent.collectors.kmsg import Decode, KernelLog, KmsgFollower, LogDecoder, boot_time
 from gpufleet.agent.collectors.kmsgfile import KmsgFileReplay
-from gpufleet.agent.commands import start_poller
+from gpufleet.agent.commands import boot_id_reader, start_poller
 from gpufleet.agent.config import AgentConfig, read_token
 from gpufleet.agent.decoding import default_decoder
 from gpufleet.agent.devices.nvml import NvmlDevice
@@ -190,6 +190,7 @@ def run_agent(
             inventory=inventory,
         )
         agent.spool, agent.wake_pusher = spool, pusher.kick  # the first tick restores its edges
+        agent.boot_id = boot_id_reader(cfg.proc_root)  # ... when they were seen on this boot (decision 0132)
     if cfg.kmsg or cfg.kmsg_file is not None:
         agent.kmsg = _kernel_log(cfg, clock, telemetry, decode)
         telemetry.kmsg_source = agent.kmsg.start()
@@ -201,9 +202,13 @@ def run_agent(
         push_thread.start()
     node_status = start_status(cfg, agent, clock, stop,  # the node status file for slurmd (nodestatus.py)
                                reached=(lambda: pusher.last_success) if pusher is not None else None)
+    def repaired(kind: str) -> None:
+        agent.rearm()  # a condition still standing after the repair is reported again (decision 0132)
+        if node_status is not None:
+            node_status.clear(f"{kind} succeeded")
+
     commands = start_poller(cfg, token, device, stop,  # repair commands from the controller (commands.py)
-                            on_repaired=None if node_status is None else
-                            lambda kind: node_status.clear(f"{kind} succeeded"), verify=verify)
+                            on_repaired=repaired, verify=verify)
     log.info(
         "%s: agent up: device=%s (%s), metrics on %s:%d, push=%s",
         cfg.node,

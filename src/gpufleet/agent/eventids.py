@@ -8,8 +8,8 @@ The id is ``<node>:<key>@<time>``: ``key`` says what was seen (``ecc_dbe:<node>-
 component, a counter's total or the state that fired), ``time`` *when*, in UTC to the microsecond
 (``20261207T120030.000000Z``). What was seen alone is not enough: a counter starts again from 0 after a
 GPU reset, a driver reload, a reboot, an HCA reset or a replaced board, so its totals repeat; an edge goes
-off and on again (within one second, too, at a cadence under a second); a restarted agent, whose edges
-start unarmed, reports a condition that still holds. One rule reads one component once per tick, so the
+off and on again (within one second, too, at a cadence under a second); after a reboot or a repair the
+agent reports a condition that still holds again (decision 0132). One rule reads one component once per tick, so the
 key and its time name one observation. The id is made once, with the event; the spool keeps the event as
 it was made and every resend carries that id (decision 0129).
 

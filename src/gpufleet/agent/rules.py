@@ -13,7 +13,9 @@ grow on a link are reported as informational weak link reports, at most one per 
 Each event's id is ``<node>:<key>@<time>`` (:func:`gpufleet.agent.eventids.event_id`): the key names the
 rule, the component and what fired (a counter's total, a width), the time is the event's own, to the
 microsecond. A counter's total alone would repeat: counters start again from 0 after a reset, an edge goes
-off and on again, a restarted agent reports a condition that still holds (decision 0129).
+off and on again, a rebooted node reports a condition that still holds (decision 0129). An agent restarted
+on the same boot and hardware starts from the edges its last run stored (:meth:`PassiveChecks.restore_armed`,
+decision 0132) and does not report again what still stands.
 
 Components follow the fleet's slot names: ``<node>-gpu<i>``, ``<node>-nic<k>`` (k = the HCA's position
 among the node's InfiniBand HCAs, sorted by name), ``<node>`` for host checks.

@@ -68,6 +68,7 @@ class Agent:
         wake_pusher: threading.Event | None = None,
         inject: Callable[[], object] | None = None,
         idle: IdleGpus | None = None,
+        boot_id: Callable[[], str] | None = None,
     ) -> None:
         self.node = node
         self.device = device
@@ -87,6 +88,8 @@ class Agent:
         self._pci: dict[int, str] = {}  # GPU index -> PCI address
         self._gpu_of: dict[str, int] = {}  # PCI address -> GPU index
         self._restored = False  # the spool's edges, taken at the first tick (decision 0132)
+        self.boot_id = boot_id  # the kernel's boot id (commands.boot_id_reader); None: nothing is kept
+        self._rearm = threading.Event()  # a repair worked: every condition is looked at afresh
 
     # --- lifecycle --------------------------------------------------------------------------
     def open(self) -> DeviceStatus:
@@ -149,6 +152,9 @@ class Agent:
         t.ticks += 1
         if not self._restored:
             self._restore_edges()
+        if self._rearm.is_set():
+            self._rearm.clear()
+            self.checks.restore_armed(())
         if self._due("fast", mono, self.cadence.fast_s):
             if self.status.ok:
                 for i in self._indices:
@@ -196,18 +202,39 @@ class Agent:
             self._guard("inject", self.inject)
         return events
 
+    def rearm(self) -> None:
+        """A repair command worked (``commands.CommandPoller.on_repaired``): from the next tick every
+        condition is looked at afresh, so one that still stands is reported again and the controller
+        learns that the repair did not fix it (decision 0132). Thread-safe."""
+        self._rearm.set()
+
+    def _scope(self) -> str:
+        """What kept edges are valid for: this boot and this hardware. A reboot (the repair ladder's own,
+        or people's after a repair) looks at everything afresh (ports still training at boot are not
+        "down": they were never seen up in this boot), as do a GPU board, an HCA port or a mount that
+        changed while the agent was stopped. "" (no boot id) keeps nothing."""
+        boot = self.boot_id() if self.boot_id is not None else ""
+        if not boot:
+            return ""
+        gpus = ",".join(g.uuid for g in self.telemetry.gpus)
+        mounts = ",".join(f"{r}={p}" for r, p in sorted(self.host.mounts.items())) if self.host is not None else ""
+        ports = self._guard("infiniband", self.ib.scan) if self.ib is not None else []
+        hcas = ",".join(f"{dev}:{n}" for dev, n, _ in ports or [])  # an HCA gone renumbers the NIC slots
+        return f"boot={boot};gpus={gpus};hcas={hcas};mounts={mounts}"
+
     def _restore_edges(self) -> None:
-        """Start from the edges the agent's last run stored with its events (decision 0132): a condition
-        that still stands (a row-remap failure, a missing mount, a link seen down) was reported then and
-        is not reported again, with a new id, to drain a node an operator may have put back on purpose."""
+        """Start from the edges the agent's last run stored with its events, when it ran on this boot and
+        hardware (decision 0132): a condition that still stands (a row-remap failure, a missing mount, a
+        link down) was reported then and is not reported again, with a new id, to drain a node an operator
+        may have put back on purpose."""
         self._restored = True
         if self.spool is None:
             return
-        kept = self.spool.armed()
+        kept = self.spool.armed(self._scope())
         self.checks.restore_armed(kept)
         if kept:
-            log.info("%s: %d edge(s) kept from the last run: conditions that still stand are not reported again",
-                     self.node, len(kept))
+            log.info("%s: %d edge(s) kept from the last run on this boot: conditions that still stand are "
+                     "not reported again", self.node, len(kept))
 
     def _xids(self, xids: Sequence[XidEvent]) -> None:
         events: list[HealthEvent] = []

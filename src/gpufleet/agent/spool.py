@@ -5,8 +5,9 @@
 * ``peek(n)`` returns the oldest ``n`` events with their sequence numbers; ``ack(seqs)`` deletes them
   after the controller accepted them. A crash between push and ack resends: at-least-once, and the
   controller deduplicates by event id.
-* It also keeps the conditions that stand (``armed``: a remap failure, a link seen down), stored with
-  the events that reported them, so that a restarted agent does not report them again (decision 0132).
+* It also keeps the rules' edges (``armed``: a remap failure, a link seen down), stored with the events
+  that reported them and marked with the boot and hardware they were seen on, so that an agent
+  restarted on the same boot and hardware does not report them again (decision 0132).
 * Bounded: at most ``max_events``. When full, the oldest *non-fatal* events go first, then the oldest
   fatal ones; every eviction is counted in ``dropped`` (exported as a metric) and logged.
 
@@ -38,6 +39,7 @@ CREATE TABLE IF NOT EXISTS spool (
 );
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS armed (key TEXT PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS armed_scope (scope TEXT NOT NULL);
 """
 
 
@@ -66,6 +68,7 @@ class Spool:
         row = self._db.execute("SELECT value FROM meta WHERE key='dropped'").fetchone()
         self.dropped = int(row[0]) if row else 0
         self._depth = int(self._db.execute("SELECT COUNT(*) FROM spool").fetchone()[0])
+        self._scope = ""  # what the edges stored from now on were seen on (:meth:`armed`)
 
     def put(self, events: Iterable[HealthEvent], armed: Collection[str] | None = None) -> int:
         """Store ``events``; returns how many were new. Evicts when over ``max_events``. ``armed``, when
@@ -89,6 +92,8 @@ class Spool:
                 if armed is not None:
                     cur.execute("DELETE FROM armed")
                     cur.executemany("INSERT INTO armed(key) VALUES (?)", [(k,) for k in sorted(armed)])
+                    cur.execute("DELETE FROM armed_scope")
+                    cur.execute("INSERT INTO armed_scope(scope) VALUES (?)", (self._scope,))
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
@@ -115,10 +120,16 @@ class Spool:
             self.dropped,
         )
 
-    def armed(self) -> frozenset[str]:
-        """The standing conditions the agent's last run had reported (``PassiveChecks.take_armed``):
-        restored at start, so a restart does not report them again (decision 0132)."""
+    def armed(self, scope: str) -> frozenset[str]:
+        """The edges the agent's last run stored (``PassiveChecks.take_armed``) when they were seen on
+        ``scope`` (the boot and the hardware: ``Agent._scope``), else none: restored at start, so a restart
+        does not report again what still stands (decision 0132). ``scope`` is also what the edges stored
+        from now on are marked with; "" keeps nothing (what is stored with it is never restored)."""
         with self._lock:
+            self._scope = scope
+            row = self._db.execute("SELECT scope FROM armed_scope").fetchone()
+            if not scope or row is None or row[0] != scope:
+                return frozenset()
             return frozenset(str(k) for (k,) in self._db.execute("SELECT key FROM armed"))
 
     def peek(self, n: int) -> list[tuple[int, str]]:

@@ -100,10 +100,14 @@ class SimScheduler:
             return True
 
     def set_down(self, node: str, reason: str) -> None:
-        """Mark ``node`` down the way an operator would (``scontrol update state=down reason=...``)."""
+        """Mark ``node`` down the way an operator would (``scontrol update state=down reason=...``): as
+        Slurm does, the jobs running on it end (FAILED, Slurm's NODE_FAIL)."""
         with self._lock:
             n = self._get(node)
             n.down, n.reason = True, reason
+            for j in list(self._s.jobs.values()):
+                if j.state == JobState.RUNNING and node in j.nodes:
+                    self._s.jobs[j.id] = replace(j, state=JobState.FAILED)
             self._effect("down", node, reason)
 
     def resume(self, node: str) -> None:

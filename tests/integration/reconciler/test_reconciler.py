@@ -21,7 +21,7 @@ from gpufleet.domain.fleet import simulated_fleet
 from gpufleet.lifecycle.config import parse_policy
 from gpufleet.lifecycle.engine import OperatorOp
 from gpufleet.lifecycle.states import NodeState
-from gpufleet.schedulers.port import RunStatus, SchedNodeState
+from gpufleet.schedulers.port import JobState, RunStatus, SchedNodeState
 from gpufleet.schedulers.sim import SimScheduler
 
 T0 = datetime(2026, 11, 21, 12, tzinfo=UTC)
@@ -265,6 +265,57 @@ def test_a_pass_lost_after_the_cancel_still_fails_the_validation_as_one_that_nev
     assert never_ran(rig.c, d.id) == failed.message, "the repair ladder does not count it as the fault again"
 
 
+@dataclass
+class CancelFailsThenJobRuns(QueuedValidator):
+    """scancel fails once (slurmctld unreachable) and never took effect; meanwhile the job starts (the
+    node was freed) and, in one case, runs and fails."""
+
+    started: bool = False
+    ended: str | None = None
+    cancel_tries: int = 0
+
+    def status(self, handle: str) -> RunStatus:
+        if self.cancelled:
+            return RunStatus(ended=f"job {handle} ended CANCELLED")
+        if self.ended:
+            return RunStatus(ended=self.ended)
+        return RunStatus() if self.started else RunStatus(pending=self.reason)
+
+    def cancel(self, handle: str) -> None:
+        self.cancel_tries += 1
+        if self.cancel_tries == 1:
+            raise ExternalError("slurm", "scancel: Unable to contact slurm controller")
+        super().cancel(handle)
+
+
+def test_a_job_that_starts_after_its_cancel_failed_is_followed_not_cancelled(rig: Rig) -> None:
+    """A review's case: the mark is the intent to cancel, not a fact about the run: a job that started
+    (or ran and failed) because the cancel never took is the validation, and is judged as one."""
+    v = CancelFailsThenJobRuns()
+    node = _revalidating(rig, v)
+    rig.step(rig.c.policy_file.config.validation_start_timeout.total_seconds())
+    assert v.cancel_tries == 1 and not v.cancelled, "the cancel failed: the job is still queued"
+    v.started = True
+    rig.step(600)
+    assert not v.cancelled and rig.c.state_of(node) == NodeState.REVALIDATE, "a running validation cancelled"
+    v.ended = "job 41 ended FAILED (exit 1)"  # it ran on the node and failed: the fault is back
+    rig.step(600)
+    (failed,) = rig.c.store.events(node=node, kind="check_failed", page=Page(10))
+    assert NEVER_STARTED not in failed.attrs and "FAILED" in failed.message, failed.message
+    (d,) = [d for d in rig.c.store.decisions(node=node, page=Page(100)) if d.rule == "validation_failed"]
+    assert never_ran(rig.c, d.id) == "", "a run that ran and failed climbs the ladder"
+
+
+def test_a_job_still_queued_after_its_cancel_failed_is_cancelled_at_the_next_pass(rig: Rig) -> None:
+    v = CancelFailsThenJobRuns()
+    node = _revalidating(rig, v)
+    rig.step(rig.c.policy_file.config.validation_start_timeout.total_seconds())
+    rig.step(600)
+    assert v.cancel_tries == 2 and v.cancelled == ["41"]
+    (failed,) = rig.c.store.events(node=node, kind="check_failed", page=Page(10))
+    assert failed.attrs.get(NEVER_STARTED) == v.reason
+
+
 def test_a_drift_redrain_keeps_the_reason_the_node_had_and_a_second_one_does_not_nest_it(rig: Rig) -> None:
     n = rig.nodes[4]
     rig.c.ingest([ev(n, EventKind.XID, T0, 79)])
@@ -283,7 +334,9 @@ def test_a_drain_of_a_node_someone_set_down_keeps_their_reason_after_gpufleets(r
     """The simulated scheduler as Slurm's adapter (decision 0131): a fatal fault on a node an operator had set
     down drains it, and their reason stays after gpufleet's."""
     n = rig.nodes[6]
+    job = rig.s.submit("train", [n], start=T0)
     rig.s.set_down(n, "jdoe: PSU dead")
+    assert rig.s.job(job.id).state == JobState.FAILED, "Slurm ends the jobs of a node set down (NODE_FAIL)"
     assert rig.s.node(n).state == SchedNodeState.DOWN and not rig.s.node(n).drained_by_us
     rig.c.ingest([ev(n, EventKind.XID, T0, 79)])
     rig.step()

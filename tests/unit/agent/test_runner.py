@@ -262,11 +262,20 @@ def test_failing_xid_wait_does_not_spin() -> None:
     assert agent.telemetry.collector_errors["xid"] == 10
 
 
-def _one_slow_tick(dev: SimDevice, spool: Spool) -> list[HealthEvent]:
-    """A fresh agent process on the same machine and state directory: its first tick."""
-    agent = Agent("n1", dev, FakeClock(), spool=spool)
+def _one_slow_tick(dev: SimDevice, spool: Spool, boot: str = "b1", *, ib: Path | None = None,
+                   repaired: bool = False) -> list[HealthEvent]:
+    """A fresh agent process on the same machine and state directory (booted as ``boot``): its first tick
+    (``repaired``: and a second, after a repair command worked)."""
+    clock = FakeClock()
+    agent = Agent("n1", dev, clock, spool=spool, boot_id=lambda: boot,
+                  ib=InfinibandCollector(ib) if ib is not None else None)
     agent.open()
-    return agent.tick()
+    events = agent.tick()
+    if repaired:
+        agent.rearm()
+        clock.advance(agent.cadence.slow_s)
+        events = agent.tick()
+    return events
 
 
 def _kinds(events: list[HealthEvent]) -> list[EventKind]:
@@ -282,17 +291,60 @@ def test_a_restarted_agent_does_not_report_a_condition_that_still_stands(tmp_pat
     first = _one_slow_tick(dev, Spool(tmp_path / "s.db"))
     assert _kinds(first) == [EventKind.ECC_DBE, EventKind.ROW_REMAP_FAILURE], first
     assert _one_slow_tick(dev, Spool(tmp_path / "s.db")) == [], "still standing: not reported again"
-    dev.set_row_remap(1, failure=False)  # the board was replaced while the agent ran ...
+    dev.set_row_remap(1, failure=False)  # the condition cleared while the agent ran ...
     assert _one_slow_tick(dev, Spool(tmp_path / "s.db")) == []
-    dev.set_row_remap(1, failure=True)  # ... and the new one fails after a restart: that is news
+    dev.set_row_remap(1, failure=True)  # ... and came back after a restart: that is news
     (again,) = _one_slow_tick(dev, Spool(tmp_path / "s.db"))
     assert again.kind == EventKind.ROW_REMAP_FAILURE and again.component == "n1-gpu1"
 
 
-def test_an_agent_without_a_spool_keeps_no_edges_and_reports_what_it_sees(tmp_path: Path) -> None:
+def test_after_a_reboot_or_a_repair_a_condition_that_still_stands_is_reported_again(tmp_path: Path) -> None:
+    """A review's case: the repair ladder's reboot (or a GPU reset in place) did not fix it; kept silent,
+    the node would pass a validation that does not look at it and run jobs with the fault."""
+    dev = SimDevice(1, clock=FakeClock())
+    dev.set_row_remap(0, failure=True)
+    assert _kinds(_one_slow_tick(dev, Spool(tmp_path / "s.db"))) == [EventKind.ROW_REMAP_FAILURE]
+    assert _kinds(_one_slow_tick(dev, Spool(tmp_path / "s.db"), "b2")) == [EventKind.ROW_REMAP_FAILURE]
+    assert _one_slow_tick(dev, Spool(tmp_path / "s.db"), "b2") == []  # a restart on that boot keeps it
+    assert _kinds(_one_slow_tick(dev, Spool(tmp_path / "s.db"), "b2", repaired=True)) == [
+        EventKind.ROW_REMAP_FAILURE]
+    assert _one_slow_tick(dev, Spool(tmp_path / "s.db"), "b2") == [], "the re-report is kept in turn"
+
+
+def test_a_board_swapped_while_the_agent_was_stopped_reports_its_own_fault(tmp_path: Path) -> None:
+    old = SimDevice(2, clock=FakeClock(), serials=["OLD-0", "OLD-1"])
+    old.degrade_pcie(1, width=8)
+    assert [e.component for e in _one_slow_tick(old, Spool(tmp_path / "s.db"))] == ["n1-gpu1"]
+    new = SimDevice(2, clock=FakeClock(), serials=["OLD-0", "NEW-1"])  # RMA'd board, same slot, same boot
+    new.degrade_pcie(1, width=8)
+    assert [e.component for e in _one_slow_tick(new, Spool(tmp_path / "s.db"))] == ["n1-gpu1"]
+
+
+def test_ports_still_training_after_a_reboot_are_not_reported_down(tmp_path: Path) -> None:
+    """A review's case: kept across a reboot, the memory of a port seen up made every port the subnet
+    manager had not armed yet (INIT) a link down: a drain at every reboot. On the same boot that memory is
+    what it should be: a port that went down while the agent was stopped is reported."""
+    root = tmp_path / "ib"
+    shutil.copytree(FIX / "h100-healthy", root)
+    states = sorted(root.glob("*/ports/*/state"))
+
+    def downs(boot: str) -> list[str]:
+        got = _one_slow_tick(SimDevice(1, clock=FakeClock()), Spool(tmp_path / "s.db"), boot, ib=root)
+        return [e.attr("device") for e in got if e.kind == EventKind.LINK_DOWN]
+
+    assert downs("b1") == []
+    states[0].write_text("1: DOWN\n")  # went down while the agent was stopped (no reboot)
+    assert downs("b1") == [states[0].parent.parent.parent.name]
+    for state in states:  # rebooted: the agent starts before the subnet manager arms the ports
+        state.write_text("2: INIT\n")
+    assert downs("b2") == []
+
+
+def test_without_a_boot_id_or_a_spool_nothing_is_kept(tmp_path: Path) -> None:
     dev = SimDevice(1, clock=FakeClock())
     dev.set_row_remap(0, failure=True)
     for _ in range(2):
-        agent = Agent("n1", dev, FakeClock())
+        assert _kinds(_one_slow_tick(dev, Spool(tmp_path / "s.db"), "")) == [EventKind.ROW_REMAP_FAILURE]
+        agent = Agent("n1", dev, FakeClock(), boot_id=lambda: "b1")
         agent.open()
         assert _kinds(agent.tick()) == [EventKind.ROW_REMAP_FAILURE]

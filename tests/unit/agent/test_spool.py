@@ -59,24 +59,38 @@ def test_survives_reopen(tmp_path: Path) -> None:
 
 def test_the_standing_conditions_are_kept_with_the_events_and_survive_reopen(tmp_path: Path) -> None:
     s = Spool(tmp_path / "s.db")
-    assert s.armed() == frozenset()
+    assert s.armed("boot=b1") == frozenset()  # also: what is stored from now on was seen on boot b1
     assert s.put([ev(1)], {"remap_failure:n1-gpu1", "up:n1-gpu0:nvlink3"}) == 1
     assert s.put([ev(2)]) == 1  # events alone leave the conditions as they were
     s.close()
     again = Spool(tmp_path / "s.db")
-    assert again.armed() == {"remap_failure:n1-gpu1", "up:n1-gpu0:nvlink3"} and len(again) == 2
+    assert again.armed("boot=b1") == {"remap_failure:n1-gpu1", "up:n1-gpu0:nvlink3"} and len(again) == 2
     assert again.put((), {"up:n1-gpu0:nvlink3"}) == 0  # a condition cleared, no event: stored all the same
     again.close()
-    assert Spool(tmp_path / "s.db").armed() == {"up:n1-gpu0:nvlink3"}
+    assert Spool(tmp_path / "s.db").armed("boot=b1") == {"up:n1-gpu0:nvlink3"}
+
+
+def test_edges_kept_on_another_boot_or_hardware_are_not_restored(tmp_path: Path) -> None:
+    s = Spool(tmp_path / "s.db")
+    s.armed("boot=b1;gpus=u0")
+    s.put([ev(1)], {"remap_failure:n1-gpu0"})
+    assert Spool(tmp_path / "s.db").armed("boot=b2;gpus=u0") == frozenset(), "rebooted: everything afresh"
+    assert Spool(tmp_path / "s.db").armed("boot=b1;gpus=u9") == frozenset(), "another board"
+    assert Spool(tmp_path / "s.db").armed("") == frozenset(), "no boot id: nothing kept"
+    unknown = Spool(tmp_path / "s2.db")
+    unknown.armed("")
+    unknown.put([ev(1)], {"remap_failure:n1-gpu0"})
+    assert Spool(tmp_path / "s2.db").armed("") == frozenset()
 
 
 def test_a_failed_put_keeps_neither_its_events_nor_its_conditions(tmp_path: Path) -> None:
     s = Spool(tmp_path / "s.db")
+    s.armed("boot=b1")
     s.put([ev(1)], {"a"})
     s._db.execute("CREATE TRIGGER no_b BEFORE INSERT ON armed WHEN NEW.key = 'b' BEGIN SELECT RAISE(ABORT, 'x'); END")
     with pytest.raises(Exception, match="x"):
         s.put([ev(2)], {"b"})
-    assert s.armed() == {"a"} and [json.loads(b)["id"] for _, b in s.peek(10)] == ["e1"] and len(s) == 1
+    assert s.armed("boot=b1") == {"a"} and [json.loads(b)["id"] for _, b in s.peek(10)] == ["e1"] and len(s) == 1
 
 
 def test_bounded_evicts_routine_kinds_first(tmp_path: Path) -> None:
