@@ -366,7 +366,7 @@ class Reconciler:
             ended = None if run.ended is None else f"{level} validation {run.ended} without a passing result"
             attrs: tuple[tuple[str, str], ...] = ()
             submitted = p.setdefault("submitted", now.isoformat())
-            if p.get(NEVER_STARTED) and (run.pending or _cancelled(run)):
+            if p.get(NEVER_STARTED) and (run.pending or run.cancelled):
                 # a cancel a crash (or a failed scancel) interrupted: finish it (cancel is idempotent)
                 ended = self._never_started(node, handle, p[NEVER_STARTED], submitted, now)
             elif p.get(NEVER_STARTED):  # the cancel never took and the job started: follow the run it is
@@ -571,12 +571,6 @@ class Reconciler:
         if self.scheduler_ok:
             log.warning("scheduler unreachable: %s (actions stay queued and are retried)", err)
         self.scheduler_ok, self.last_error = False, str(err)
-
-
-def _cancelled(run: RunStatus) -> bool:
-    """The run ended by a cancel (or was forgotten by the scheduler since): what a cancel of a job that
-    never started leaves (``Validator.status``: "job N ended CANCELLED", "job N left the queue")."""
-    return run.ended is not None and ("CANCELLED" in run.ended or run.ended.endswith("left the queue"))
 
 
 def backoff(key: str, attempt: int, base: timedelta, cap: timedelta) -> timedelta:

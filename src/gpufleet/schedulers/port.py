@@ -112,10 +112,12 @@ class Job:
 class RunStatus:
     """Where a validation run stands (the controller's ``Validator.status``): ``ended`` says how it ended
     (one line) once it is over; until then ``pending`` says why it has not started ("" once it runs),
-    e.g. Slurm's pending reason ``ReqNodeNotAvail``."""
+    e.g. Slurm's pending reason ``ReqNodeNotAvail``. ``cancelled``: it ended by a cancel, or the
+    scheduler no longer knows it (what a cancelled job that never started leaves, decision 0130)."""
 
     ended: str | None = None
     pending: str = ""
+    cancelled: bool = False
 
 
 def drain_reason(decision_id: str, text: str) -> str:

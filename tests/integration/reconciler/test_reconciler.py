@@ -186,7 +186,7 @@ class QueuedValidator:
 
     def status(self, handle: str) -> RunStatus:
         if self.cancelled:
-            return RunStatus(ended=f"job {handle} ended CANCELLED")
+            return RunStatus(ended=f"job {handle} ended CANCELLED", cancelled=True)
         return RunStatus(pending=self.reason)
 
     def cancel(self, handle: str) -> None:
@@ -276,7 +276,7 @@ class CancelFailsThenJobRuns(QueuedValidator):
 
     def status(self, handle: str) -> RunStatus:
         if self.cancelled:
-            return RunStatus(ended=f"job {handle} ended CANCELLED")
+            return RunStatus(ended=f"job {handle} ended CANCELLED", cancelled=True)
         if self.ended:
             return RunStatus(ended=self.ended)
         return RunStatus() if self.started else RunStatus(pending=self.reason)

@@ -60,3 +60,26 @@ def test_a_requeued_job_started_once_and_is_not_cancelled_as_never_started() -> 
     for state, pending in ((JobState.REQUEUED, ""), (JobState.PENDING, "BeginTime")):
         run = SlurmValidator(Scheduler(state), JOBS, runner=r).status("7")  # type: ignore[arg-type]
         assert (run.ended, run.pending) == (None, pending), state
+
+
+def test_a_job_that_ended_says_whether_a_cancel_ended_it() -> None:
+    """What the never-started mark relies on (decision 0130): cancelled, or gone from the queue, against a
+    job that ended any other way (preempted too: Slurm preempts a job that runs)."""
+    from gpufleet.domain.errors import NotFound
+    from gpufleet.schedulers.port import Job, JobState
+
+    class Scheduler:
+        def __init__(self, state: JobState | None, slurm: str = "") -> None:
+            self.state, self.slurm = state, slurm
+
+        def job(self, handle: str) -> Job:
+            if self.state is None:
+                raise NotFound("job", handle)
+            return Job(handle, "gpufleet-validate", self.state, ("n1",), extra=(("slurm_state", self.slurm),))
+
+    r = ReplayRunner({})
+    for state, slurm, cancelled in ((JobState.CANCELLED, "CANCELLED", True), (None, "", True),
+                                    (JobState.CANCELLED, "PREEMPTED", False), (JobState.FAILED, "FAILED", False),
+                                    (JobState.COMPLETED, "COMPLETED", False)):
+        run = SlurmValidator(Scheduler(state, slurm), JOBS, runner=r).status("7")  # type: ignore[arg-type]
+        assert run.ended and run.cancelled is cancelled, (state, slurm, run)

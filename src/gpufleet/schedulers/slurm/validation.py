@@ -128,7 +128,7 @@ class SlurmValidator:
         try:
             job = self._sched.job(handle)
         except NotFound:
-            return RunStatus(ended=f"job {handle} left the queue")
+            return RunStatus(ended=f"job {handle} left the queue", cancelled=True)
         extra = dict(job.extra)
         if job.state == JobState.PENDING:
             return RunStatus(pending=extra.get("state_reason") or extra.get("slurm_state") or job.state)
@@ -136,7 +136,8 @@ class SlurmValidator:
             return RunStatus()
         if job.state in _OPEN:
             return RunStatus()
-        return RunStatus(ended=f"job {handle} ended {extra.get('slurm_state', job.state)}")
+        state = str(extra.get("slurm_state", job.state))
+        return RunStatus(ended=f"job {handle} ended {state}", cancelled=state.upper().startswith("CANCELLED"))
 
     def cancel(self, handle: str) -> None:
         res = self._run(["scancel", handle], timeout=self._timeout)  # 22.05: rc 0 for an ended or unknown job
