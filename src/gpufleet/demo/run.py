@@ -110,6 +110,8 @@ def run_demo(opts: DemoOptions, console: Console | None = None) -> dict[str, obj
                     left = pace - (time.monotonic() - t0)
                     if left > 0:
                         time.sleep(left)
+            if not console.is_terminal:  # Rich ends the last frame with a line break only on a terminal
+                console.line()
         summary = world.summary()
         summary["api"] = api
         return summary

@@ -49,12 +49,12 @@ def render(world: World, api: str) -> RenderableType:
             shown += " ..." if len(names) > 6 and shown else ""
             nodes.add_row(Text(st.value, style=_STYLE[st]), str(counts[st]), shown)
 
+    # The short columns keep their width; the reason takes what is left (cut with an ellipsis), so an
+    # 80-column log (a pipe, CI) still shows whole times, nodes, moves and statuses.
     dec = Table(title="recent decisions", expand=True, show_edge=False)
-    dec.add_column("time")
-    dec.add_column("node")
-    dec.add_column("move")
-    dec.add_column("status")
-    dec.add_column("reason", overflow="ellipsis", no_wrap=True, max_width=60)
+    for name in ("time", "node", "move", "status"):
+        dec.add_column(name, no_wrap=True)
+    dec.add_column("reason", overflow="ellipsis", no_wrap=True, ratio=1)
     for d in world.decisions[-9:]:
         style = "yellow" if d.status == DecisionStatus.HELD else ""
         dec.add_row(f"+{(d.time - START).total_seconds() / 3600:4.1f}h", d.node, f"{d.from_state}->{d.to_state}",

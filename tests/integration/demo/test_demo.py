@@ -3,7 +3,9 @@ its failing leaf switch is one correlated decision for the nodes behind it."""
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import subprocess
 import sys
 from datetime import timedelta
@@ -17,6 +19,7 @@ from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.fleet import ComponentKind
 from gpufleet.domain.topology import Topology
 from gpufleet.domain.topology_gen import generate_hgx
+from gpufleet.lifecycle.states import NodeState
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -125,6 +128,24 @@ def test_injected_events_name_topology_components_and_links() -> None:
     switch = by_kind[FaultKind.SWITCH]
     assert switch.culprit is not None and set(switch.nodes) == hosts_cabled_to(topo, switch.culprit)
     assert {topo.links[t.link].other(t.component) for t in switch.targets if t.link} == {switch.culprit}
+
+
+def test_the_live_view_in_an_80_column_log_shows_whole_decisions_and_ends_its_line() -> None:
+    """Piped to a file or a CI log, Rich draws 80 columns and only the last frame: the decisions table
+    still shows each decision's node and move whole (the reason column gives way), and the frame ends
+    with a line break, so what is printed after it starts on a line of its own."""
+    from rich.console import Console
+
+    out = io.StringIO()
+    console = Console(file=out, width=80, force_terminal=False, color_system=None)
+    run_demo(DemoOptions(seed=5, duration=timedelta(hours=2), nodes=8, headless=False, serve_api=False,
+                         wall_seconds=0), console=console)
+    text = out.getvalue()
+    assert text.endswith("\n") and text.rstrip().endswith("╯")
+    states = "|".join(s.value for s in NodeState)
+    rows = [ln for ln in text.splitlines() if re.search(rf"\b({states})->({states})\b", ln)]
+    assert rows, text
+    assert all(re.search(r"\+\s*\d+\.\dh", ln) and re.search(r"\br\d{2}-n\d{2}\b", ln) for ln in rows), rows
 
 
 def test_different_seeds_differ() -> None:
