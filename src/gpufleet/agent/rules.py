@@ -35,6 +35,10 @@ from gpufleet.agent.weaklinks import WeakLinks
 from gpufleet.domain.events import IB_RCV_SEEN, IB_SYMBOL_SEEN, NVLINK_SEEN, EventKind, HealthEvent
 from gpufleet.domain.fleet import gpu_slot, nic_slot
 
+# Keys of ``PassiveChecks._active`` that remember a link seen up on this boot (what makes a later down a
+# condition), not a condition themselves: kept by :meth:`PassiveChecks.rearm`.
+_SEEN_UP = ("up:", "ib_up:")
+
 
 @dataclass(frozen=True, slots=True)
 class Thresholds:
@@ -122,6 +126,13 @@ class PassiveChecks:
         first reading."""
         self._taken = frozenset(keys)
         self._active = set(self._taken)
+
+    def rearm(self) -> None:
+        """A repair command worked: every condition is looked at afresh, so one that still stands is reported
+        again (decision 0132). What was *seen up* on this boot (an NVLink, an InfiniBand port) is kept: a
+        link still down after a GPU reset is a condition that stands, not a port still training after a boot.
+        The stored set (:meth:`take_armed`) is left as it is, so the next tick stores the new one."""
+        self._active = {k for k in self._active if k.startswith(_SEEN_UP)}
 
     def _delta(self, key: str, value: int | None) -> int:
         """Growth of a counter since its last reading (0 on the first reading or after a reset)."""
@@ -364,9 +375,9 @@ class PassiveChecks:
         out: list[HealthEvent] = []
         for lk in r.nvlinks:
             key = f"{g}:nvlink{lk.link}"
-            was_up = f"up:{key}" in self._active
+            was_up = f"{_SEEN_UP[0]}{key}" in self._active
             if lk.up:
-                self._active.add(f"up:{key}")
+                self._active.add(f"{_SEEN_UP[0]}{key}")
             if self._edge(f"down:{key}", was_up and lk.up is False):
                 out.append(
                     self._event(
@@ -418,9 +429,9 @@ class PassiveChecks:
         nic, th = self.nic(p.device), self.thresholds
         key = f"{nic}:{p.port}"
         attrs = (("device", p.device), ("port", str(p.port)))
-        seen_active = f"ib_up:{key}" in self._active
+        seen_active = f"{_SEEN_UP[1]}{key}" in self._active
         if p.active:
-            self._active.add(f"ib_up:{key}")
+            self._active.add(f"{_SEEN_UP[1]}{key}")
         if self._edge(f"ib_down:{key}", seen_active and not p.active and p.state != ""):
             out.append(
                 self._event(

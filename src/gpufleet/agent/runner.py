@@ -154,7 +154,7 @@ class Agent:
             self._restore_edges()
         if self._rearm.is_set():
             self._rearm.clear()
-            self.checks.restore_armed(())
+            self.checks.rearm()
         if self._due("fast", mono, self.cadence.fast_s):
             if self.status.ok:
                 for i in self._indices:

@@ -340,6 +340,29 @@ def test_ports_still_training_after_a_reboot_are_not_reported_down(tmp_path: Pat
     assert downs("b2") == []
 
 
+def test_a_port_still_down_after_a_repair_that_worked_is_reported_again(tmp_path: Path) -> None:
+    """A GPU reset that worked does not bring an InfiniBand port back: the port, seen up on this boot and
+    still down, is reported again (decision 0132's re-arm). Forgetting that it was seen up, as a reboot
+    does, would keep it silent and let the node back into service on a validation that never used it."""
+    root = tmp_path / "ib"
+    shutil.copytree(FIX / "h100-healthy", root)
+    state = sorted(root.glob("*/ports/*/state"))[0]
+    device = state.parent.parent.parent.name
+
+    def downs(*, repaired: bool = False) -> list[str]:
+        got = _one_slow_tick(SimDevice(1, clock=FakeClock()), Spool(tmp_path / "s.db"), "b1", ib=root,
+                             repaired=repaired)
+        return [e.attr("device") for e in got if e.kind == EventKind.LINK_DOWN]
+
+    assert downs() == []
+    state.write_text("1: DOWN\n")
+    assert downs() == [device]
+    assert downs() == [], "a restart on the same boot keeps it"
+    assert downs(repaired=True) == [device]
+    state.write_text("4: ACTIVE\n")
+    assert downs(repaired=True) == [], "back up: nothing to report"
+
+
 def test_without_a_boot_id_or_a_spool_nothing_is_kept(tmp_path: Path) -> None:
     dev = SimDevice(1, clock=FakeClock())
     dev.set_row_remap(0, failure=True)
