@@ -19,6 +19,20 @@ def test_healthy_tree_reads_eight_ndr_ports_and_skips_roce() -> None:
         assert all(p.counter(c) == 0 for c in COUNTERS)
 
 
+def test_hcas_are_numbered_by_the_value_of_their_number(tmp_path: Path) -> None:
+    """Twelve HCAs, as on a DGX H100: ``nic<k>`` is the k-th by number (mlx5_10 is the eleventh, not the
+    third), in the readings and in the inventory the controller maps them by."""
+    root = tmp_path / "ib"
+    names = [f"mlx5_{i}" for i in (11, 3, 10, 0, 2, 1, 9, 4, 8, 5, 7, 6)]
+    for name in names:
+        shutil.copytree(FIX / "h100-healthy" / "mlx5_0", root / name)
+    shutil.copytree(FIX / "h100-healthy" / "mlx5_bond_0", root / "mlx5_bond_0")
+    collector = InfinibandCollector(root, include_ethernet=True)
+    want = [f"mlx5_{i}" for i in range(12)] + ["mlx5_bond_0"]
+    assert [p.device for p in collector.read()] == want
+    assert [n.device for n in collector.identities()] == want
+
+
 def test_ethernet_ports_can_be_included() -> None:
     ports = InfinibandCollector(FIX / "h100-healthy", include_ethernet=True).read()
     bond = [p for p in ports if p.device == "mlx5_bond_0"]

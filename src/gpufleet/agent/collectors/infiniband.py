@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpufleet.domain.inventory import IbPort, NicUnit
+from gpufleet.domain.topology import natural_key
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,9 @@ class InfinibandCollector:
     def scan(self) -> list[tuple[str, int, Path]]:
         ports: list[tuple[str, int, Path]] = []
         if self.root.is_dir():
-            for hca in sorted(self.root.iterdir()):
+            # natural name order, as the controller maps them (identity.py): mlx5_2 before mlx5_10 (a DGX
+            # H100 has mlx5_0 .. mlx5_11; in plain string order mlx5_10 was the third HCA, <node>-nic2)
+            for hca in sorted(self.root.iterdir(), key=lambda d: natural_key(d.name)):
                 pdir = hca / "ports"
                 if not pdir.is_dir():
                     continue

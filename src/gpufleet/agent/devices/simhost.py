@@ -29,6 +29,7 @@ from gpufleet.agent.clock import AgentClock
 from gpufleet.agent.collectors.infiniband import COUNTERS
 from gpufleet.diagnose.kmsg import parse_kmsg_record
 from gpufleet.domain.errors import InvalidInput
+from gpufleet.domain.topology import natural_key
 
 _NIC_BUSES = ("19", "2b", "3b", "5e", "9b", "ac", "bb", "dc")  # beside the GPUs of sim.py, one per rail
 _XID_DETAIL = {
@@ -157,7 +158,7 @@ class SimSysfs:
 
     def hcas(self) -> list[str]:
         """HCA names in the order the InfiniBand collector reads them (``nic<k>`` is the k-th)."""
-        return sorted(p.name for p in self.ib_root.iterdir())
+        return sorted((p.name for p in self.ib_root.iterdir()), key=natural_key)
 
     def ib_down(self, nic: int) -> None:
         """The port goes down and stays down (``1: DOWN`` / ``3: Disabled``)."""
