@@ -36,8 +36,12 @@ from gpufleet.domain.events import IB_RCV_SEEN, IB_SYMBOL_SEEN, NVLINK_SEEN, Eve
 from gpufleet.domain.fleet import gpu_slot, nic_slot
 
 # Keys of ``PassiveChecks._active`` that remember a link seen up on this boot (what makes a later down a
-# condition), not a condition themselves: kept by :meth:`PassiveChecks.rearm`.
+# condition), not a condition themselves: NVLinks, InfiniBand ports.
 _SEEN_UP = ("up:", "ib_up:")
+# What :meth:`PassiveChecks.rearm` keeps after a repair that worked: the InfiniBand ports seen up (a GPU
+# reset or a fabric-manager restart does not touch the HCA). Not the NVLinks: the reset tears them down
+# and they train again, so a link read before it is back is not "down" (as after a reboot).
+_KEPT_BY_REARM = (_SEEN_UP[1],)
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,10 +133,11 @@ class PassiveChecks:
 
     def rearm(self) -> None:
         """A repair command worked: every condition is looked at afresh, so one that still stands is reported
-        again (decision 0132). What was *seen up* on this boot (an NVLink, an InfiniBand port) is kept: a
-        link still down after a GPU reset is a condition that stands, not a port still training after a boot.
-        The stored set (:meth:`take_armed`) is left as it is, so the next tick stores the new one."""
-        self._active = {k for k in self._active if k.startswith(_SEEN_UP)}
+        again (decision 0132). The InfiniBand ports *seen up* on this boot are kept: a port still down
+        after a GPU reset is a condition that stands. NVLinks are forgotten: the reset retrains them, and
+        one read before it is back must not be reported down. The stored set (:meth:`take_armed`) is left
+        as it is, so the next tick stores the new one."""
+        self._active = {k for k in self._active if k.startswith(_KEPT_BY_REARM)}
 
     def _delta(self, key: str, value: int | None) -> int:
         """Growth of a counter since its last reading (0 on the first reading or after a reset)."""

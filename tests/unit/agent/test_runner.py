@@ -363,6 +363,22 @@ def test_a_port_still_down_after_a_repair_that_worked_is_reported_again(tmp_path
     assert downs(repaired=True) == [], "back up: nothing to report"
 
 
+def test_nvlinks_still_training_after_a_gpu_reset_that_worked_are_not_reported_down() -> None:
+    """A review's case: a GPU reset tears the GPU's NVLinks down and they train again; kept, the memory of
+    links seen up made every link read inside that window a link down, right after a repair that worked."""
+    clock = FakeClock()
+    dev = SimDevice(1, clock=clock)
+    agent = Agent("n1", dev, clock)
+    agent.open()
+    agent.tick()  # links seen up on this boot
+    dev.reset()
+    for link in range(len(dev.state[0].links)):
+        dev.nvlink_down(0, link)  # still training when the next slow tick reads them
+    agent.rearm()
+    clock.advance(agent.cadence.slow_s)
+    assert [e for e in agent.tick() if e.kind == EventKind.LINK_DOWN] == []
+
+
 def test_without_a_boot_id_or_a_spool_nothing_is_kept(tmp_path: Path) -> None:
     dev = SimDevice(1, clock=FakeClock())
     dev.set_row_remap(0, failure=True)
