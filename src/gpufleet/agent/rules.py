@@ -18,7 +18,7 @@ on the same boot and hardware starts from the edges its last run stored (:meth:`
 decision 0132) and does not report again what still stands.
 
 Components follow the fleet's slot names: ``<node>-gpu<i>``, ``<node>-nic<k>`` (k = the HCA's position
-among the node's InfiniBand HCAs, sorted by name), ``<node>`` for host checks.
+among the node's InfiniBand HCAs, in natural name order: mlx5_2 before mlx5_10), ``<node>`` for host checks.
 """
 
 from __future__ import annotations
