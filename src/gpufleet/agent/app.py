@@ -88,7 +88,9 @@ def open_surfaces(
         return Surfaces(device or NvmlDevice(clock=clock), cfg.ib_root or DEFAULT_IB_ROOT, cfg.sys_root)
     prefix = cfg.sim_serial_prefix or serial_prefix(cfg.node, cfg.sim_seed)
     root = sim_root or cfg.state_dir / "sim-sys"
-    sysfs = SimSysfs(root, nics=cfg.gpus if cfg.sim_nics is None else cfg.sim_nics, serial=prefix)
+    absent = {kind: {int(a[len(kind):]) for a in cfg.sim_absent if a.startswith(kind)} for kind in ("gpu", "nic")}
+    sysfs = SimSysfs(root, nics=cfg.gpus if cfg.sim_nics is None else cfg.sim_nics, serial=prefix,
+                     absent=absent["nic"])
     klog: SimKernelLog | None = None
     path = cfg.kmsg_path
     if kernel_log and cfg.kmsg and cfg.kmsg_file is None and _sim_ring(path):
@@ -96,7 +98,8 @@ def open_surfaces(
     if device is None:
         given = cfg.sim_gpu_serials + [""] * (cfg.gpus - len(cfg.sim_gpu_serials))  # "" keeps the default
         serials = [g or d for g, d in zip(given, gpu_serials(prefix, cfg.gpus), strict=True)]
-        device = SimDevice(cfg.gpus, seed=cfg.sim_seed, clock=clock, serials=serials, kernel_log=klog)
+        device = SimDevice(cfg.gpus, seed=cfg.sim_seed, clock=clock, serials=serials, kernel_log=klog,
+                           absent=absent["gpu"])
     elif isinstance(device, SimDevice) and device.kernel_log is None:
         device.kernel_log = klog
     ib_root = cfg.ib_root or sysfs.ib_root

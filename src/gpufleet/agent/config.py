@@ -20,6 +20,7 @@ Example ``/etc/gpufleet/agent.toml``::
 
 from __future__ import annotations
 
+import re
 import socket
 import tomllib
 from dataclasses import fields
@@ -99,6 +100,9 @@ class AgentConfig(BaseSettings):
     sim_nics: int | None = Field(None, ge=0, le=64)  # simulated InfiniBand HCAs; None = one per GPU
     sim_serial_prefix: str | None = Field(None, min_length=1)  # None = derived from node and seed
     sim_gpu_serials: list[str] = Field(default_factory=list)  # per-GPU overrides ("" keeps the default)
+    # simulated slots whose unit does not enumerate, as after a reboot without it ("gpu3", "nic2"): the
+    # later units keep their PCI addresses and are numbered one lower (docs/agent.md, Simulated device)
+    sim_absent: list[str] = Field(default_factory=list)
     inject: list[str] = Field(default_factory=list)  # simulated faults (device = "sim"), agent/devices/simfaults.py
     controller: str | None = None  # the controller's base URL (http[s]://host:8470); none: events stay local
     token_file: Path | None = None  # file holding the agent's bearer token (an agent-role token naming this node)
@@ -158,6 +162,14 @@ class AgentConfig(BaseSettings):
     def _memory_not_a_switch(cls, v: object) -> object:
         if isinstance(v, bool):  # `= true` would silently mean 1 MiB: no GPU would ever count as idle
             raise ValueError("MiB of GPU memory (a number >= 0), or the key left out to let memory not decide")
+        return v
+
+    @field_validator("sim_absent")
+    @classmethod
+    def _absent_slots(cls, v: list[str]) -> list[str]:
+        for slot in v:
+            if not re.fullmatch(r"(gpu|nic)\d+", slot):
+                raise ValueError(f"slot {slot!r}: gpu<I> or nic<K> (a simulated GPU or HCA slot, from 0)")
         return v
 
     @field_validator("maintenance_scripts")

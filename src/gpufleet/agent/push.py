@@ -5,7 +5,8 @@ Contract (controller API v1):
 * ``POST /v1/events`` ``{"events": [...]}`` with ``Authorization: Bearer <token>`` -> 202
   ``{"accepted": n, "duplicates": m}``. A batch is accepted or rejected whole; 422 names the field.
 * ``POST /v1/nodes/{node}/heartbeat`` ``{"time": ISO, "agent_version": str}`` -> 200.
-* ``PUT /v1/nodes/{node}/inventory`` with the ``gpufleet.inventory/v1`` document -> 200 ``{"moved": [...]}``.
+* ``PUT /v1/nodes/{node}/inventory`` with the ``gpufleet.inventory/v1`` document -> 200
+  ``{"moved": [...], "missing": [...]}``.
 * 409: an event id this node already used for another event; handled like a 422 (isolated and dropped).
 * 401/403: bad token (logged as an error with the fix; retried at the backoff cap, never dropped).
 * 429 (the controller's ingest queue is full) with ``Retry-After``: nothing is sent before that many

@@ -35,6 +35,13 @@ positions, as the correlator's inventory does, so only the chassis move is emitt
 serial was last seen outside the old chassis moved on its own and gets its own event. A serial reported
 twice in one inventory (a dual-port HCA's board) names no slot and is ignored.
 
+Missing units (``controller/slots.py``, decision 0133): the rules above count units, and a GPU or HCA
+missing from an inventory would shift every later one onto the slot before its own. So the node's last
+complete inventory is its *reference*, whose PCI addresses name the slots of an incomplete one (the
+counts ``gpu`` i, ``device`` and the guesses are mapped through them); a reference unit the inventory
+lacks is reported by :meth:`register` at every registration: ``gpu_lost`` rule ``gpu_missing`` for a
+GPU, ``check_failed`` rule ``hca_missing`` for an HCA, named with the slot.
+
 Pure: no I/O, no clock (``now`` is passed in).
 """
 
@@ -42,40 +49,21 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 
+from gpufleet.controller import slots as slotmap
+from gpufleet.controller.slots import Missing, Slots
 from gpufleet.domain.events import EventKind, HealthEvent
-from gpufleet.domain.fleet import ComponentKind, gpu_slot, nic_slot
+from gpufleet.domain.fleet import ComponentKind
 from gpufleet.domain.inventory import NodeInventory
-from gpufleet.domain.topology import HOST_KINDS, Topology, natural_key
+from gpufleet.domain.topology import HOST_KINDS, Topology
 
 log = logging.getLogger(__name__)
 
+GPU_MISSING, HCA_MISSING = "gpu_missing", "hca_missing"  # rules_catalog.csv judges them
+MISSING_RULES = frozenset({GPU_MISSING, HCA_MISSING})
 _SEEDED = HOST_KINDS | {ComponentKind.GPU, ComponentKind.NIC}  # the units an inventory reports
-
-
-@dataclass(frozen=True, slots=True)
-class _Slots:
-    """One node's slots and the inventory's local names for them."""
-
-    host: str  # the node's topology id (or its name, without a topology)
-    gpus: tuple[str, ...] | None  # GPU slots by index; None without a topology (named by index)
-    nics: tuple[str, ...] | None
-    gpu_of_pci: Mapping[str, int]
-    nic_of_pci: Mapping[str, int]
-    nic_of_device: Mapping[str, int]
-    switches: tuple[str, ...] = ()  # the node's NVSwitch chips in natural id order (HGX: <node>-nvsw<i>)
-
-    def gpu(self, i: int) -> str | None:
-        if self.gpus is None:
-            return gpu_slot(self.host, i)
-        return self.gpus[i] if i < len(self.gpus) else None
-
-    def nic(self, k: int) -> str | None:
-        if self.nics is None:
-            return nic_slot(self.host, k)
-        return self.nics[k] if k < len(self.nics) else None
 
 
 class Identity:
@@ -84,7 +72,8 @@ class Identity:
     def __init__(self, topology: Topology | None) -> None:
         self._topo = topology
         self._inventories: dict[str, NodeInventory] = {}
-        self._slots: dict[str, _Slots | None] = {}  # per node, built on first use; None: not in the topology
+        self._references: dict[str, NodeInventory] = {}  # per node, its last complete inventory (slots.py)
+        self._slots: dict[str, Slots | None] = {}  # per node, built on first use; None: not in the topology
         self._lanes: dict[tuple[str, str], tuple[str, ...]] = {}  # (component, link kind) -> link ids
         self._at: dict[str, str] = {}  # slot -> serial last seen there
         self._where: dict[str, str] = {}  # serial -> slot last seen at (kept for a displaced unit)
@@ -97,6 +86,7 @@ class Identity:
         a restart (also after a failed write, to forget what was not stored); emits nothing."""
         stored = list(inventories)  # may be our own inventories()
         self._inventories.clear()
+        self._references.clear()
         self._slots.clear()
         self._at.clear()
         self._where.clear()
@@ -111,11 +101,16 @@ class Identity:
                     self._place(serial, slot)
 
     def register(self, inv: NodeInventory, now: datetime) -> list[HealthEvent]:
-        """Remember ``inv`` and return the ``moved`` events it implies (none for a repeat)."""
+        """Remember ``inv`` and return the events it implies: the ``moved`` events (none for a repeat),
+        then one event per unit of the node's reference inventory that ``inv`` lacks (each time it
+        lacks it: an agent registers on every start, so a reboot that did not bring a GPU back says so)."""
         slots = self._remember(inv)
         if slots is None:
             log.info("%s: inventory of a node the topology does not have; no moves judged", inv.node)
             return []
+        return self._moves(inv, slots, now) + [_missing(inv.node, m, now) for m in slots.missing]
+
+    def _moves(self, inv: NodeInventory, slots: Slots, now: datetime) -> list[HealthEvent]:
         moved: list[HealthEvent] = []
         carried: list[tuple[str, str]] = []  # (from, to) of the chassis moved in this report
         replaced: list[str] = []
@@ -136,11 +131,20 @@ class Identity:
             self._place(serial, slot)
         if replaced:
             log.info("%s: %d unit(s) replaced: %s", inv.node, len(replaced), "; ".join(replaced))
+        if slots.unplaced:
+            log.warning("%s: %d unit(s) of an incomplete inventory have no slot (their events name the node, no "
+                        "move is judged for them): %s", inv.node, len(slots.unplaced), ", ".join(slots.unplaced))
         return moved
 
     def inventories(self) -> list[NodeInventory]:
-        """The inventories remembered, least recently registered first (what :meth:`load` takes)."""
-        return list(self._inventories.values())
+        """What :meth:`load` takes to remember what is remembered now: each node's reference inventory
+        where it is not its last one, then the last ones, least recently registered first."""
+        refs = [r for node, r in self._references.items() if self._inventories.get(node) is not r]
+        return refs + list(self._inventories.values())
+
+    def reference(self, node: str) -> NodeInventory | None:
+        """The node's last complete inventory, whose PCI addresses name its slots (controller/slots.py)."""
+        return self._references.get(node)
 
     def node_component(self, node: str) -> str | None:
         """The node's topology id (its own name when the topology has it as a node or tray), else None."""
@@ -153,8 +157,8 @@ class Identity:
 
     def resolve(self, e: HealthEvent) -> HealthEvent:
         """``e`` named with topology ids (see the module docstring); unchanged for an unknown node."""
-        if e.kind is EventKind.MOVED:
-            return e
+        if e.kind is EventKind.MOVED or (e.source == "controller" and e.attr("rule") in MISSING_RULES):
+            return e  # named with slots already (by register)
         slots = self._slots_of(e.node)
         if slots is None:
             return e
@@ -165,7 +169,7 @@ class Identity:
             return e
         return replace(e, component=component, link=link)
 
-    def _component(self, slots: _Slots, guess: str | None, attrs: Mapping[str, str]) -> str:
+    def _component(self, slots: Slots, guess: str | None, attrs: Mapping[str, str]) -> str:
         switch = _number(attrs.get("nvswitch"))
         if switch is not None and switch < len(slots.switches):  # an SXid of nvidia-nvswitch<N>
             return slots.switches[switch]
@@ -176,20 +180,25 @@ class Identity:
             return slots.nic(slots.nic_of_pci[pci]) or slots.host
         gpu = _number(attrs.get("gpu"))
         if gpu is not None:
-            return slots.gpu(gpu) or slots.host
+            return slots.gpu_at_index(gpu) or slots.host
         device = attrs.get("device")
         if device is not None and device in slots.nic_of_device:
-            return slots.nic(slots.nic_of_device[device]) or slots.host
+            return slots.nic_named(device) or slots.host
         # A PCI address the node's registered inventory does not have names the node itself; before the
         # inventory is registered, the agent's own guess (its GPU slot name) stands.
         if (pci and (slots.gpu_of_pci or slots.nic_of_pci)) or guess is None or guess == slots.host:
             return slots.host
-        if self._topo is not None and guess in self._topo.components:
-            return guess
-        for tag, pick in (("-gpu", slots.gpu), ("-nic", slots.nic)):
+        local = None  # the agent's own <node>-gpu<i> / <node>-nic<k>: i, k count what it sees
+        for tag, pick, shifted in (("-gpu", slots.gpu_at_index, slots.gpu_of_index is not None),
+                                   ("-nic", slots.nic_at_index, slots.nic_of_index is not None)):
             head, sep, tail = guess.rpartition(tag)
             if sep and head == slots.host and (n := _number(tail)) is not None:
-                return pick(n) or slots.host
+                local = (pick, n, shifted)
+        # A topology id stays, unless a unit missing from the inventory shifts the agent's numbering.
+        if self._topo is not None and guess in self._topo.components and not (local and local[2]):
+            return guess
+        if local is not None:
+            return local[0](local[1]) or slots.host
         return slots.host if self._topo is not None else guess
 
     def _link(self, component: str, link: str | None, attrs: Mapping[str, str]) -> str | None:
@@ -229,29 +238,29 @@ class Identity:
 
     # -- internals --------------------------------------------------------------------------------
 
-    def _remember(self, inv: NodeInventory) -> _Slots | None:
+    def _remember(self, inv: NodeInventory) -> Slots | None:
         self._inventories.pop(inv.node, None)  # re-inserted last: the dict is in registration order
         self._inventories[inv.node] = inv
         self._slots.pop(inv.node, None)
-        return self._slots_of(inv.node)
+        slots = self._slots_of(inv.node)
+        if slots is not None and slots.complete:
+            self._references[inv.node] = inv
+        return slots
 
-    def _slots_of(self, node: str) -> _Slots | None:
+    def _slots_of(self, node: str) -> Slots | None:
         if node in self._slots:
             return self._slots[node]
         inv = self._inventories.get(node)
-        nics = sorted(inv.nics, key=lambda n: natural_key(n.device)) if inv is not None else []
-        gpu_of_pci = {g.pci: g.index for g in inv.gpus if g.pci} if inv is not None else {}
-        nic_of_pci = {n.pci: k for k, n in enumerate(nics) if n.pci}
-        nic_of_device = {n.device: k for k, n in enumerate(nics)}
-        slots: _Slots | None
+        ref = self._references.get(node)
+        slots: Slots | None
         if self._topo is None:
-            slots = _Slots(node, None, None, gpu_of_pci, nic_of_pci, nic_of_device)
+            slots = slotmap.build(node, None, None, (), inv, ref, self._where)
         elif self.node_component(node) is None:
             slots = None
         else:
-            slots = _Slots(node, self._topo.children_of_kind(node, ComponentKind.GPU),
-                           self._topo.children_of_kind(node, ComponentKind.NIC), gpu_of_pci, nic_of_pci,
-                           nic_of_device, self._topo.children_of_kind(node, ComponentKind.NVSWITCH))
+            kids = self._topo.children_of_kind
+            slots = slotmap.build(node, kids(node, ComponentKind.GPU), kids(node, ComponentKind.NIC),
+                                  kids(node, ComponentKind.NVSWITCH), inv, ref, self._where)
         self._slots[node] = slots
         return slots
 
@@ -265,12 +274,11 @@ class Identity:
         self._at[slot] = serial
 
 
-def _units(slots: _Slots, inv: NodeInventory) -> list[tuple[str, str]]:
-    """(slot, serial) of every reported unit with a serial of its own, the chassis first."""
+def _units(slots: Slots, inv: NodeInventory) -> list[tuple[str, str]]:
+    """(slot, serial) of every reported unit with a serial of its own and a slot, the chassis first."""
     units: list[tuple[str, str | None]] = [(inv.serial, slots.host)]
-    units += [(g.serial, slots.gpu(g.index)) for g in inv.gpus]
-    nics = sorted(inv.nics, key=lambda n: natural_key(n.device))
-    units += [(n.serial, slots.nic(k)) for k, n in enumerate(nics)]
+    units += [(g.serial, slots.gpu_at_index(g.index)) for g in inv.gpus]
+    units += [(n.serial, slots.nic_named(n.device)) for n in inv.nics]
     counts: dict[str, int] = {}
     for serial, _ in units:
         counts[serial] = counts.get(serial, 0) + 1
@@ -287,6 +295,23 @@ def _moved(node: str, serial: str, src: str, dst: str, now: datetime) -> HealthE
         message=f"unit {serial} moved from {src} to {dst}",
         source="controller",
         attrs=(("from", src), ("serial", serial), ("to", dst)),
+    )
+
+
+def _missing(node: str, m: Missing, now: datetime) -> HealthEvent:
+    gpu = m.kind is ComponentKind.GPU
+    what = "GPU" if gpu else "HCA"
+    return HealthEvent(
+        id=f"missing:{m.slot}:{now.isoformat()}",
+        node=node,
+        kind=EventKind.GPU_LOST if gpu else EventKind.CHECK_FAILED,
+        time=now,
+        component=m.slot,
+        message=f"{what} {m.slot} (PCI {m.pci}{f', serial {m.serial}' if m.serial else ''}) is missing from the "
+                "inventory the node's agent registered",
+        source="controller",
+        attrs=(("check", "inventory"), ("pci_expected", m.pci), ("rule", GPU_MISSING if gpu else HCA_MISSING),
+               ("serial", m.serial)),
     )
 
 

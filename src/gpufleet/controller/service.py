@@ -136,10 +136,11 @@ class Controller:
         return self.register(iter(fleet), state=state)
 
     def register_inventory(self, inv: NodeInventory) -> list[HealthEvent]:
-        """Keep a node agent's inventory; returns the ``moved`` events it implied, ingested like any
-        other event (stored, correlated, judged by the policy). NotFound for a node not registered.
+        """Keep a node agent's inventory; returns the events it implied (``Identity.register``: the
+        ``moved`` events, then one per unit missing from it), ingested like any other event (stored,
+        correlated, judged by the policy). NotFound for a node not registered.
 
-        The moves are ingested before the inventory is stored: if either write fails, the identity
+        The events are ingested before the inventory is stored: if either write fails, the identity
         map goes back to what it was and the error is raised, so the agent's retry finds the moves again.
         """
         with self.lock:
@@ -147,11 +148,11 @@ class Controller:
                 raise NotFound("node", inv.node)
             now = self.clock.now()
             known = self.identity.inventories()
-            moved = self.identity.register(inv, now)
+            implied = self.identity.register(inv, now)
             try:
-                if moved:
-                    self.ingest(moved)
-                self.store.save_inventory(inv, now)
+                if implied:
+                    self.ingest(implied)
+                self.store.save_inventory(inv, now, self.identity.reference(inv.node))
             except Exception as err:
                 log.error("%s: could not record its inventory (%s); its moves are judged again on the retry",
                           inv.node, err)
@@ -159,7 +160,7 @@ class Controller:
                 if isinstance(err, GpufleetError):
                     raise
                 raise ExternalError("database", f"recording the inventory of {inv.node}: {err}") from err
-            return moved
+            return implied
 
     # ---- evidence ---------------------------------------------------------------------------
     def ingest(self, events: Sequence[HealthEvent]) -> IngestResult:

@@ -102,16 +102,18 @@ def run_demo(opts: DemoOptions, console: Console | None = None) -> dict[str, obj
         else:
             from gpufleet.demo.view import render
 
-            with Live(render(world, api), console=console, refresh_per_second=8, transient=False) as live:
-                for _ in range(steps):
-                    t0 = time.monotonic()
-                    world.step(opts.step)
-                    live.update(render(world, api))
-                    left = pace - (time.monotonic() - t0)
-                    if left > 0:
-                        time.sleep(left)
-            if not console.is_terminal:  # Rich ends the last frame with a line break only on a terminal
-                console.line()
+            try:
+                with Live(render(world, api), console=console, refresh_per_second=8, transient=False) as live:
+                    for _ in range(steps):
+                        t0 = time.monotonic()
+                        world.step(opts.step)
+                        live.update(render(world, api))
+                        left = pace - (time.monotonic() - t0)
+                        if left > 0:
+                            time.sleep(left)
+            finally:  # also on Ctrl-C or an error: what follows must not be glued to the last frame
+                if not console.is_terminal:  # Rich ends the last frame with a line break only on a terminal
+                    console.line()
         summary = world.summary()
         summary["api"] = api
         return summary

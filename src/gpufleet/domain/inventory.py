@@ -22,6 +22,7 @@ from typing import Any
 
 from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.text import REF_MAX, check_text
+from gpufleet.domain.topology import natural_key
 
 FORMAT = "gpufleet.inventory/v1"
 _MAX_INT = 2**31 - 1  # GPU indexes, NVLink and port counts: small numbers; this keeps ids short
@@ -56,10 +57,17 @@ class NicUnit:
 
 @dataclass(frozen=True, slots=True)
 class NodeInventory:
+    """One node's units, GPUs by NVML index and HCAs in natural name order (``mlx5_2`` before
+    ``mlx5_10``), however they were given: the order the controller maps onto slots."""
+
     node: str
     serial: str = ""  # the chassis / compute tray serial (DMI)
     gpus: tuple[GpuUnit, ...] = ()
     nics: tuple[NicUnit, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", tuple(sorted(self.gpus, key=lambda g: g.index)))
+        object.__setattr__(self, "nics", tuple(sorted(self.nics, key=lambda n: natural_key(n.device))))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -116,8 +124,7 @@ def parse_inventory(obj: Any, where: str = "inventory") -> NodeInventory:
             ports.append(IbPort(_int(pd, "port", pp, required=True), _str(pd, "guid", pp), _str(pd, "link_layer", pp)))
         nics.append(NicUnit(_str(nd, "device", p, required=True), _str(nd, "netdev", p), _str(nd, "pci", p).lower(),
                             _str(nd, "serial", p), tuple(ports)))
-    return NodeInventory(node, _str(d, "serial", where), tuple(sorted(gpus, key=lambda g: g.index)),
-                         tuple(sorted(nics, key=lambda n: n.device)))
+    return NodeInventory(node, _str(d, "serial", where), tuple(gpus), tuple(nics))
 
 
 def _obj(v: Any, where: str) -> dict[str, Any]:

@@ -40,7 +40,7 @@ def test_an_agent_registers_its_inventory_and_a_viewer_reads_it_back(api: Api) -
     assert api.client.get("/v1/nodes/r01-n01/inventory", headers=auth("viewer")).status_code == 404
     r = put(api.client, "r01-n01", DOC)
     assert r.status_code == 200, r.text
-    assert r.json() == {"moved": []}  # first sight of every serial: nothing moved
+    assert r.json() == {"moved": [], "missing": []}  # first sight of every serial: nothing moved
     assert api.get("/v1/nodes/r01-n01/inventory") == DOC
     again = put(api.client, "r01-n01", {**DOC, "serial": "NODE-00099"}, who="agent-r01")
     assert again.status_code == 200 and api.get("/v1/nodes/r01-n01/inventory")["serial"] == "NODE-00099"
@@ -129,7 +129,7 @@ def test_a_tray_swap_in_the_reported_serials_moves_the_fault_with_the_tray(
     ]  # one move per tray: its GPUs and NICs went with it
     stored = client.get("/v1/events", params={"kind": "moved"}, headers=auth("viewer")).json()
     assert sorted(e["id"] for e in stored) == sorted(m["id"] for m in moved)
-    assert put(client, b, _report(topo, a, b)).json() == {"moved": []}  # a repeat is no news
+    assert put(client, b, _report(topo, a, b)).json() == {"moved": [], "missing": []}  # a repeat is no news
 
     clock.advance(timedelta(minutes=5))
     _storm(client, clock, b, "after")  # the same fault, now at the new slot

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
@@ -13,13 +14,14 @@ from gpufleet.controller.service import Controller
 from gpufleet.controller.store.db import make_engine
 from gpufleet.controller.store.repo import Store
 from gpufleet.domain.errors import ExternalError
-from gpufleet.domain.events import EventKind
+from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.inventory import GpuUnit, IbPort, NicUnit, NodeInventory
 from gpufleet.domain.topology import to_fleet
 from gpufleet.domain.topology_gen import generate_nvl72
 from gpufleet.lifecycle.config import load_policy
 from gpufleet.lifecycle.states import NodeState
 from tests.integration.store.plans import T0
+from tests.inventories import inventory_of
 
 FULL = NodeInventory(
     "r01-n01", "NODE-00017",
@@ -71,11 +73,11 @@ class _FailingOnce(Store):
 
     failed = False
 
-    def save_inventory(self, inv: NodeInventory, now: datetime) -> None:
+    def save_inventory(self, inv: NodeInventory, now: datetime, reference: NodeInventory | None = None) -> None:
         if not self.failed:
             self.failed = True
             raise OperationalError("UPDATE inventories", {}, Exception("server closed the connection"))
-        super().save_inventory(inv, now)
+        super().save_inventory(inv, now, reference)
 
 
 def test_a_failed_write_forgets_the_moves_so_the_retry_finds_them(engine: Engine) -> None:
@@ -90,3 +92,31 @@ def test_a_failed_write_forgets_the_moves_so_the_retry_finds_them(engine: Engine
     (moved,) = c.register_inventory(report)
     assert dict(moved.attrs) == {"serial": topo.components[a].serial, "from": a, "to": b}
     assert c.store.inventory(b) == report
+
+
+def test_a_restarted_controller_keeps_the_slots_of_an_inventory_missing_a_gpu(engine: Engine, db_url: str) -> None:
+    topo = generate_nvl72(1)
+    tray = "r01-ct03"
+    full = inventory_of(topo, tray, pci={i: f"0000:{0x18 + 0x20 * i:02x}:00.0" for i in range(4)})
+    gone = replace(full, gpus=tuple(replace(g, index=i) for i, g in enumerate(full.gpus[1:])))
+    clock = ManualClock(T0)
+    c = Controller(Store(engine), load_policy(), clock, topology=topo)
+    c.register_fleet(to_fleet(topo), NodeState.READY)
+    assert c.register_inventory(full) == []
+    clock.advance(timedelta(minutes=5))
+    (lost,) = c.register_inventory(gone)  # GPU 0 did not come back: no moves for the three after it
+    (stored,) = c.store.events(node=tray, kind="gpu_lost")
+    assert (stored.id, stored.component) == (lost.id, f"{tray}-gpu0")
+    assert c.engine.nodes[tray].state is NodeState.DRAINING  # judged fatal: no job is given a 3-GPU tray
+    assert c.store.load_inventories() == [full, gone]  # the reference is kept beside the last inventory
+
+    clock.advance(timedelta(hours=1))
+    other = make_engine(db_url)  # a new process
+    try:
+        again = Controller(Store(other), load_policy(), clock, topology=topo)
+        named = again.identity.resolve(HealthEvent("x", tray, EventKind.XID, clock.now(), code=79,
+                                                   attrs=(("gpu", "0"),)))
+        assert named.component == f"{tray}-gpu1"  # the agent's GPU 0 is the one in slot 1
+        assert [e.kind for e in again.register_inventory(gone)] == [EventKind.GPU_LOST]
+    finally:
+        other.dispose()

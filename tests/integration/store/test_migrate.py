@@ -20,7 +20,7 @@ def test_migrate_creates_every_table_and_is_idempotent(empty_url: str) -> None:
         assert set(first) == set(Base.metadata.tables) | {"alembic_version"}
         with engine.connect() as conn:
             versions = conn.execute(text("select version_num from alembic_version")).scalars().all()
-        assert versions == ["0013"]
+        assert versions == ["0014"]
     finally:
         engine.dispose()
 
@@ -76,5 +76,35 @@ def test_0002_keeps_the_events_of_a_0001_database_and_scopes_ids_to_their_node(e
                               f"values ('e7', 'r01-n02', 'xid', {row[1]}, '', 'agent', {row[0]}, {row[1]})"))
             seqs = conn.execute(text("select seq from events where id = 'e7' order by seq")).scalars().all()
             assert len(seqs) == 2 and seqs[1] > 9
+    finally:
+        engine.dispose()
+
+
+def test_0014_keeps_the_inventories_of_a_0013_database_and_downgrades(empty_url: str) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    from gpufleet.controller.store.db import MIGRATIONS
+    from gpufleet.controller.store.repo import Store
+    from gpufleet.domain.inventory import GpuUnit, NodeInventory
+
+    engine = make_engine(empty_url)
+    try:
+        cfg = Config()
+        cfg.set_main_option("script_location", str(MIGRATIONS))
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "0013")
+        doc = '{"format": "gpufleet.inventory/v1", "node": "r01-n01", "gpus": [{"index": 0, "serial": "G0"}]}'
+        with engine.begin() as conn:
+            conn.execute(text("insert into inventories (node, doc, updated) values "
+                              f"('r01-n01', '{doc}', '2026-12-07 12:00:00+00:00')"))
+        migrate(engine)
+        kept = NodeInventory("r01-n01", gpus=(GpuUnit(0, serial="G0"),))
+        assert Store(engine).load_inventories() == [kept]  # no reference: the last inventory is all there is
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, "0013")
+        assert "reference" not in {c["name"] for c in inspect(engine).get_columns("inventories")}
     finally:
         engine.dispose()

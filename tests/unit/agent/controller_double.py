@@ -2,7 +2,8 @@
 
 ``POST /v1/events`` (Bearer token; batch accepted whole or rejected whole with 422 naming the field;
 dedup by event id -> 202 {"accepted", "duplicates"}), ``POST /v1/nodes/{node}/heartbeat`` -> 200 and
-``PUT /v1/nodes/{node}/inventory`` -> 200 ``{"moved": []}`` (422 naming the field, 404 for an unknown node).
+``PUT /v1/nodes/{node}/inventory`` -> 200 ``{"moved": [], "missing": []}`` (422 naming the field, 404 for an
+unknown node).
 ``stop()`` and ``start()`` again on the same port simulate a controller outage; the store survives.
 """
 
@@ -85,7 +86,7 @@ class ControllerDouble:
                     return
                 with double.lock:
                     double.inventories.append(inv.to_json())
-                self._reply(200, {"moved": []})
+                self._reply(200, {"moved": [], "missing": []})
 
             def do_POST(self) -> None:
                 n = int(self.headers.get("Content-Length", "0"))

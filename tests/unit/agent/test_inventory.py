@@ -114,3 +114,34 @@ def test_inject_with_nvml_names_the_option() -> None:
     res = runner.invoke(app, ["agent", "--device", "nvml", "--inject", "xid:94@gpu1", "--print-inventory"])
     assert isinstance(res.exception, InvalidInput) and res.exception.field == "--inject"
     assert "--device sim" in res.exception.expected
+
+
+def test_a_simulated_node_without_a_gpu_and_an_hca_numbers_the_later_ones_lower(tmp_path: Path) -> None:
+    full_dev, full_sys = SimDevice(8), SimSysfs(tmp_path / "full", nics=8, serial="SIMX")
+    short_dev, short_sys = SimDevice(8, absent={3}), SimSysfs(tmp_path / "short", nics=8, serial="SIMX", absent={2})
+    full_dev.open()
+    short_dev.open()
+    full = collect_inventory("n1", full_dev, ib_root=full_sys.ib_root, sys_root=full_sys.root)
+    short = collect_inventory("n1", short_dev, ib_root=short_sys.ib_root, sys_root=short_sys.root)
+    assert [g.index for g in short.gpus] == list(range(7))
+    assert [(g.pci, g.serial) for g in short.gpus] == [(g.pci, g.serial) for g in full.gpus if g.index != 3]
+    assert [n.device for n in short.nics] == [f"mlx5_{k}" for k in range(7)]  # named in probe order
+    assert [(n.pci, n.ports) for n in short.nics] == [(n.pci, n.ports) for n in full.nics if n.device != "mlx5_2"]
+    with pytest.raises(InvalidInput) as err:
+        SimDevice(8, absent={8})
+    assert (err.value.field, err.value.value) == ("sim_absent", "gpu8")
+    with pytest.raises(InvalidInput) as err:
+        SimSysfs(tmp_path / "bad", nics=2, serial="SIMX", absent={2})
+    assert (err.value.field, err.value.value) == ("sim_absent", "nic2")
+
+
+def test_sim_absent_names_gpu_and_nic_slots(tmp_path: Path) -> None:
+    from gpufleet.agent.config import load_config
+
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text('sim_absent = ["gpu3", "nic2"]\n')
+    assert load_config(cfg).sim_absent == ["gpu3", "nic2"]
+    cfg.write_text('sim_absent = ["gpu3", "hca2"]\n')
+    with pytest.raises(InvalidInput) as err:
+        load_config(cfg)
+    assert err.value.field.startswith("sim_absent") and "hca2" in str(err.value)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import random
 import threading
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
 from gpufleet.agent.clock import AgentClock, SystemClock
@@ -153,12 +153,18 @@ class SimDevice:
         node_serial: int = 0,
         serials: Sequence[str] | None = None,
         kernel_log: SimKernelLog | None = None,
+        absent: Collection[int] = (),
     ) -> None:
         """``serials`` names the GPUs' physical units (default ``SIM<seed>-<node_serial>-<i>``); when given,
         each GPU's UUID derives from its serial too, so a unit moved to another simulated node keeps both.
-        With ``kernel_log``, the simulated driver also prints its XID and fallen-off-the-bus lines there."""
+        With ``kernel_log``, the simulated driver also prints its XID and fallen-off-the-bus lines there.
+        ``absent``: slots (0 .. ``gpus`` - 1) whose GPU does not enumerate, as after a reboot without it:
+        the GPUs after it keep their PCI addresses and serials and are numbered one lower, as NVML does."""
         if gpus < 0:
             raise InvalidInput("gpus", gpus, "a GPU count of 0 or more")
+        for slot in absent:
+            if not 0 <= slot < gpus:
+                raise InvalidInput("sim_absent", f"gpu{slot}", f"a GPU slot gpu0 .. gpu{gpus - 1}")
         if serials is not None and len(serials) != gpus:
             raise InvalidInput("serials", list(serials), f"{gpus} GPU serials, one per GPU")
         if not 0.0 <= load <= 100.0:
@@ -177,6 +183,9 @@ class SimDevice:
             )
             for i in range(gpus)
         ]
+        self.state = [g for g in self.state if g.index not in absent]
+        for k, g in enumerate(self.state):
+            g.index = k
         self.kernel_log = kernel_log
         self._xids: list[XidEvent] = []
         self._xid_lock = threading.Lock()  # faults may be injected from another thread

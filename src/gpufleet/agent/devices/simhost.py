@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+from collections.abc import Collection
 from datetime import datetime
 from pathlib import Path
 
@@ -101,11 +102,17 @@ def _last_seq(path: Path) -> int:
 
 
 class SimSysfs:
-    """A ``/sys`` tree with ``nics`` InfiniBand HCAs and a DMI chassis serial, created under ``root``."""
+    """A ``/sys`` tree with ``nics`` InfiniBand HCAs and a DMI chassis serial, created under ``root``.
+    ``absent``: slots (0 .. ``nics`` - 1) whose HCA does not probe, as after a reboot without it: the HCAs
+    after it keep their PCI addresses and GUIDs and are named one lower (``mlx5_<k>``), as the driver does."""
 
-    def __init__(self, root: Path, *, nics: int, serial: str) -> None:
+    def __init__(self, root: Path, *, nics: int, serial: str, absent: Collection[int] = ()) -> None:
         if nics < 0:
             raise InvalidInput("sim_nics", nics, "a NIC count of 0 or more")
+        for slot in absent:
+            if not 0 <= slot < nics:
+                raise InvalidInput("sim_absent", f"nic{slot}", f"a NIC slot nic0 .. nic{nics - 1}")
+        self._absent = frozenset(absent)
         self.root = root
         self.ib_root = root / "class" / "infiniband"
         self.serial = serial
@@ -123,12 +130,12 @@ class SimSysfs:
         self.ib_root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(self.ib_root)  # a restarted simulated node comes back healthy
         self.ib_root.mkdir()
-        for k in range(nics):
+        for k in (k for k in range(nics) if k not in self._absent):
             bus = _NIC_BUSES[k] if k < len(_NIC_BUSES) else f"{0x60 + k:02x}"
             pci = f"0000:{bus}:00.0"
             pdev = self.root / "devices" / "pci0000:00" / pci
             (pdev / "net" / f"ibp{int(bus, 16)}s0").mkdir(parents=True, exist_ok=True)
-            hca = self.ib_root / f"mlx5_{k}"
+            hca = self.ib_root / f"mlx5_{sum(1 for j in range(k) if j not in self._absent)}"
             hca.mkdir()
             guid = hashlib.sha1(f"{self.serial}:nic{k}".encode()).hexdigest()[:16]
             guid_text = ":".join(guid[i : i + 4] for i in range(0, 16, 4))

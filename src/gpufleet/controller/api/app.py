@@ -194,7 +194,8 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         return {"status": "ok"}
 
     @v1.put("/nodes/{node}/inventory", response_model=InventoryOut,
-             summary="Register the node's inventory; answers the moves it showed (agent for its nodes)")
+             summary="Register the node's inventory; answers the moves and missing units it showed (agent for "
+                     "its nodes)")
     def put_inventory(node: Name, body: Annotated[dict[str, Any], Body()], caller: Reporter) -> InventoryOut:
         may_report(caller, node, "node")
         if node not in c.engine.nodes:
@@ -202,7 +203,9 @@ def create_app(controller: Controller, tokens: list[TokenConfig] | tuple[TokenCo
         inv = parse_inventory(body)
         if inv.node != node:
             raise InvalidInput("inventory.node", inv.node, f"the node of the path ({node!r})")
-        return InventoryOut(moved=[EventIn.of(e) for e in c.register_inventory(inv)])
+        implied = c.register_inventory(inv)
+        return InventoryOut(moved=[EventIn.of(e) for e in implied if e.kind is EventKind.MOVED],
+                            missing=[EventIn.of(e) for e in implied if e.kind is not EventKind.MOVED])
 
     @v1.get("/nodes/{node}/inventory", summary="The node's last registered inventory (viewer)")
     def get_inventory(node: Name, caller: Reader) -> dict[str, Any]:

@@ -97,6 +97,8 @@ class EventBatch(_In):
 
 class InventoryOut(BaseModel):
     moved: list[EventIn] = Field(description="the moves this inventory showed (serial at a new slot)")
+    missing: list[EventIn] = Field(default_factory=list, description="the units of the node's reference "
+                                   "inventory this one lacks (gpu_lost, check_failed: docs/formats.md, Identities)")
 
 
 class IngestOut(BaseModel):

@@ -85,12 +85,14 @@ class EventRow(Base):
 
 
 class InventoryRow(Base):
-    """The last ``gpufleet.inventory/v1`` document each node's agent registered."""
+    """The last ``gpufleet.inventory/v1`` document each node's agent registered, and the node's reference
+    (its last complete one, when that is an earlier document; controller/slots.py)."""
 
     __tablename__ = "inventories"
     node: Mapped[str] = mapped_column(String(128), primary_key=True)
     doc: Mapped[dict[str, Any]] = mapped_column(default=dict)
     updated: Mapped[datetime]
+    reference: Mapped[dict[str, Any] | None] = mapped_column(default=None)  # migration 0014
 
 
 class DecisionRow(Base):

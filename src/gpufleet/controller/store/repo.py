@@ -225,10 +225,12 @@ class Store:
             return _known_ids(conn, keys)
 
     # ---- inventories ------------------------------------------------------------------------
-    def save_inventory(self, inv: NodeInventory, now: datetime) -> None:
-        """Keep ``inv`` as the node's inventory (replacing the one it registered before)."""
+    def save_inventory(self, inv: NodeInventory, now: datetime, reference: NodeInventory | None = None) -> None:
+        """Keep ``inv`` as the node's inventory (replacing the one it registered before), and ``reference``
+        as its reference inventory when that is another document (None: ``inv`` is it, or there is none)."""
+        ref = reference.to_json() if reference is not None and reference != inv else None
         with self.session.begin() as s:
-            s.merge(InventoryRow(node=inv.node, doc=inv.to_json(), updated=now))
+            s.merge(InventoryRow(node=inv.node, doc=inv.to_json(), updated=now, reference=ref))
 
     def inventory(self, node: str) -> NodeInventory | None:
         with self.session() as s:
@@ -241,10 +243,12 @@ class Store:
             return s.scalar(select(InventoryRow.updated).where(InventoryRow.node == node))
 
     def load_inventories(self) -> list[NodeInventory]:
-        """Every node's last inventory, least recently registered first (a later report wins)."""
+        """What ``Identity.load`` takes: the nodes' reference inventories kept apart, then every node's last
+        inventory, least recently registered first (a later report wins)."""
         with self.session() as s:
-            rows = s.scalars(select(InventoryRow).order_by(InventoryRow.updated, InventoryRow.node))
-            return [parse_inventory(r.doc) for r in rows]
+            rows = list(s.scalars(select(InventoryRow).order_by(InventoryRow.updated, InventoryRow.node)))
+            refs = [parse_inventory(r.reference, "inventories.reference") for r in rows if r.reference is not None]
+            return refs + [parse_inventory(r.doc) for r in rows]
 
     # ---- loading the engine after a (re)start -----------------------------------------------
     def load_nodes(self) -> list[tuple[NodeRecord, str]]:
