@@ -95,15 +95,19 @@ class Admission:
         self.merges = self._merges_before
 
     # ---- 1. name and judge ------------------------------------------------------------------
-    def prepare(self, events: Sequence[HealthEvent]) -> list[HealthEvent]:
-        """The events named with topology ids and judged once (what is stored and decided on)."""
-        return list(self.prepare_each(events))
+    def prepare(self, events: Sequence[HealthEvent], *, stored: bool = False) -> list[HealthEvent]:
+        """The events named with topology ids and judged once (what is stored and decided on). ``stored``:
+        events read back from the store, named at their ingest already: judged only (the catalog may
+        have changed), never named again, since the identity names an agent's numbering as it is *now*
+        (a GPU missing since renumbers the later ones: decision 0133)."""
+        return list(self.prepare_each(events, stored=stored))
 
-    def prepare_each(self, events: Iterable[HealthEvent]) -> Iterator[HealthEvent]:
+    def prepare_each(self, events: Iterable[HealthEvent], *, stored: bool = False) -> Iterator[HealthEvent]:
         """:meth:`prepare`, one event at a time (a long stream read from the store in batches)."""
         cache = self._judged
+        resolve = None if stored else self.resolve
         for raw in events:
-            e = self.resolve(raw) if self.resolve is not None else raw
+            e = resolve(raw) if resolve is not None else raw
             key = (e.kind, e.code, e.severity, e.attr("rule"), e.attr("nvl5_row"))
             j = cache.get(key)
             if j is None:  # the judgement depends on these five only: judge each distinct one once

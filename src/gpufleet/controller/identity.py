@@ -39,8 +39,9 @@ Missing units (``controller/slots.py``, decision 0133): the rules above count un
 missing from an inventory would shift every later one onto the slot before its own. So the node's last
 complete inventory is its *reference*, whose PCI addresses name the slots of an incomplete one (the
 counts ``gpu`` i, ``device`` and the guesses are mapped through them); a reference unit the inventory
-lacks is reported by :meth:`register` at every registration: ``gpu_lost`` rule ``gpu_missing`` for a
-GPU, ``check_failed`` rule ``hca_missing`` for an HCA, named with the slot.
+lacks is reported by :meth:`register` (when it goes missing, and with ``again`` at each registration):
+``gpu_lost`` rule ``gpu_missing`` for a GPU, ``check_failed`` rule ``hca_missing`` for an HCA, named
+with the slot. Since names depend on the numbering of now, events are named once, at ingest.
 
 Pure: no I/O, no clock (``now`` is passed in).
 """
@@ -73,6 +74,7 @@ class Identity:
         self._topo = topology
         self._inventories: dict[str, NodeInventory] = {}
         self._references: dict[str, NodeInventory] = {}  # per node, its last complete inventory (slots.py)
+        self._missing: dict[str, frozenset[str]] = {}  # per node, the slots its last inventory lacked
         self._slots: dict[str, Slots | None] = {}  # per node, built on first use; None: not in the topology
         self._lanes: dict[tuple[str, str], tuple[str, ...]] = {}  # (component, link kind) -> link ids
         self._at: dict[str, str] = {}  # slot -> serial last seen there
@@ -81,12 +83,15 @@ class Identity:
 
     # -- inventories ------------------------------------------------------------------------------
 
-    def load(self, inventories: Iterable[NodeInventory]) -> None:
-        """Start over from the topology's serials and the stored ``inventories`` (oldest first), as after
-        a restart (also after a failed write, to forget what was not stored); emits nothing."""
-        stored = list(inventories)  # may be our own inventories()
+    def load(self, inventories: Iterable[NodeInventory], references: Iterable[NodeInventory] = ()) -> None:
+        """Start over from the topology's serials, the stored ``references`` (each node's last complete
+        inventory, where it is not its last one) and the stored ``inventories`` (oldest first), as after
+        a restart (also after a failed write, to forget what was not stored); emits nothing. A reference
+        names slots only: the serials are placed from the last inventories, which are newer."""
+        stored, refs = list(inventories), list(references)  # may be our own inventories(), references()
         self._inventories.clear()
-        self._references.clear()
+        self._references = {r.node: r for r in refs}
+        self._missing.clear()
         self._slots.clear()
         self._at.clear()
         self._where.clear()
@@ -100,15 +105,21 @@ class Identity:
                 for slot, serial in _units(slots, inv):
                     self._place(serial, slot)
 
-    def register(self, inv: NodeInventory, now: datetime) -> list[HealthEvent]:
+    def register(self, inv: NodeInventory, now: datetime, *, again: bool = True) -> list[HealthEvent]:
         """Remember ``inv`` and return the events it implies: the ``moved`` events (none for a repeat),
-        then one event per unit of the node's reference inventory that ``inv`` lacks (each time it
-        lacks it: an agent registers on every start, so a reboot that did not bring a GPU back says so)."""
+        then one event per unit of the node's reference inventory that ``inv`` lacks. ``again``: also
+        the units the node's last registered inventory lacked already (an agent registers on every
+        start: a reboot that did not bring a GPU back says so); else only those missing since."""
+        before = self._missing.get(inv.node, frozenset())
         slots = self._remember(inv)
         if slots is None:
             log.info("%s: inventory of a node the topology does not have; no moves judged", inv.node)
             return []
-        return self._moves(inv, slots, now) + [_missing(inv.node, m, now) for m in slots.missing]
+        gone = [m for m in slots.missing if again or m.slot not in before]
+        if len(gone) < len(slots.missing):
+            log.info("%s: %d unit(s) still missing, not reported again while the node is in service: %s", inv.node,
+                     len(slots.missing) - len(gone), ", ".join(m.slot for m in slots.missing if m not in gone))
+        return self._moves(inv, slots, now) + [_missing(inv.node, m, now) for m in gone]
 
     def _moves(self, inv: NodeInventory, slots: Slots, now: datetime) -> list[HealthEvent]:
         moved: list[HealthEvent] = []
@@ -137,10 +148,12 @@ class Identity:
         return moved
 
     def inventories(self) -> list[NodeInventory]:
-        """What :meth:`load` takes to remember what is remembered now: each node's reference inventory
-        where it is not its last one, then the last ones, least recently registered first."""
-        refs = [r for node, r in self._references.items() if self._inventories.get(node) is not r]
-        return refs + list(self._inventories.values())
+        """The inventories remembered, least recently registered first (what :meth:`load` takes)."""
+        return list(self._inventories.values())
+
+    def references(self) -> list[NodeInventory]:
+        """Each node's reference where it is not its last inventory (what :meth:`load` takes beside them)."""
+        return [r for node, r in self._references.items() if self._inventories.get(node) is not r]
 
     def reference(self, node: str) -> NodeInventory | None:
         """The node's last complete inventory, whose PCI addresses name its slots (controller/slots.py)."""
@@ -245,6 +258,7 @@ class Identity:
         slots = self._slots_of(inv.node)
         if slots is not None and slots.complete:
             self._references[inv.node] = inv
+        self._missing[inv.node] = frozenset(m.slot for m in slots.missing) if slots is not None else frozenset()
         return slots
 
     def _slots_of(self, node: str) -> Slots | None:

@@ -32,7 +32,7 @@ from gpufleet.lifecycle.decisions import ComponentFault, DecisionStatus, Planned
 from gpufleet.lifecycle.engine import LifecycleEngine, NodeRecord, OperatorOp, SchedObservation
 from gpufleet.lifecycle.plan import AuditEntry, Plan
 from gpufleet.lifecycle.policy import Policy
-from gpufleet.lifecycle.states import Actor, NodeState
+from gpufleet.lifecycle.states import SCHEDULABLE, Actor, NodeState
 
 from . import heap
 from .admission import Admission
@@ -85,7 +85,7 @@ class Controller:
         self.lock = threading.RLock()
         # Agents' local names (GPU index, PCI address, HCA) -> topology ids; serials seen at new slots.
         self.identity = Identity(self.topology)
-        self.identity.load(self.store.load_inventories())
+        self.identity.load(self.store.load_inventories(), self.store.load_references())
         self.admission = self._admission()
         self.engine = self._load(self.admission)
         self._warn_unplaced(self.engine.nodes, "registered")
@@ -147,8 +147,12 @@ class Controller:
             if inv.node not in self.engine.nodes:
                 raise NotFound("node", inv.node)
             now = self.clock.now()
-            known = self.identity.inventories()
-            implied = self.identity.register(inv, now)
+            known = self.identity.inventories(), self.identity.references()
+            # A unit still missing since the last registration is reported again only while the node is out
+            # of service (burn-in, repair, revalidation: the repair must learn it did not help), not for a
+            # node in service (put back by an operator who knows), at every agent restart (decision 0133).
+            again = self.engine.nodes[inv.node].state not in SCHEDULABLE
+            implied = self.identity.register(inv, now, again=again)
             try:
                 if implied:
                     self.ingest(implied)
@@ -156,7 +160,7 @@ class Controller:
             except Exception as err:
                 log.error("%s: could not record its inventory (%s); its moves are judged again on the retry",
                           inv.node, err)
-                self.identity.load(known)
+                self.identity.load(*known)
                 if isinstance(err, GpufleetError):
                     raise
                 raise ExternalError("database", f"recording the inventory of {inv.node}: {err}") from err
@@ -515,7 +519,7 @@ class Controller:
         cannot be read (the replica does not lead until it can)."""
         with self.lock:
             identity = Identity(self.topology)
-            identity.load(self.store.load_inventories())
+            identity.load(self.store.load_inventories(), self.store.load_references())
             self.identity = identity
             admission = self._admission()
             engine = self._load(admission)
@@ -660,12 +664,13 @@ class Controller:
         if oldest is not None and oldest < start:
             since = max(start - correlator.background_window, oldest)
             try:
-                primed = correlator.prime(self.admission.prepare_each(self.store.events_between(since, start)), since)
+                before = self.store.events_between(since, start)
+                primed = correlator.prime(self.admission.prepare_each(before, stored=True), since)
             except SQLAlchemyError as err:  # only the store's: a bug in judging or priming is not hidden
                 log.error("could not read the correlation background from the store (%s); rebuilding it later",
                           brief(err))
                 return
-        for e in [*moves, *self.admission.prepare(window)]:
+        for e in [*moves, *self.admission.prepare(window, stored=True)]:
             for v in correlator.observe_health_event(e):
                 verdicts = _standing(verdicts, v)
         # Namings the replay recomputed but the store lacks (a flush lost to a crash) stay pending and are
@@ -685,7 +690,7 @@ class Controller:
         now = self.clock.now()
         engine.remember(self.store.events_since(now - policy.lookback(), kinds=policy.counted_kinds()), now)
         recent = max(2 * cfg.merge_window, cfg.correlation_hold)
-        admission.remember(admission.prepare(self.store.events_since(now - recent)), now)
+        admission.remember(admission.prepare(self.store.events_since(now - recent), stored=True), now)
         return engine
 
     def _admission(self) -> Admission:

@@ -133,10 +133,11 @@ def _units(inv: NodeInventory) -> tuple[list[_Unit], list[_Unit]]:
 
 
 def complete(count: int, slots: tuple[str, ...] | None, reference: Sequence[object] | None) -> bool:
-    """Whether ``count`` units of a kind are all of them: at least the topology's slots, or without a
-    topology at least the reference's units (any count, before a reference)."""
-    if slots is not None:
-        return count >= len(slots)
+    """Whether ``count`` units of a kind are all of them: at least the topology's slots and at least the
+    reference's units (a node with a storage HCA beside its eight compute HCAs, eight NIC slots, is not
+    complete with a compute HCA gone)."""
+    if slots is not None and count < len(slots):
+        return False
     return reference is None or count >= len(reference)
 
 

@@ -108,7 +108,7 @@ def test_a_restarted_controller_keeps_the_slots_of_an_inventory_missing_a_gpu(en
     (stored,) = c.store.events(node=tray, kind="gpu_lost")
     assert (stored.id, stored.component) == (lost.id, f"{tray}-gpu0")
     assert c.engine.nodes[tray].state is NodeState.DRAINING  # judged fatal: no job is given a 3-GPU tray
-    assert c.store.load_inventories() == [full, gone]  # the reference is kept beside the last inventory
+    assert (c.store.load_inventories(), c.store.load_references()) == ([gone], [full])  # the reference kept beside
 
     clock.advance(timedelta(hours=1))
     other = make_engine(db_url)  # a new process
@@ -120,3 +120,55 @@ def test_a_restarted_controller_keeps_the_slots_of_an_inventory_missing_a_gpu(en
         assert [e.kind for e in again.register_inventory(gone)] == [EventKind.GPU_LOST]
     finally:
         other.dispose()
+
+
+def test_stored_events_keep_their_slots_after_a_restart_with_a_gpu_missing(engine: Engine, db_url: str) -> None:
+    """A restarted controller judges the stored events again but does not name them again: named with the
+    agent's numbering of now (GPU 0 missing since), the NVML XID of GPU 2 seen before the gap would become
+    slot 3's, and the kernel's line for the same fault (by PCI address, slot 2) would no longer merge onto it."""
+    topo = generate_nvl72(1)
+    tray = "r01-ct03"
+    full = inventory_of(topo, tray, pci={i: f"0000:{0x18 + 0x20 * i:02x}:00.0" for i in range(4)})
+    gone = replace(full, gpus=tuple(replace(g, index=i) for i, g in enumerate(full.gpus[1:])))
+    clock = ManualClock(T0)
+    c = Controller(Store(engine), load_policy(), clock, topology=topo)
+    c.register_fleet(to_fleet(topo), NodeState.READY)
+    c.register_inventory(full)
+    first = HealthEvent("nvml-xid", tray, EventKind.XID, clock.now(), code=13, source="nvml", attrs=(("gpu", "2"),))
+    c.ingest([first])
+    clock.advance(timedelta(seconds=2))
+    c.register_inventory(gone)  # the node's agent restarted without GPU 0
+
+    clock.advance(timedelta(seconds=2))
+    other = make_engine(db_url)  # a new process
+    try:
+        again = Controller(Store(other), load_policy(), clock, topology=topo)
+        line = HealthEvent("kmsg-xid", tray, EventKind.XID, first.time, code=13, source="kmsg",
+                           attrs=(("pci", full.gpus[2].pci),))
+        again.ingest([line])
+        rows = {e.id: e for e in again.store.events(node=tray, kind="xid")}
+        assert (rows["nvml-xid"].component, rows["kmsg-xid"].component) == (f"{tray}-gpu2", f"{tray}-gpu2")
+        assert rows["kmsg-xid"].fault_of == "nvml-xid"  # the same fault, seen by two sources
+    finally:
+        other.dispose()
+
+
+def test_a_node_back_in_service_short_of_a_gpu_is_not_drained_again_at_each_agent_start(engine: Engine) -> None:
+    topo = generate_nvl72(1)
+    tray = "r01-ct03"
+    full = inventory_of(topo, tray, pci={i: f"0000:{0x18 + 0x20 * i:02x}:00.0" for i in range(4)})
+    gone = replace(full, gpus=tuple(replace(g, index=i) for i, g in enumerate(full.gpus[1:])))
+    clock = ManualClock(T0)
+    c = Controller(Store(engine), load_policy(), clock, topology=topo)
+    c.register_fleet(to_fleet(topo), NodeState.READY)
+    c.register_inventory(full)
+    assert [e.kind for e in c.register_inventory(gone)] == [EventKind.GPU_LOST]
+    assert c.engine.nodes[tray].state is NodeState.DRAINING
+    clock.advance(timedelta(hours=1))
+    assert [e.kind for e in c.register_inventory(gone)] == [EventKind.GPU_LOST]  # out of service: said again
+    c.engine.nodes[tray].state = NodeState.READY  # as an operator who knows leaves it (resume, revalidation)
+    clock.advance(timedelta(hours=1))
+    assert c.register_inventory(gone) == []  # its agent restarted: the same gap is no news
+    assert c.engine.nodes[tray].state is NodeState.READY
+    worse = replace(gone, gpus=gone.gpus[:2])  # and now the GPU of slot 3 is gone too
+    assert [e.component for e in c.register_inventory(worse)] == [f"{tray}-gpu3"]

@@ -91,12 +91,64 @@ def test_each_registration_without_the_unit_reports_it_and_a_restart_keeps_the_s
     first = ident.register(gone, T0 + timedelta(hours=1))
     again = ident.register(gone, T0 + timedelta(hours=2))  # the agent started again: still not there
     assert summary(again) == summary(first) and again[0].id != first[0].id
-    assert ident.inventories() == [ref, gone]  # the reference kept apart, then the last
+    assert (ident.inventories(), ident.references()) == ([gone], [ref])  # the reference kept apart
     restarted = Identity(hgx)
-    restarted.load(ident.inventories())
+    restarted.load(ident.inventories(), ident.references())
     assert restarted.resolve(ev(None, gpu="3")).component == f"{NODE}-gpu4"
     assert summary(restarted.register(gone, T0 + timedelta(hours=3))) == summary(first)
     assert restarted.reference(NODE) == ref
+
+
+def test_without_again_only_a_unit_missing_since_the_last_registration_is_reported(hgx: Topology) -> None:
+    """A node in service (put back by someone who knows a GPU is gone) is not drained again at every agent
+    restart for the same gap; a second unit gone since is news."""
+    ident = Identity(hgx)
+    ref = complete(hgx)
+    ident.register(ref, T0)
+    gone = without(ref, gpu=3)
+    assert summary(ident.register(gone, T0 + timedelta(hours=1), again=False)) == summary(
+        ident.register(gone, T0 + timedelta(hours=1)))  # first seen: reported either way
+    assert ident.register(gone, T0 + timedelta(hours=2), again=False) == []
+    restarted = Identity(hgx)  # the controller restarted meanwhile: it knows the gap already
+    restarted.load(ident.inventories(), ident.references())
+    assert restarted.register(gone, T0 + timedelta(hours=3), again=False) == []
+    worse = without(gone, gpu=5)  # NVML's 5 is slot 6 now
+    assert [e.component for e in restarted.register(worse, T0 + timedelta(hours=4), again=False)] == [
+        f"{NODE}-gpu6"]
+
+
+def test_a_storage_hca_beside_the_compute_hcas_does_not_hide_a_missing_one(hgx: Topology) -> None:
+    ident = Identity(hgx)
+    ref = complete(hgx)
+    storage = NicUnit("mlx5_8", pci="0000:e0:00.0", serial="MT-STORAGE")  # nine HCAs, eight NIC slots
+    ref = replace(ref, nics=(*ref.nics, storage))
+    ident.register(ref, T0)
+    gone = without(ref, hca="mlx5_2")  # eight HCAs left: as many as the slots, one fewer than the reference
+    events = ident.register(gone, T0 + timedelta(hours=1))
+    assert summary(events) == [("check_failed", f"{NODE}-nic2", "hca_missing", ref.nics[2].pci)]  # no moves
+    assert ident.resolve(ev(None, EventKind.LINK_DOWN, device="mlx5_2")).component == f"{NODE}-nic3"
+    assert ident.reference(NODE) == ref
+
+
+def test_a_reference_does_not_place_serials_on_a_restart(hgx: Topology) -> None:
+    """A unit that left an incomplete node and went missing elsewhere: the last inventories say where it
+    was last seen, not the older reference of the node it left."""
+    a, b = NODE, "r02-n03"
+    ident = Identity(hgx)
+    unit = "1651111111111"  # fitted in a after the topology was written (its serial is not in it)
+    ref_a, ref_b = complete(hgx, a), complete(hgx, b)
+    ref_a = replace(ref_a, gpus=tuple(replace(g, serial=unit) if g.index == 3 else g for g in ref_a.gpus))
+    ident.register(ref_a, T0)
+    ident.register(ref_b, T0)
+    ident.register(without(ref_a, gpu=3), T0 + timedelta(hours=1))  # it left a ...
+    in_b = replace(ref_b, gpus=tuple(replace(g, serial=unit) if g.index == 0 else g for g in ref_b.gpus))
+    (moved,) = [e for e in ident.register(in_b, T0 + timedelta(hours=2)) if e.kind is EventKind.MOVED]
+    assert dict(moved.attrs)["to"] == "r02-n03-gpu0"
+    ident.register(without(in_b, gpu=0), T0 + timedelta(hours=3))  # ... and fell off the bus in b
+    restarted = Identity(hgx)
+    restarted.load(ident.inventories(), ident.references())
+    for who in (ident, restarted):  # reseated in b: no move, for the running controller and a restarted one
+        assert [e for e in who.register(in_b, T0 + timedelta(hours=4)) if e.kind is EventKind.MOVED] == []
 
 
 def test_the_unit_back_makes_the_inventory_complete_again(hgx: Topology, caplog: pytest.LogCaptureFixture) -> None:
@@ -109,7 +161,7 @@ def test_the_unit_back_makes_the_inventory_complete_again(hgx: Topology, caplog:
         assert ident.register(fixed, T0 + timedelta(hours=2)) == []  # a new GPU in slot 3: a replacement
     assert "1659999999999" in caplog.text
     assert ident.resolve(ev(None, gpu="3")).component == f"{NODE}-gpu3"
-    assert ident.reference(NODE) == fixed and ident.inventories() == [fixed]
+    assert ident.reference(NODE) == fixed and (ident.inventories(), ident.references()) == ([fixed], [])
 
 
 def test_a_unit_swapped_in_while_another_is_missing_is_still_a_move(hgx: Topology) -> None:

@@ -243,12 +243,17 @@ class Store:
             return s.scalar(select(InventoryRow.updated).where(InventoryRow.node == node))
 
     def load_inventories(self) -> list[NodeInventory]:
-        """What ``Identity.load`` takes: the nodes' reference inventories kept apart, then every node's last
-        inventory, least recently registered first (a later report wins)."""
+        """Every node's last inventory, least recently registered first (a later report wins)."""
         with self.session() as s:
-            rows = list(s.scalars(select(InventoryRow).order_by(InventoryRow.updated, InventoryRow.node)))
-            refs = [parse_inventory(r.reference, "inventories.reference") for r in rows if r.reference is not None]
-            return refs + [parse_inventory(r.doc) for r in rows]
+            rows = s.scalars(select(InventoryRow).order_by(InventoryRow.updated, InventoryRow.node))
+            return [parse_inventory(r.doc) for r in rows]
+
+    def load_references(self) -> list[NodeInventory]:
+        """The nodes' reference inventories kept beside their last one (``Identity.load`` takes both)."""
+        with self.session() as s:
+            rows = s.scalars(select(InventoryRow).where(InventoryRow.reference.is_not(None))
+                             .order_by(InventoryRow.node))
+            return [parse_inventory(r.reference, "inventories.reference") for r in rows if r.reference is not None]
 
     # ---- loading the engine after a (re)start -----------------------------------------------
     def load_nodes(self) -> list[tuple[NodeRecord, str]]:
