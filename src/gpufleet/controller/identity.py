@@ -266,6 +266,10 @@ class Identity:
             return self._slots[node]
         inv = self._inventories.get(node)
         ref = self._references.get(node)
+        if inv is not None and inv.serial and (came := self._where.get(inv.serial)) not in (None, node):
+            theirs = self._references.get(came or "")
+            if theirs is not None and theirs.serial == inv.serial:
+                ref = theirs  # a chassis moved here: its own reference names its units (the carried slots)
         slots: Slots | None
         if self._topo is None:
             slots = slotmap.build(node, None, None, (), inv, ref, self._where)

@@ -15,7 +15,7 @@ from gpufleet.controller.identity import Identity
 from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.inventory import GpuUnit, NicUnit, NodeInventory
 from gpufleet.domain.topology import Topology
-from gpufleet.domain.topology_gen import generate_hgx
+from gpufleet.domain.topology_gen import generate_hgx, generate_nvl72
 from tests.inventories import inventory_of
 
 T0 = datetime(2026, 12, 7, 12, 0, tzinfo=UTC)
@@ -237,3 +237,18 @@ def test_whatever_is_missing_the_rest_keep_their_slots_and_only_the_missing_are_
     kept_hcas = [k for k in range(8) if k not in hcas]
     for position, slot in enumerate(kept_hcas):
         assert ident.resolve(ev(None, EventKind.LINK_DOWN, device=f"mlx5_{position}")).component == f"{NODE}-nic{slot}"
+
+
+def test_a_tray_moved_with_a_gpu_missing_is_placed_by_its_own_reference() -> None:
+    nvl = generate_nvl72(2)
+    a, b = "r01-ct03", "r02-ct07"
+    ident = Identity(nvl)
+    own = inventory_of(nvl, a, pci={i: f"0000:{0x18 + 0x20 * i:02x}:00.0" for i in range(4)})
+    ident.register(own, T0)  # tray a's reference; slot b never registered one
+    here = replace(without(own, gpu=1), node=b)  # tray a now answers at b, its GPU 1 gone
+    events = ident.register(here, T0 + timedelta(hours=1))
+    assert [(e.kind.value, e.component, dict(e.attrs).get("from")) for e in events] == [
+        ("moved", b, a), ("gpu_lost", f"{b}-gpu1", None)]  # the tray's move carries its GPUs: one move
+    assert events[1].attr("serial") == own.gpus[1].serial
+    assert ident.resolve(HealthEvent("x", b, EventKind.XID, T0, code=13, attrs=(("gpu", "1"),))).component == (
+        f"{b}-gpu2")
