@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Fleet, TopologyFile, wait_until
+from tests.e2e.harness import BASE_POLICY, Fleet, TopologyFile, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -54,3 +54,48 @@ def test_units_after_a_missing_gpu_and_hca_keep_their_slots_and_the_missing_ones
 
     wait_until(lambda: ctl.api.node(n)["node"]["state"] != "ready",
                lambda: f"{n} drained for its missing GPU: {ctl.api.node(n)['node']}; {ctl.api.decisions(n)}")
+
+
+POLICY = BASE_POLICY.replace("auto_repair = false", "auto_repair = true")
+REPAIR = "[repair]\nagent = true\nbundle = false"  # the ladder's reboot, queued for the node's agent
+
+
+def test_a_reboot_that_did_not_bring_the_gpu_back_fails_revalidation_and_the_ladder_climbs(
+    fleet: Fleet, tmp_path: Path,
+) -> None:
+    """The loop: the missing GPU drains the node, the ladder reboots it through its agent, the host comes
+    back still without the GPU, and its registration says so again (the node is out of service): the
+    revalidation fails on it and the ladder takes its next rung, instead of a node short of a GPU going
+    back into service on a validation of the GPUs it still has."""
+    topo = TopologyFile.generate(tmp_path / "hgx.json", "hgx", "--nodes", "2")
+    ctl = fleet.controller(nodes=topo.racks(), topology=topo.path, policy=POLICY, extra_config=REPAIR)
+    n = sorted(topo.racks())[0]
+    fleet.agent(n)
+    fleet.stop_agent(n)
+    short = 'sim_absent = ["gpu3"]\n'
+    agent = fleet.agent(n, config=short)
+
+    def audit(action: str) -> list[dict[str, Any]]:
+        return [a for a in ctl.api.audit() if a.get("action") == action and a.get("target") == n]
+
+    def missing() -> list[dict[str, Any]]:
+        return [e for e in ctl.api.events(node=n) if e["attrs"].get("rule") == "gpu_missing"]
+
+    wait_until(lambda: [a for a in audit("command_result") if "reboot" in a["detail"]],
+               lambda: f"the ladder's reboot run by {n}'s agent: {ctl.api.audit()[-10:]}; "
+                       f"log:\n{agent.proc.text(4000)}", 60)
+    assert len(missing()) == 1
+    fleet.stop_agent(n)
+    back = fleet.agent(n, config=short)  # the host is back from the reboot, still without the GPU
+
+    def failed() -> list[dict[str, Any]]:
+        return [d for d in ctl.api.decisions(n) if (d["from_state"], d["to_state"]) == ("revalidate", "repair")]
+
+    wait_until(lambda: failed() and len(audit("repair_step")) >= 2,
+               lambda: f"the revalidation failed on the missing GPU and a second rung: {ctl.api.decisions(n)}; "
+                       f"audit {audit('repair_step')}; log:\n{back.proc.text(4000)}", 30)
+    assert len(missing()) == 2  # said again at the registration after the reboot
+    (again,) = failed()
+    newest = max(missing(), key=lambda e: e["time"])
+    assert newest["id"] in {str(x) for x in again["evidence"]}, again  # failed on the report after the reboot
+    assert ctl.api.node(n)["node"]["state"] not in ("ready", "in_service")
