@@ -172,3 +172,31 @@ def test_a_node_back_in_service_short_of_a_gpu_is_not_drained_again_at_each_agen
     assert c.engine.nodes[tray].state is NodeState.READY
     worse = replace(gone, gpus=gone.gpus[:2])  # and now the GPU of slot 3 is gone too
     assert [e.component for e in c.register_inventory(worse)] == [f"{tray}-gpu3"]
+
+
+class _FailingSecond(Store):
+    """The real store, except that the second inventory write fails."""
+
+    writes = 0
+
+    def save_inventory(self, inv: NodeInventory, now: datetime, reference: NodeInventory | None = None) -> None:
+        self.writes += 1
+        if self.writes == 2:
+            raise OperationalError("UPDATE inventories", {}, Exception("server closed the connection"))
+        super().save_inventory(inv, now, reference)
+
+
+def test_a_failed_write_of_an_incomplete_inventory_keeps_the_reference(engine: Engine) -> None:
+    topo = generate_nvl72(1)
+    tray = "r01-ct03"
+    full = inventory_of(topo, tray, pci={i: f"0000:{0x18 + 0x20 * i:02x}:00.0" for i in range(4)})
+    gone = replace(full, gpus=tuple(replace(g, index=i) for i, g in enumerate(full.gpus[1:])))
+    c = Controller(_FailingSecond(engine), load_policy(), ManualClock(T0), topology=topo)
+    c.register_fleet(to_fleet(topo), NodeState.READY)
+    c.register_inventory(full)
+    with pytest.raises(ExternalError):
+        c.register_inventory(gone)
+    assert c.identity.reference(tray) == full and c.store.inventory(tray) == full  # back to what was stored
+    (lost,) = c.register_inventory(gone)  # the retry: the same gap, no moves
+    assert (lost.kind, lost.component) == (EventKind.GPU_LOST, f"{tray}-gpu0")
+    assert (c.store.load_inventories(), c.store.load_references()) == ([gone], [full])

@@ -210,6 +210,10 @@ def test_without_a_topology_the_reference_is_the_last_inventory_with_every_unit(
     assert [(e.kind.value, e.component) for e in events] == [("gpu_lost", "n1-gpu1")]
     e = HealthEvent("x", "n1", EventKind.XID, T0, component="n1-gpu1", code=79, attrs=(("gpu", "1"),))
     assert ident.resolve(e).component == "n1-gpu2"
+    restarted = Identity(None)
+    restarted.load(ident.inventories(), ident.references())
+    assert restarted.resolve(e).component == "n1-gpu2"
+    assert [ev.component for ev in restarted.register(without(ref, gpu=1), T0 + timedelta(hours=2))] == ["n1-gpu1"]
 
 
 HGX1 = generate_hgx(1)
