@@ -155,6 +155,15 @@ class Identity:
         """Each node's reference where it is not its last inventory (what :meth:`load` takes beside them)."""
         return [r for node, r in self._references.items() if self._inventories.get(node) is not r]
 
+    def placement(self, node: str) -> tuple[dict[int, str | None], dict[str, str | None], tuple[Missing, ...]]:
+        """Where the units of ``node``'s last inventory sit (slot per NVML index, per HCA name; None: no
+        slot) and the units of its reference it lacks: what the node page shows."""
+        slots, inv = self._slots_of(node), self._inventories.get(node)
+        if slots is None or inv is None:
+            return {}, {}, ()
+        return ({g.index: slots.gpu_at_index(g.index) for g in inv.gpus},
+                {n.device: slots.nic_named(n.device) for n in inv.nics}, slots.missing)
+
     def reference(self, node: str) -> NodeInventory | None:
         """The node's last complete inventory, whose PCI addresses name its slots (controller/slots.py)."""
         return self._references.get(node)

@@ -242,3 +242,17 @@ def test_more_held_decisions_than_a_page_are_counted_in_full(ui: Api, monkeypatc
     assert queue.count("data-node=") == 1 and "Showing the newest 1 of 2 held decisions" in queue
     breaker = ui.client.get("/ui/breaker", headers=auth("viewer")).text
     assert '2 held decisions</a>' in breaker  # counted, not the length of a page
+
+
+def test_the_node_page_shows_each_units_slot_and_the_units_missing_from_the_inventory(ui: Api) -> None:
+    gpus = [{"index": i, "serial": f"G{i}", "pci": f"0000:{0x18 + 0x20 * i:02x}:00.0"} for i in range(3)]
+    doc = {"format": "gpufleet.inventory/v1", "node": "r01-n01", "gpus": gpus}
+    assert ui.client.put("/v1/nodes/r01-n01/inventory", json=doc, headers=auth("agent")).status_code == 200
+    short = {**doc, "gpus": [{**g, "index": i} for i, g in enumerate(gpus[1:])]}  # GPU 0 gone: NVML renumbers
+    r = ui.client.put("/v1/nodes/r01-n01/inventory", json=short, headers=auth("agent"))
+    assert r.status_code == 200 and [m["component"] for m in r.json()["missing"]] == ["r01-n01-gpu0"], r.text
+    page = ui.client.get("/ui/nodes/r01-n01", headers=auth("viewer")).text
+    missing = re.search(r'<table id="missing-units">.*?</table>', page, re.S)
+    assert missing is not None and "r01-n01-gpu0" in missing[0] and gpus[0]["pci"] in missing[0] and "G0" in missing[0]
+    rows = re.findall(r"<tr><td>(\d+)</td><td class=\"mono\">([^<]+)</td><td>(G\d)</td>", page)
+    assert rows == [("0", "r01-n01-gpu1", "G1"), ("1", "r01-n01-gpu2", "G2")]  # NVML's 0 sits in slot 1

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from gpufleet.controller.reconciler import Reconciler
 from gpufleet.controller.service import Controller
+from gpufleet.controller.slots import Missing
 from gpufleet.controller.store.models import ActionRow, DecisionRow, EventRow, NodeRow, TransitionRow
 from gpufleet.controller.store.repo import Page
 from gpufleet.correlate.model import Suspect
 from gpufleet.domain.errors import GpufleetError, NotFound
-from gpufleet.domain.fleet import SWITCH_DOMAIN
+from gpufleet.domain.fleet import SWITCH_DOMAIN, ComponentKind
 from gpufleet.domain.inventory import NodeInventory
 from gpufleet.lifecycle.decisions import DecisionStatus
 from gpufleet.schedulers.port import Job
@@ -138,6 +139,7 @@ class NodePage:
     checks: list[EventRow]
     verdicts: list[Suspect]
     inventory: NodeInventory | None
+    placement: tuple[Mapping[int, str | None], Mapping[str, str | None], tuple[Missing, ...]] = ({}, {}, ())
 
 
 def node_page(c: Controller, node: str) -> NodePage:
@@ -151,9 +153,11 @@ def node_page(c: Controller, node: str) -> NodePage:
                     key=lambda e: (e.time, e.seq), reverse=True)
     held = next((d for d in decisions if d.status == HELD), None)
     reason = why(history[0] if history else None, next((t for t in history if t.decision_id), None), held)
+    with c.lock:  # the identity changes under ingest
+        placement = c.identity.placement(node)
     return NodePage(row, reason, held, history, merged_events(c.store.events(node=node, page=Page(100))), decisions,
                     c.store.actions(node=node, page=Page(100)), checks, verdicts_naming(c, node),
-                    c.store.inventory(node))
+                    c.store.inventory(node), placement)
 
 
 def merged_events(events: Sequence[EventRow]) -> list[Sighting]:
@@ -258,6 +262,13 @@ def jobs(c: Controller, reconciler: Reconciler | None, find: str = "", limit: in
     return Jobs(out, total=total, matched=matched, find=find)
 
 
-def inventory_rows(inv: NodeInventory | None) -> dict[str, list[dict[str, Any]]]:
+def inventory_rows(page: NodePage) -> dict[str, list[dict[str, Any]]]:
+    """The inventory's GPUs and HCAs, each with the slot the controller names it by (a unit missing from
+    the inventory shifts the agent's numbering: decision 0133), and the units missing from it."""
+    inv = page.inventory
     doc = inv.to_json() if inv is not None else {"gpus": [], "nics": []}
-    return {"gpus": list(doc["gpus"]), "nics": list(doc["nics"])}
+    gpu_slot, nic_slot, missing = page.placement
+    return {"gpus": [{**g, "slot": gpu_slot.get(g["index"])} for g in doc["gpus"]],
+            "nics": [{**n, "slot": nic_slot.get(n["device"])} for n in doc["nics"]],
+            "missing": [{"kind": "GPU" if m.kind is ComponentKind.GPU else "HCA", "slot": m.slot, "pci": m.pci,
+                         "serial": m.serial} for m in missing]}

@@ -108,7 +108,7 @@ def install(app: FastAPI, controller: Controller, reconciler: Reconciler | None)
 
     def node(node: str) -> dict[str, Any]:
         shown = pages.node_page(c, node)
-        return {"page": shown, "ops": list(_OPS), "inventory": pages.inventory_rows(shown.inventory)}
+        return {"page": shown, "ops": list(_OPS), "inventory": pages.inventory_rows(shown)}
 
     page("/ui/nodes/{node}", "node.html", "{node}", node)
     page("/ui/held", "held.html", "held decisions", lambda: {"groups": pages.held_groups(c),
