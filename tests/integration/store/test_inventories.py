@@ -94,14 +94,25 @@ def test_a_failed_write_forgets_the_moves_so_the_retry_finds_them(engine: Engine
     assert c.store.inventory(b) == report
 
 
-def test_a_restarted_controller_keeps_the_slots_of_an_inventory_missing_a_gpu(engine: Engine, db_url: str) -> None:
+TRAY = "r01-ct03"
+
+
+def _tray_short_of_gpu0(store: Store) -> tuple[Controller, ManualClock, NodeInventory, NodeInventory]:
+    """A controller over ``store`` with an NVL72 rack registered, and two reports of tray ``TRAY``: every
+    GPU there (each with its PCI address), then GPU 0 gone (NVML numbers the others one lower)."""
     topo = generate_nvl72(1)
-    tray = "r01-ct03"
-    full = inventory_of(topo, tray, pci={i: f"0000:{0x18 + 0x20 * i:02x}:00.0" for i in range(4)})
+    full = inventory_of(topo, TRAY, pci={i: f"0000:{0x18 + 0x20 * i:02x}:00.0" for i in range(4)})
     gone = replace(full, gpus=tuple(replace(g, index=i) for i, g in enumerate(full.gpus[1:])))
     clock = ManualClock(T0)
-    c = Controller(Store(engine), load_policy(), clock, topology=topo)
+    c = Controller(store, load_policy(), clock, topology=topo)
     c.register_fleet(to_fleet(topo), NodeState.READY)
+    return c, clock, full, gone
+
+
+def test_a_restarted_controller_keeps_the_slots_of_an_inventory_missing_a_gpu(engine: Engine, db_url: str) -> None:
+    c, clock, full, gone = _tray_short_of_gpu0(Store(engine))
+    topo, tray = c.topology, TRAY
+    assert topo is not None
     assert c.register_inventory(full) == []
     clock.advance(timedelta(minutes=5))
     (lost,) = c.register_inventory(gone)  # GPU 0 did not come back: no moves for the three after it
@@ -126,13 +137,9 @@ def test_stored_events_keep_their_slots_after_a_restart_with_a_gpu_missing(engin
     """A restarted controller judges the stored events again but does not name them again: named with the
     agent's numbering of now (GPU 0 missing since), the NVML XID of GPU 2 seen before the gap would become
     slot 3's, and the kernel's line for the same fault (by PCI address, slot 2) would no longer merge onto it."""
-    topo = generate_nvl72(1)
-    tray = "r01-ct03"
-    full = inventory_of(topo, tray, pci={i: f"0000:{0x18 + 0x20 * i:02x}:00.0" for i in range(4)})
-    gone = replace(full, gpus=tuple(replace(g, index=i) for i, g in enumerate(full.gpus[1:])))
-    clock = ManualClock(T0)
-    c = Controller(Store(engine), load_policy(), clock, topology=topo)
-    c.register_fleet(to_fleet(topo), NodeState.READY)
+    c, clock, full, gone = _tray_short_of_gpu0(Store(engine))
+    topo, tray = c.topology, TRAY
+    assert topo is not None
     c.register_inventory(full)
     first = HealthEvent("nvml-xid", tray, EventKind.XID, clock.now(), code=13, source="nvml", attrs=(("gpu", "2"),))
     c.ingest([first])
@@ -154,13 +161,9 @@ def test_stored_events_keep_their_slots_after_a_restart_with_a_gpu_missing(engin
 
 
 def test_a_node_back_in_service_short_of_a_gpu_is_not_drained_again_at_each_agent_start(engine: Engine) -> None:
-    topo = generate_nvl72(1)
-    tray = "r01-ct03"
-    full = inventory_of(topo, tray, pci={i: f"0000:{0x18 + 0x20 * i:02x}:00.0" for i in range(4)})
-    gone = replace(full, gpus=tuple(replace(g, index=i) for i, g in enumerate(full.gpus[1:])))
-    clock = ManualClock(T0)
-    c = Controller(Store(engine), load_policy(), clock, topology=topo)
-    c.register_fleet(to_fleet(topo), NodeState.READY)
+    c, clock, full, gone = _tray_short_of_gpu0(Store(engine))
+    topo, tray = c.topology, TRAY
+    assert topo is not None
     c.register_inventory(full)
     assert [e.kind for e in c.register_inventory(gone)] == [EventKind.GPU_LOST]
     assert c.engine.nodes[tray].state is NodeState.DRAINING
@@ -187,12 +190,8 @@ class _FailingSecond(Store):
 
 
 def test_a_failed_write_of_an_incomplete_inventory_keeps_the_reference(engine: Engine) -> None:
-    topo = generate_nvl72(1)
-    tray = "r01-ct03"
-    full = inventory_of(topo, tray, pci={i: f"0000:{0x18 + 0x20 * i:02x}:00.0" for i in range(4)})
-    gone = replace(full, gpus=tuple(replace(g, index=i) for i, g in enumerate(full.gpus[1:])))
-    c = Controller(_FailingSecond(engine), load_policy(), ManualClock(T0), topology=topo)
-    c.register_fleet(to_fleet(topo), NodeState.READY)
+    c, _, full, gone = _tray_short_of_gpu0(_FailingSecond(engine))
+    tray = TRAY
     c.register_inventory(full)
     with pytest.raises(ExternalError):
         c.register_inventory(gone)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy import inspect, text
+from sqlalchemy import Engine, inspect, text
 
 from gpufleet.controller.store.db import make_engine, migrate, tables
 from gpufleet.controller.store.models import Base
@@ -48,19 +48,24 @@ def test_migrated_schema_matches_the_models(empty_url: str) -> None:
         engine.dispose()
 
 
-def test_0002_keeps_the_events_of_a_0001_database_and_scopes_ids_to_their_node(empty_url: str) -> None:
+def _to(engine: Engine, revision: str, *, down: bool = False) -> None:
+    """Upgrade (or downgrade) ``engine``'s schema to ``revision`` with our migrations."""
     from alembic import command
     from alembic.config import Config
 
     from gpufleet.controller.store.db import MIGRATIONS
 
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        (command.downgrade if down else command.upgrade)(cfg, revision)
+
+
+def test_0002_keeps_the_events_of_a_0001_database_and_scopes_ids_to_their_node(empty_url: str) -> None:
     engine = make_engine(empty_url)
     try:
-        cfg = Config()
-        cfg.set_main_option("script_location", str(MIGRATIONS))
-        with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "0001")
+        _to(engine, "0001")
         row = ("'{}'", "'2026-11-21 12:00:00+00:00'")
         with engine.begin() as conn:
             for seq, node in ((7, "r01-n01"), (9, "r01-n02")):
@@ -81,20 +86,12 @@ def test_0002_keeps_the_events_of_a_0001_database_and_scopes_ids_to_their_node(e
 
 
 def test_0014_keeps_the_inventories_of_a_0013_database_and_downgrades(empty_url: str) -> None:
-    from alembic import command
-    from alembic.config import Config
-
-    from gpufleet.controller.store.db import MIGRATIONS
     from gpufleet.controller.store.repo import Store
     from gpufleet.domain.inventory import GpuUnit, NodeInventory
 
     engine = make_engine(empty_url)
     try:
-        cfg = Config()
-        cfg.set_main_option("script_location", str(MIGRATIONS))
-        with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "0013")
+        _to(engine, "0013")
         doc = '{"format": "gpufleet.inventory/v1", "node": "r01-n01", "gpus": [{"index": 0, "serial": "G0"}]}'
         with engine.begin() as conn:
             conn.execute(text("insert into inventories (node, doc, updated) values "
@@ -102,9 +99,7 @@ def test_0014_keeps_the_inventories_of_a_0013_database_and_downgrades(empty_url:
         migrate(engine)
         kept = NodeInventory("r01-n01", gpus=(GpuUnit(0, serial="G0"),))
         assert Store(engine).load_inventories() == [kept]  # no reference: the last inventory is all there is
-        with engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            command.downgrade(cfg, "0013")
+        _to(engine, "0013", down=True)
         assert "reference" not in {c["name"] for c in inspect(engine).get_columns("inventories")}
     finally:
         engine.dispose()
