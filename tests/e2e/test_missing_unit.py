@@ -63,10 +63,10 @@ REPAIR = "[repair]\nagent = true\nbundle = false"  # the ladder's reboot, queued
 def test_a_reboot_that_did_not_bring_the_gpu_back_fails_revalidation_and_the_ladder_climbs(
     fleet: Fleet, tmp_path: Path,
 ) -> None:
-    """The loop: the missing GPU drains the node, the ladder reboots it through its agent, the host comes
-    back still without the GPU, and its registration says so again (the node is out of service): the
-    revalidation fails on it and the ladder takes its next rung, instead of a node short of a GPU going
-    back into service on a validation of the GPUs it still has."""
+    """The loop: the missing GPU drains the node and the ladder reboots it through its agent. The node
+    enters revalidation still short of the GPU, is told so again, and the revalidation fails on it: the
+    ladder takes its next rung, instead of a node short of a GPU going back into service on a validation
+    of the GPUs it still has. The host's agent, starting again without it, says so once more."""
     topo = TopologyFile.generate(tmp_path / "hgx.json", "hgx", "--nodes", "2")
     ctl = fleet.controller(nodes=topo.racks(), topology=topo.path, policy=POLICY, extra_config=REPAIR)
     n = sorted(topo.racks())[0]
@@ -79,23 +79,23 @@ def test_a_reboot_that_did_not_bring_the_gpu_back_fails_revalidation_and_the_lad
         return [a for a in ctl.api.audit() if a.get("action") == action and a.get("target") == n]
 
     def missing() -> list[dict[str, Any]]:
-        return [e for e in ctl.api.events(node=n) if e["attrs"].get("rule") == "gpu_missing"]
-
-    wait_until(lambda: [a for a in audit("command_result") if "reboot" in a["detail"]],
-               lambda: f"the ladder's reboot run by {n}'s agent: {ctl.api.audit()[-10:]}; "
-                       f"log:\n{agent.proc.text(4000)}", 60)
-    assert len(missing()) == 1
-    fleet.stop_agent(n)
-    back = fleet.agent(n, config=short)  # the host is back from the reboot, still without the GPU
+        return sorted((e for e in ctl.api.events(node=n) if e["attrs"].get("rule") == "gpu_missing"),
+                      key=lambda e: e["time"])
 
     def failed() -> list[dict[str, Any]]:
         return [d for d in ctl.api.decisions(n) if (d["from_state"], d["to_state"]) == ("revalidate", "repair")]
 
     wait_until(lambda: failed() and len(audit("repair_step")) >= 2,
-               lambda: f"the revalidation failed on the missing GPU and a second rung: {ctl.api.decisions(n)}; "
-                       f"audit {audit('repair_step')}; log:\n{back.proc.text(4000)}", 30)
-    assert len(missing()) == 2  # said again at the registration after the reboot
+               lambda: f"the ladder's reboot, a failed revalidation and a second rung: {ctl.api.decisions(n)}; "
+                       f"audit {audit('repair_step')}; log:\n{agent.proc.text(4000)}", 60)
+    assert [a for a in audit("command_result") if "reboot" in a["detail"]], audit("command_result")
     (again,) = failed()
-    newest = max(missing(), key=lambda e: e["time"])
-    assert newest["id"] in {str(x) for x in again["evidence"]}, again  # failed on the report after the reboot
+    told = missing()
+    assert len(told) == 2 and told[1]["id"] in {str(x) for x in again["evidence"]}, (told, again)
+    assert told[1]["time"] > told[0]["time"]  # told again after the node entered revalidation
+
+    fleet.stop_agent(n)
+    back = fleet.agent(n, config=short)  # the host is back from the reboot, still without the GPU
+    wait_until(lambda: len(missing()) == 3, lambda: f"the GPU reported missing at the host's start: {missing()}; "
+               f"log:\n{back.proc.text(4000)}", 30)
     assert ctl.api.node(n)["node"]["state"] not in ("ready", "in_service")

@@ -49,12 +49,12 @@ Pure: no I/O, no clock (``now`` is passed in).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 
 from gpufleet.controller import slots as slotmap
-from gpufleet.controller.slots import Missing, Slots
+from gpufleet.controller.slots import Missing, Reference, Slots
 from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.fleet import ComponentKind
 from gpufleet.domain.inventory import NodeInventory
@@ -73,7 +73,7 @@ class Identity:
     def __init__(self, topology: Topology | None) -> None:
         self._topo = topology
         self._inventories: dict[str, NodeInventory] = {}
-        self._references: dict[str, NodeInventory] = {}  # per node, its last complete inventory (slots.py)
+        self._references: dict[str, Reference] = {}  # per node, its last complete inventory (slots.py)
         self._missing: dict[str, frozenset[str]] = {}  # per node, the slots its last inventory lacked
         self._slots: dict[str, Slots | None] = {}  # per node, built on first use; None: not in the topology
         self._lanes: dict[tuple[str, str], tuple[str, ...]] = {}  # (component, link kind) -> link ids
@@ -83,14 +83,14 @@ class Identity:
 
     # -- inventories ------------------------------------------------------------------------------
 
-    def load(self, inventories: Iterable[NodeInventory], references: Iterable[NodeInventory] = ()) -> None:
+    def load(self, inventories: Iterable[NodeInventory], references: Iterable[Reference] = ()) -> None:
         """Start over from the topology's serials, the stored ``references`` (each node's last complete
         inventory, where it is not its last one) and the stored ``inventories`` (oldest first), as after
         a restart (also after a failed write, to forget what was not stored); emits nothing. A reference
         names slots only: the serials are placed from the last inventories, which are newer."""
         stored, refs = list(inventories), list(references)  # may be our own inventories(), references()
         self._inventories.clear()
-        self._references = {r.node: r for r in refs}
+        self._references = {r.inventory.node: r for r in refs}
         self._missing.clear()
         self._slots.clear()
         self._at.clear()
@@ -105,21 +105,31 @@ class Identity:
                 for slot, serial in _units(slots, inv):
                     self._place(serial, slot)
 
-    def register(self, inv: NodeInventory, now: datetime, *, again: bool = True) -> list[HealthEvent]:
+    def register(self, inv: NodeInventory, now: datetime, *, quiet: Collection[str] = ()) -> list[HealthEvent]:
         """Remember ``inv`` and return the events it implies: the ``moved`` events (none for a repeat),
-        then one event per unit of the node's reference inventory that ``inv`` lacks. ``again``: also
-        the units the node's last registered inventory lacked already (an agent registers on every
-        start: a reboot that did not bring a GPU back says so); else only those missing since."""
+        then one event per unit of the node's reference inventory that ``inv`` lacks (an agent registers
+        on every start: a reboot that did not bring a GPU back says so), except for the slots in
+        ``quiet`` whose unit the node's last registered inventory lacked already (the caller's: a node
+        put back into service after the gap was reported)."""
         before = self._missing.get(inv.node, frozenset())
         slots = self._remember(inv)
         if slots is None:
             log.info("%s: inventory of a node the topology does not have; no moves judged", inv.node)
             return []
-        gone = [m for m in slots.missing if again or m.slot not in before]
+        gone = [m for m in slots.missing if not (m.slot in before and m.slot in quiet)]
         if len(gone) < len(slots.missing):
-            log.info("%s: %d unit(s) still missing, not reported again while the node is in service: %s", inv.node,
+            log.info("%s: %d unit(s) still missing, not reported again (back in service since): %s", inv.node,
                      len(slots.missing) - len(gone), ", ".join(m.slot for m in slots.missing if m not in gone))
         return self._moves(inv, slots, now) + [_missing(inv.node, m, now) for m in gone]
+
+    def missing(self, node: str, now: datetime) -> list[HealthEvent]:
+        """The events :meth:`register` gives for the units ``node``'s last inventory lacks, told again now."""
+        slots = self._slots_of(node) if node in self._inventories else None
+        return [_missing(node, m, now) for m in slots.missing] if slots is not None else []
+
+    def short(self) -> list[str]:
+        """The nodes whose last inventory lacks a unit of their reference."""
+        return [n for n, gaps in self._missing.items() if gaps]
 
     def _moves(self, inv: NodeInventory, slots: Slots, now: datetime) -> list[HealthEvent]:
         moved: list[HealthEvent] = []
@@ -151,9 +161,9 @@ class Identity:
         """The inventories remembered, least recently registered first (what :meth:`load` takes)."""
         return list(self._inventories.values())
 
-    def references(self) -> list[NodeInventory]:
+    def references(self) -> list[Reference]:
         """Each node's reference where it is not its last inventory (what :meth:`load` takes beside them)."""
-        return [r for node, r in self._references.items() if self._inventories.get(node) is not r]
+        return [r for node, r in self._references.items() if self._inventories.get(node) is not r.inventory]
 
     def placement(self, node: str) -> tuple[dict[int, str | None], dict[str, str | None], tuple[Missing, ...]]:
         """Where the units of ``node``'s last inventory sit (slot per NVML index, per HCA name; None: no
@@ -164,7 +174,7 @@ class Identity:
         return ({g.index: slots.gpu_at_index(g.index) for g in inv.gpus},
                 {n.device: slots.nic_named(n.device) for n in inv.nics}, slots.missing)
 
-    def reference(self, node: str) -> NodeInventory | None:
+    def reference(self, node: str) -> Reference | None:
         """The node's last complete inventory, whose PCI addresses name its slots (controller/slots.py)."""
         return self._references.get(node)
 
@@ -264,9 +274,16 @@ class Identity:
         self._inventories.pop(inv.node, None)  # re-inserted last: the dict is in registration order
         self._inventories[inv.node] = inv
         self._slots.pop(inv.node, None)
+        own = self._references.get(inv.node)
+        if inv.serial and (own is None or own.inventory.serial != inv.serial) \
+                and (came := self._where.get(inv.serial)) not in (None, inv.node):
+            theirs = self._references.get(came or "")
+            if theirs is not None and theirs.inventory.serial == inv.serial:
+                # A chassis moved here brings its reference: its units at the same relative slots.
+                self._references[inv.node] = theirs.moved(came or "", inv.node)
         slots = self._slots_of(inv.node)
         if slots is not None and slots.complete:
-            self._references[inv.node] = inv
+            self._references[inv.node] = slotmap.reference_of(slots, inv)
         self._missing[inv.node] = frozenset(m.slot for m in slots.missing) if slots is not None else frozenset()
         return slots
 
@@ -275,10 +292,6 @@ class Identity:
             return self._slots[node]
         inv = self._inventories.get(node)
         ref = self._references.get(node)
-        if inv is not None and inv.serial and (came := self._where.get(inv.serial)) not in (None, node):
-            theirs = self._references.get(came or "")
-            if theirs is not None and theirs.serial == inv.serial:
-                ref = theirs  # a chassis moved here: its own reference names its units (the carried slots)
         slots: Slots | None
         if self._topo is None:
             slots = slotmap.build(node, None, None, (), inv, ref, self._where)

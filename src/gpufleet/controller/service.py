@@ -38,10 +38,10 @@ from . import heap
 from .admission import Admission
 from .clock import Clock
 from .failurelog import FailureLog
-from .identity import Identity
+from .identity import MISSING_RULES, Identity
 from .store.db import brief
 from .store.namings import NamingStore
-from .store.repo import EventKey, IngestRound, Round, Store
+from .store.repo import EventKey, IngestRound, Page, Round, Store
 
 MAX_CLOCK_SKEW = timedelta(minutes=5)
 # An agent clock this far off ours (at its last heartbeat) has its events' times corrected before they are
@@ -97,6 +97,7 @@ class Controller:
         self.clock_skew: dict[str, float] = {}  # node -> its agent's clock minus ours at its last heartbeat (s)
         self._skewed: dict[str, timedelta] = {}  # the nodes whose skew is corrected (>= SKEW_CORRECTED_S)
         self._not_silence: set[str] = set()  # held decisions a returning agent does not cancel (_heard_again)
+        self._gaps_told: dict[str, datetime] = {}  # node -> when its missing units were last told (tick)
         # Nodes a maintenance rollout holds (controller.maintenance keeps it; the time-driven rules skip them).
         self.under_maintenance: set[str] = set()
 
@@ -148,11 +149,7 @@ class Controller:
                 raise NotFound("node", inv.node)
             now = self.clock.now()
             known = self.identity.inventories(), self.identity.references()
-            # A unit still missing since the last registration is reported again only while the node is out
-            # of service (burn-in, repair, revalidation: the repair must learn it did not help), not for a
-            # node in service (put back by an operator who knows), at every agent restart (decision 0133).
-            again = self.engine.nodes[inv.node].state not in SCHEDULABLE
-            implied = self.identity.register(inv, now, again=again)
+            implied = self.identity.register(inv, now, quiet=self._quiet_gaps(inv.node))
             try:
                 if implied:
                     self.ingest(implied)
@@ -165,6 +162,37 @@ class Controller:
                     raise
                 raise ExternalError("database", f"recording the inventory of {inv.node}: {err}") from err
             return implied
+
+    def _quiet_gaps(self, node: str) -> frozenset[str]:
+        """The slots whose missing unit is not reported again at a registration (decision 0133): those of a
+        node in service that came back into service after the gap's last report (people put it back
+        knowing; each agent restart must not drain it again, 0132's lesson). A node that stayed in service
+        since (dry run, a held decision) or that is out of service hears it at every registration."""
+        rec = self.engine.nodes[node]
+        if rec.state not in SCHEDULABLE:
+            return frozenset()
+        last: dict[str, datetime] = {}
+        for kind in (EventKind.GPU_LOST, EventKind.CHECK_FAILED):
+            for row in self.store.events(node=node, kind=kind.value, page=Page(200)):
+                if row.component and (row.attrs or {}).get("rule") in MISSING_RULES:
+                    last[row.component] = max(row.time, last.get(row.component, row.time))
+        return frozenset(slot for slot, t in last.items() if t < rec.since)
+
+    def _short_revalidations(self, now: datetime) -> list[HealthEvent]:
+        """A node in revalidation whose inventory still lacks a unit of its reference is told so after it
+        entered it, so that the revalidation cannot pass on the units it still has: the report its agent's
+        registration made in repair (a reboot rung's host coming back) predates the revalidation, which
+        counts only what comes after it (decision 0133). Once per stay."""
+        out: list[HealthEvent] = []
+        for node in self.identity.short():
+            rec = self.engine.nodes.get(node)
+            if rec is None or rec.state is not NodeState.REVALIDATE:
+                continue
+            told = self._gaps_told.get(node)
+            if told is None or told < rec.since:
+                self._gaps_told[node] = now
+                out += self.identity.missing(node, now)
+        return out
 
     # ---- evidence ---------------------------------------------------------------------------
     def ingest(self, events: Sequence[HealthEvent]) -> IngestResult:
@@ -487,7 +515,7 @@ class Controller:
                     plan.extend(self.engine.observe(released, now))
                 if plan:
                     self._persist(plan)
-            lost = self._silent_nodes(now)
+            lost = self._silent_nodes(now) + self._short_revalidations(now)
             if lost:
                 self.ingest(lost)
             return plan

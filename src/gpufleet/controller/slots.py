@@ -7,9 +7,12 @@ rebooted without an HCA), every later unit would shift onto the slot before its 
 name the wrong GPU, rail or leaf, and each later serial would look like a move.
 
 So the PCI address, which belongs to the slot and not to the unit, is what names a slot once a
-*complete* inventory (at least as many units of the kind as the topology has slots; without a
-topology, at least as many as the reference) has shown it. That inventory is the node's *reference*
-(:func:`complete`). An incomplete kind is placed unit by unit, first rule that applies:
+*complete* inventory (at least as many units of the kind as the topology has slots, and as the
+reference has when the topology's slots are still those it was taken in) has shown it. That inventory,
+with the slot each of its units sat in, is the node's :class:`Reference` (:func:`complete`). A topology
+that changed the node's slots (a slot removed for a GPU gone for good) makes it stale: the next complete
+inventory against the new slots replaces it. An incomplete kind is placed unit by unit, first rule that
+applies:
 
 1. its PCI address in the reference -> the reference's slot at that address (a swapped-in unit keeps
    its slot's address, so its move or replacement is judged as usual);
@@ -26,11 +29,50 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
+from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.fleet import ComponentKind, gpu_slot, nic_slot
-from gpufleet.domain.inventory import NodeInventory
+from gpufleet.domain.inventory import NodeInventory, parse_inventory
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """A node's last complete inventory and the slot each of its units sat in then, in the inventory's
+    order ("" for a unit beyond the node's slots)."""
+
+    inventory: NodeInventory
+    gpu_slots: tuple[str, ...]
+    nic_slots: tuple[str, ...]
+
+    def moved(self, old: str, new: str) -> Reference:
+        """The reference of a chassis that left node ``old`` for ``new``: its units at the same relative
+        slots (``<old>-gpu2`` -> ``<new>-gpu2``), as the carried units of a move."""
+        def at(s: str) -> str:
+            return new + s[len(old):] if s.startswith(old) else s
+
+        return Reference(replace(self.inventory, node=new), tuple(at(s) for s in self.gpu_slots),
+                         tuple(at(s) for s in self.nic_slots))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"inventory": self.inventory.to_json(), "gpu_slots": list(self.gpu_slots),
+                "nic_slots": list(self.nic_slots)}
+
+    @staticmethod
+    def from_json(obj: Any, where: str = "reference") -> Reference:
+        """A stored reference; InvalidInput names the field that is not what :meth:`to_json` writes."""
+        if not isinstance(obj, dict):
+            raise InvalidInput(where, obj, "a JSON object with inventory, gpu_slots and nic_slots")
+        inv = parse_inventory(obj.get("inventory"), f"{where}.inventory")
+        out = []
+        for key, units in (("gpu_slots", inv.gpus), ("nic_slots", inv.nics)):
+            names = obj.get(key)
+            if not isinstance(names, list) or len(names) != len(units) or not all(isinstance(n, str) for n in names):
+                raise InvalidInput(f"{where}.{key}", names, f"a list of {len(units)} slot ids, one per unit")
+            out.append(tuple(names))
+        return Reference(inv, out[0], out[1])
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,16 +139,17 @@ class _Unit:
     pos: int  # its slot while the kind is complete: the NVML index, the HCA's place in natural name order
     pci: str
     serial: str
+    slot: str = ""  # a reference's unit: the slot it sat in
 
 
 def build(host: str, gpus: tuple[str, ...] | None, nics: tuple[str, ...] | None, switches: tuple[str, ...],
-          inv: NodeInventory | None, reference: NodeInventory | None, where: Mapping[str, str]) -> Slots:
+          inv: NodeInventory | None, reference: Reference | None, where: Mapping[str, str]) -> Slots:
     """The slots of node ``host`` for ``inv`` (None: not registered yet), placed by the module's rules;
     ``where`` is each serial's last known slot."""
     if inv is None:
         return Slots(host, gpus, nics, {}, {}, {}, switches)
     g_units, n_units = _units(inv)
-    g_ref, n_ref = _units(reference) if reference is not None else (None, None)
+    g_ref, n_ref = _units(reference.inventory, reference) if reference is not None else (None, None)
     g_at, g_done, g_missing = _place(g_units, g_ref, gpus, where, lambda i: gpu_slot(host, i))
     n_at, n_done, n_missing = _place(n_units, n_ref, nics, where, lambda k: nic_slot(host, k))
     g_pci = {u.key: u.pci for u in g_units if u.pci}
@@ -127,15 +170,23 @@ def build(host: str, gpus: tuple[str, ...] | None, nics: tuple[str, ...] | None,
     )
 
 
-def _units(inv: NodeInventory) -> tuple[list[_Unit], list[_Unit]]:
-    return ([_Unit(g.index, g.index, g.pci, g.serial) for g in inv.gpus],
-            [_Unit(n.device, k, n.pci, n.serial) for k, n in enumerate(inv.nics)])
+def reference_of(slots: Slots, inv: NodeInventory) -> Reference:
+    """``inv``, complete, as the node's reference: each unit with the slot it sits in."""
+    return Reference(inv, tuple(slots.gpu_at_index(g.index) or "" for g in inv.gpus),
+                     tuple(slots.nic_named(n.device) or "" for n in inv.nics))
 
 
-def complete(count: int, slots: tuple[str, ...] | None, reference: Sequence[object] | None) -> bool:
+def _units(inv: NodeInventory, ref: Reference | None = None) -> tuple[list[_Unit], list[_Unit]]:
+    gs = ref.gpu_slots if ref is not None else ("",) * len(inv.gpus)
+    ns = ref.nic_slots if ref is not None else ("",) * len(inv.nics)
+    return ([_Unit(g.index, g.index, g.pci, g.serial, s) for g, s in zip(inv.gpus, gs, strict=True)],
+            [_Unit(n.device, k, n.pci, n.serial, s) for k, (n, s) in enumerate(zip(inv.nics, ns, strict=True))])
+
+
+def complete(count: int, slots: tuple[str, ...] | None, reference: list[_Unit] | None) -> bool:
     """Whether ``count`` units of a kind are all of them: at least the topology's slots and at least the
     reference's units (a node with a storage HCA beside its eight compute HCAs, eight NIC slots, is not
-    complete with a compute HCA gone)."""
+    complete with a compute HCA gone). ``reference``: None when there is none or it is stale."""
     if slots is not None and count < len(slots):
         return False
     return reference is None or count >= len(reference)
@@ -145,13 +196,15 @@ def _place(units: list[_Unit], ref: list[_Unit] | None, slots: tuple[str, ...] |
            name: Callable[[int], str]) -> tuple[dict[int | str, int], bool, list[tuple[int, str, _Unit]]]:
     """Each unit's position, whether the kind is complete, and the reference's units now missing (with
     their positions)."""
-    if complete(len(units), slots, ref):
+    # A reference taken while the node had other slots (the topology changed them) counts nothing.
+    fits = ref is not None and (slots is None or tuple(u.slot for u in ref if u.slot) == slots)
+    if complete(len(units), slots, ref if fits else None):
         return {u.key: u.pos for u in units}, True, []
     size = len(slots) if slots is not None else len(ref or units)
     slot_names = slots if slots is not None else tuple(name(p) for p in range(size))
     position = {s: p for p, s in enumerate(slot_names)}
     usable = ref is not None and all(u.pci for u in ref)
-    ref_at = {u.pci: u.pos for u in ref or () if u.pci and u.pos < size}
+    ref_at = {u.pci: position[u.slot] for u in ref or () if u.pci and u.slot in position}
     at: dict[int | str, int] = {}
     taken: set[int] = set()
 
@@ -169,6 +222,6 @@ def _place(units: list[_Unit], ref: list[_Unit] | None, slots: tuple[str, ...] |
             if u.pos < size:
                 take(u, u.pos)
     reported = {u.pci for u in units if u.pci}
-    missing = [(u.pos, slot_names[u.pos], u) for u in ref or ()
-               if usable and u.pos < size and u.pos not in taken and u.pci not in reported]
+    missing = [(position[u.slot], u.slot, u) for u in ref or ()
+               if usable and u.slot in position and position[u.slot] not in taken and u.pci not in reported]
     return at, False, missing

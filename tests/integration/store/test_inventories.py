@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine
@@ -18,7 +19,8 @@ from gpufleet.domain.events import EventKind, HealthEvent
 from gpufleet.domain.inventory import GpuUnit, IbPort, NicUnit, NodeInventory
 from gpufleet.domain.topology import to_fleet
 from gpufleet.domain.topology_gen import generate_nvl72
-from gpufleet.lifecycle.config import load_policy
+from gpufleet.lifecycle.config import PolicyFile, load_policy
+from gpufleet.lifecycle.engine import OperatorOp, SchedObservation
 from gpufleet.lifecycle.states import NodeState
 from tests.integration.store.plans import T0
 from tests.inventories import inventory_of
@@ -97,14 +99,15 @@ def test_a_failed_write_forgets_the_moves_so_the_retry_finds_them(engine: Engine
 TRAY = "r01-ct03"
 
 
-def _tray_short_of_gpu0(store: Store) -> tuple[Controller, ManualClock, NodeInventory, NodeInventory]:
+def _tray_short_of_gpu0(store: Store, policy: PolicyFile | None = None,
+                        ) -> tuple[Controller, ManualClock, NodeInventory, NodeInventory]:
     """A controller over ``store`` with an NVL72 rack registered, and two reports of tray ``TRAY``: every
     GPU there (each with its PCI address), then GPU 0 gone (NVML numbers the others one lower)."""
     topo = generate_nvl72(1)
     full = inventory_of(topo, TRAY, pci={i: f"0000:{0x18 + 0x20 * i:02x}:00.0" for i in range(4)})
     gone = replace(full, gpus=tuple(replace(g, index=i) for i, g in enumerate(full.gpus[1:])))
     clock = ManualClock(T0)
-    c = Controller(store, load_policy(), clock, topology=topo)
+    c = Controller(store, policy or load_policy(), clock, topology=topo)
     c.register_fleet(to_fleet(topo), NodeState.READY)
     return c, clock, full, gone
 
@@ -119,7 +122,7 @@ def test_a_restarted_controller_keeps_the_slots_of_an_inventory_missing_a_gpu(en
     (stored,) = c.store.events(node=tray, kind="gpu_lost")
     assert (stored.id, stored.component) == (lost.id, f"{tray}-gpu0")
     assert c.engine.nodes[tray].state is NodeState.DRAINING  # judged fatal: no job is given a 3-GPU tray
-    assert (c.store.load_inventories(), c.store.load_references()) == ([gone], [full])  # the reference kept beside
+    assert (c.store.load_inventories(), [r.inventory for r in c.store.load_references()]) == ([gone], [full])
 
     clock.advance(timedelta(hours=1))
     other = make_engine(db_url)  # a new process
@@ -160,21 +163,55 @@ def test_stored_events_keep_their_slots_after_a_restart_with_a_gpu_missing(engin
         other.dispose()
 
 
-def test_a_node_back_in_service_short_of_a_gpu_is_not_drained_again_at_each_agent_start(engine: Engine) -> None:
-    c, clock, full, gone = _tray_short_of_gpu0(Store(engine))
-    topo, tray = c.topology, TRAY
-    assert topo is not None
+def test_a_node_put_back_in_service_short_of_a_gpu_is_not_told_again_at_each_agent_start(
+    engine: Engine, tmp_path: Path,
+) -> None:
+    """A site that judges a missing GPU degraded: the node turns suspect, an operator who knows resumes it,
+    and its agent's later starts do not make it suspect again for the same gap (0132's lesson); a second
+    GPU gone is news. Before the operator's resume (the node in service all along) it is told each time."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[[override]]\nkind = "gpu_lost"\nrule = "gpu_missing"\nseverity = "degraded"\n'
+                      'action = "drain_and_inspect"\n')
+    c, clock, full, gone = _tray_short_of_gpu0(Store(engine), load_policy(policy))
     c.register_inventory(full)
+    c.sync({TRAY: SchedObservation(has_jobs=True, drained_empty=False)})  # a job runs there: drained at its checkpoint
     assert [e.kind for e in c.register_inventory(gone)] == [EventKind.GPU_LOST]
-    assert c.engine.nodes[tray].state is NodeState.DRAINING
-    clock.advance(timedelta(hours=1))
-    assert [e.kind for e in c.register_inventory(gone)] == [EventKind.GPU_LOST]  # out of service: said again
-    c.engine.nodes[tray].state = NodeState.READY  # as an operator who knows leaves it (resume, revalidation)
+    assert c.engine.nodes[TRAY].state is NodeState.SUSPECT
+    clock.advance(timedelta(minutes=5))
+    assert [e.kind for e in c.register_inventory(gone)] == [EventKind.GPU_LOST]  # not put back yet: told again
+    clock.advance(timedelta(minutes=5))
+    c.operate(TRAY, OperatorOp.RESUME, "operator:ops-alice", "GPU 0 is out until Tuesday's window")
+    assert c.engine.nodes[TRAY].state is NodeState.IN_SERVICE  # back with its job
     clock.advance(timedelta(hours=1))
     assert c.register_inventory(gone) == []  # its agent restarted: the same gap is no news
-    assert c.engine.nodes[tray].state is NodeState.READY
+    assert c.engine.nodes[TRAY].state is NodeState.IN_SERVICE  # back with its job
     worse = replace(gone, gpus=gone.gpus[:2])  # and now the GPU of slot 3 is gone too
-    assert [e.component for e in c.register_inventory(worse)] == [f"{tray}-gpu3"]
+    assert [e.component for e in c.register_inventory(worse)] == [f"{TRAY}-gpu3"]
+
+
+def test_a_revalidation_of_a_node_still_short_of_a_gpu_fails(engine: Engine) -> None:
+    """The gap reported while the node was in repair (its agent registered before the node moved on)
+    predates the revalidation, which counts only what comes after it: the controller tells it again once
+    the node is in revalidation, and the revalidation fails on it."""
+    c, clock, full, gone = _tray_short_of_gpu0(Store(engine))
+    c.register_inventory(full)
+    c.register_inventory(gone)
+    c.sync({TRAY: SchedObservation(has_jobs=False, drained_empty=True)})
+    assert c.engine.nodes[TRAY].state is NodeState.DRAINED
+    clock.advance(timedelta(minutes=5))
+    c.operate(TRAY, OperatorOp.RESUME, "operator:ops-alice", "reseated, try again")
+    assert c.engine.nodes[TRAY].state is NodeState.REVALIDATE
+    entered = c.engine.nodes[TRAY].since
+    clock.advance(timedelta(seconds=1))
+    c.tick()
+    reports = c.store.events(node=TRAY, kind="gpu_lost")
+    assert [(e.component, e.time > entered) for e in reports] == [(f"{TRAY}-gpu0", True), (f"{TRAY}-gpu0", False)]
+    assert c.engine.nodes[TRAY].state is NodeState.REPAIR, c.engine.nodes[TRAY]
+    (failed,) = [d for d in c.store.decisions(node=TRAY) if (d.from_state, d.to_state) == ("revalidate", "repair")]
+    assert reports[0].id in [str(x) for x in failed.evidence]
+    clock.advance(timedelta(seconds=1))
+    c.tick()
+    assert len(c.store.events(node=TRAY, kind="gpu_lost")) == 2  # told once, not at every pass
 
 
 class _FailingSecond(Store):
@@ -195,7 +232,8 @@ def test_a_failed_write_of_an_incomplete_inventory_keeps_the_reference(engine: E
     c.register_inventory(full)
     with pytest.raises(ExternalError):
         c.register_inventory(gone)
-    assert c.identity.reference(tray) == full and c.store.inventory(tray) == full  # back to what was stored
+    ref = c.identity.reference(tray)
+    assert ref is not None and ref.inventory == full and c.store.inventory(tray) == full  # as was stored
     (lost,) = c.register_inventory(gone)  # the retry: the same gap, no moves
     assert (lost.kind, lost.component) == (EventKind.GPU_LOST, f"{tray}-gpu0")
-    assert (c.store.load_inventories(), c.store.load_references()) == ([gone], [full])
+    assert (c.store.load_inventories(), [r.inventory for r in c.store.load_references()]) == ([gone], [full])

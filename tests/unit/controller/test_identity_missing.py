@@ -47,6 +47,11 @@ def ev(component: str | None = None, kind: EventKind = EventKind.XID, **attrs: s
                        attrs=tuple(sorted(attrs.items())))
 
 
+def _ref(ident: Identity, node: str) -> NodeInventory | None:
+    r = ident.reference(node)
+    return r.inventory if r is not None else None
+
+
 def summary(events: list[HealthEvent]) -> list[tuple[str, str | None, str, str]]:
     return [(e.kind.value, e.component, e.attr("rule"), e.attr("pci_expected")) for e in events]
 
@@ -91,29 +96,29 @@ def test_each_registration_without_the_unit_reports_it_and_a_restart_keeps_the_s
     first = ident.register(gone, T0 + timedelta(hours=1))
     again = ident.register(gone, T0 + timedelta(hours=2))  # the agent started again: still not there
     assert summary(again) == summary(first) and again[0].id != first[0].id
-    assert (ident.inventories(), ident.references()) == ([gone], [ref])  # the reference kept apart
+    assert (ident.inventories(), [r.inventory for r in ident.references()]) == ([gone], [ref])  # kept apart
     restarted = Identity(hgx)
     restarted.load(ident.inventories(), ident.references())
     assert restarted.resolve(ev(None, gpu="3")).component == f"{NODE}-gpu4"
     assert summary(restarted.register(gone, T0 + timedelta(hours=3))) == summary(first)
-    assert restarted.reference(NODE) == ref
+    assert _ref(restarted, NODE) == ref
 
 
-def test_without_again_only_a_unit_missing_since_the_last_registration_is_reported(hgx: Topology) -> None:
-    """A node in service (put back by someone who knows a GPU is gone) is not drained again at every agent
-    restart for the same gap; a second unit gone since is news."""
+def test_a_quiet_slot_still_missing_is_not_reported_again_but_a_new_gap_is(hgx: Topology) -> None:
+    """``quiet``: the slots of a node put back in service after their gap was reported (the controller's
+    judgement): not drained again at every agent restart for the same gap; a second unit gone is news."""
     ident = Identity(hgx)
     ref = complete(hgx)
     ident.register(ref, T0)
-    gone = without(ref, gpu=3)
-    assert summary(ident.register(gone, T0 + timedelta(hours=1), again=False)) == summary(
-        ident.register(gone, T0 + timedelta(hours=1)))  # first seen: reported either way
-    assert ident.register(gone, T0 + timedelta(hours=2), again=False) == []
+    gone, slot = without(ref, gpu=3), f"{NODE}-gpu3"
+    assert [e.component for e in ident.register(gone, T0 + timedelta(hours=1), quiet={slot})] == [slot]  # news
+    assert ident.register(gone, T0 + timedelta(hours=2), quiet={slot}) == []
+    assert [e.component for e in ident.register(gone, T0 + timedelta(hours=3))] == [slot]  # not quiet: told
     restarted = Identity(hgx)  # the controller restarted meanwhile: it knows the gap already
     restarted.load(ident.inventories(), ident.references())
-    assert restarted.register(gone, T0 + timedelta(hours=3), again=False) == []
+    assert restarted.register(gone, T0 + timedelta(hours=4), quiet={slot}) == []
     worse = without(gone, gpu=5)  # NVML's 5 is slot 6 now
-    assert [e.component for e in restarted.register(worse, T0 + timedelta(hours=4), again=False)] == [
+    assert [e.component for e in restarted.register(worse, T0 + timedelta(hours=5), quiet={slot})] == [
         f"{NODE}-gpu6"]
 
 
@@ -127,7 +132,7 @@ def test_a_storage_hca_beside_the_compute_hcas_does_not_hide_a_missing_one(hgx: 
     events = ident.register(gone, T0 + timedelta(hours=1))
     assert summary(events) == [("check_failed", f"{NODE}-nic2", "hca_missing", ref.nics[2].pci)]  # no moves
     assert ident.resolve(ev(None, EventKind.LINK_DOWN, device="mlx5_2")).component == f"{NODE}-nic3"
-    assert ident.reference(NODE) == ref
+    assert _ref(ident, NODE) == ref
 
 
 def test_a_reference_does_not_place_serials_on_a_restart(hgx: Topology) -> None:
@@ -161,7 +166,7 @@ def test_the_unit_back_makes_the_inventory_complete_again(hgx: Topology, caplog:
         assert ident.register(fixed, T0 + timedelta(hours=2)) == []  # a new GPU in slot 3: a replacement
     assert "1659999999999" in caplog.text
     assert ident.resolve(ev(None, gpu="3")).component == f"{NODE}-gpu3"
-    assert ident.reference(NODE) == fixed and (ident.inventories(), ident.references()) == ([fixed], [])
+    assert _ref(ident, NODE) == fixed and (ident.inventories(), ident.references()) == ([fixed], [])
 
 
 def test_a_unit_swapped_in_while_another_is_missing_is_still_a_move(hgx: Topology) -> None:
@@ -256,3 +261,42 @@ def test_a_tray_moved_with_a_gpu_missing_is_placed_by_its_own_reference() -> Non
     assert events[1].attr("serial") == own.gpus[1].serial
     assert ident.resolve(HealthEvent("x", b, EventKind.XID, T0, code=13, attrs=(("gpu", "1"),))).component == (
         f"{b}-gpu2")
+
+
+def test_a_slot_removed_from_the_topology_makes_the_short_node_complete_again() -> None:
+    """What an operator does for a node that stays short of a GPU until a maintenance window: take the
+    slot out of the topology. The reference taken against the old slots no longer counts; the GPUs keep
+    their slots and nothing is reported missing."""
+    hgx = generate_hgx(1)
+    ident = Identity(hgx)
+    ref = complete(hgx)
+    ident.register(ref, T0)
+    gone = without(ref, gpu=3)
+    assert [e.component for e in ident.register(gone, T0 + timedelta(hours=1))] == [f"{NODE}-gpu3"]
+    slot = f"{NODE}-gpu3"
+    edited = Topology.of([c for c in hgx.components.values() if c.id != slot],
+                         [ln for ln in hgx.links.values() if slot not in (ln.a, ln.b)])
+    restarted = Identity(edited)  # the controller restarted with the edited topology file
+    restarted.load(ident.inventories(), ident.references())
+    assert restarted.register(gone, T0 + timedelta(hours=2)) == []
+    assert [restarted.resolve(ev(None, gpu=str(i))).component for i in range(7)] == [
+        f"{NODE}-gpu{s}" for s in (0, 1, 2, 4, 5, 6, 7)]
+    assert _ref(restarted, NODE) == gone  # the reference now: the seven GPUs in the seven slots
+
+
+def test_a_moved_trays_reference_becomes_its_new_nodes_and_is_kept() -> None:
+    """A tray moved with a GPU missing: the second registration (a reboot that did not help) reports the GPU
+    again with the tray's own serial, also after a controller restart."""
+    nvl = generate_nvl72(2)
+    a, b = "r01-ct03", "r02-ct07"
+    ident = Identity(nvl)
+    own = inventory_of(nvl, a, pci={i: f"0000:{0x18 + 0x20 * i:02x}:00.0" for i in range(4)})
+    ident.register(own, T0)
+    ident.register(inventory_of(nvl, b, pci={i: f"0000:{0x18 + 0x20 * i:02x}:00.0" for i in range(4)}), T0)
+    here = replace(without(own, gpu=1), node=b)
+    ident.register(here, T0 + timedelta(hours=1))
+    restarted = Identity(nvl)
+    restarted.load(ident.inventories(), ident.references())
+    for who in (ident, restarted):
+        (lost,) = who.register(here, T0 + timedelta(hours=2))
+        assert (lost.component, lost.attr("serial")) == (f"{b}-gpu1", own.gpus[1].serial)

@@ -32,6 +32,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
+from gpufleet.controller.slots import Reference
 from gpufleet.domain.events import HealthEvent
 from gpufleet.domain.inventory import NodeInventory, parse_inventory
 from gpufleet.lifecycle.breaker import BreakerState
@@ -225,10 +226,10 @@ class Store:
             return _known_ids(conn, keys)
 
     # ---- inventories ------------------------------------------------------------------------
-    def save_inventory(self, inv: NodeInventory, now: datetime, reference: NodeInventory | None = None) -> None:
+    def save_inventory(self, inv: NodeInventory, now: datetime, reference: Reference | None = None) -> None:
         """Keep ``inv`` as the node's inventory (replacing the one it registered before), and ``reference``
-        as its reference inventory when that is another document (None: ``inv`` is it, or there is none)."""
-        ref = reference.to_json() if reference is not None and reference != inv else None
+        as its reference when that is of another document (None: ``inv`` is it, or there is none)."""
+        ref = reference.to_json() if reference is not None and reference.inventory != inv else None
         with self.session.begin() as s:
             s.merge(InventoryRow(node=inv.node, doc=inv.to_json(), updated=now, reference=ref))
 
@@ -248,12 +249,12 @@ class Store:
             rows = s.scalars(select(InventoryRow).order_by(InventoryRow.updated, InventoryRow.node))
             return [parse_inventory(r.doc) for r in rows]
 
-    def load_references(self) -> list[NodeInventory]:
+    def load_references(self) -> list[Reference]:
         """The nodes' reference inventories kept beside their last one (``Identity.load`` takes both)."""
         with self.session() as s:
             rows = s.scalars(select(InventoryRow).where(InventoryRow.reference.is_not(None))
                              .order_by(InventoryRow.node))
-            return [parse_inventory(r.reference, "inventories.reference") for r in rows if r.reference is not None]
+            return [Reference.from_json(r.reference, "inventories.reference") for r in rows if r.reference is not None]
 
     # ---- loading the engine after a (re)start -----------------------------------------------
     def load_nodes(self) -> list[tuple[NodeRecord, str]]:

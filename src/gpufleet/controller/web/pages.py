@@ -153,11 +153,10 @@ def node_page(c: Controller, node: str) -> NodePage:
                     key=lambda e: (e.time, e.seq), reverse=True)
     held = next((d for d in decisions if d.status == HELD), None)
     reason = why(history[0] if history else None, next((t for t in history if t.decision_id), None), held)
-    with c.lock:  # the identity changes under ingest
-        placement = c.identity.placement(node)
+    with c.lock:  # the identity changes under ingest: the slots and the inventory they are of, read together
+        placement, inventory = c.identity.placement(node), c.store.inventory(node)
     return NodePage(row, reason, held, history, merged_events(c.store.events(node=node, page=Page(100))), decisions,
-                    c.store.actions(node=node, page=Page(100)), checks, verdicts_naming(c, node),
-                    c.store.inventory(node), placement)
+                    c.store.actions(node=node, page=Page(100)), checks, verdicts_naming(c, node), inventory, placement)
 
 
 def merged_events(events: Sequence[EventRow]) -> list[Sighting]:

@@ -17,6 +17,7 @@ from urllib.parse import parse_qsl, quote
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.concurrency import run_in_threadpool
 
 from gpufleet import __version__
 from gpufleet.controller.api.auth import READ
@@ -97,7 +98,10 @@ def install(app: FastAPI, controller: Controller, reconciler: Reconciler | None)
                 return RedirectResponse(f"/ui/login?next={quote(request.url.path)}", status_code=303)
             try:
                 args = {**request.path_params, **{q: request.query_params.get(q, "") for q in query}}
-                ctx = build(**args)
+                # in a worker thread: a page reads the store, and the node page waits for the controller's
+                # lock, which an ingest round or a correlation rebuild holds for a while (the event loop
+                # must keep serving heartbeats and events meanwhile)
+                ctx = await run_in_threadpool(build, **args)
             except GpufleetError as err:
                 return _error(request, env, session, err)
             return render(request, template, title.format(**request.path_params), session, **ctx)
