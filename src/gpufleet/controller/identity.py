@@ -49,7 +49,7 @@ Pure: no I/O, no clock (``now`` is passed in).
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import replace
 from datetime import datetime
 
@@ -144,6 +144,8 @@ class Identity:
                 before = self._at.get(slot)
                 if before is not None:
                     replaced.append(f"{slot}: {before} -> {serial}")
+            # carried: at the same relative place, named by the chassis's id as the correlator's inventory
+            # carries units (a unit named otherwise moves on its own, with its own event)
             elif not any(last.startswith(f) and slot == t + last[len(f):] for f, t in carried):
                 log.info("%s: unit %s moved from %s to %s", inv.node, serial, last, slot)
                 moved.append(_moved(inv.node, serial, last, slot, now))
@@ -280,12 +282,24 @@ class Identity:
             theirs = self._references.get(came or "")
             if theirs is not None and theirs.inventory.serial == inv.serial:
                 # A chassis moved here brings its reference: its units at the same relative slots.
-                self._references[inv.node] = theirs.moved(came or "", inv.node)
+                self._references[inv.node] = theirs.moved(inv.node, self._relative(came or "", inv.node))
         slots = self._slots_of(inv.node)
         if slots is not None and slots.complete:
             self._references[inv.node] = slotmap.reference_of(slots, inv)
         self._missing[inv.node] = frozenset(m.slot for m in slots.missing) if slots is not None else frozenset()
         return slots
+
+    def _relative(self, old: str, new: str) -> Callable[[str], str]:
+        """A GPU or NIC slot of node ``old`` -> the slot at the same place in node ``new`` ("" for none): the
+        k-th child of the kind in natural id order; without a topology, by name (``<old>-gpu2`` ->
+        ``<new>-gpu2``)."""
+        topo = self._topo
+        if topo is None:
+            return lambda s: new + s[len(old):] if s.startswith(old + "-") else ""
+        same: dict[str, str] = {}
+        for kind in (ComponentKind.GPU, ComponentKind.NIC):
+            same.update(zip(topo.children_of_kind(old, kind), topo.children_of_kind(new, kind), strict=False))
+        return lambda s: same.get(s, "")
 
     def _slots_of(self, node: str) -> Slots | None:
         if node in self._slots:

@@ -32,6 +32,7 @@ from gpufleet.lifecycle.decisions import ComponentFault, DecisionStatus, Planned
 from gpufleet.lifecycle.engine import LifecycleEngine, NodeRecord, OperatorOp, SchedObservation
 from gpufleet.lifecycle.plan import AuditEntry, Plan
 from gpufleet.lifecycle.policy import Policy
+from gpufleet.lifecycle.repair import REBOOT_STEPS
 from gpufleet.lifecycle.states import SCHEDULABLE, Actor, NodeState
 
 from . import heap
@@ -41,7 +42,8 @@ from .failurelog import FailureLog
 from .identity import MISSING_RULES, Identity
 from .store.db import brief
 from .store.namings import NamingStore
-from .store.repo import EventKey, IngestRound, Page, Round, Store
+from .store.repairs import RepairStore
+from .store.repo import EventKey, IngestRound, Round, Store
 
 MAX_CLOCK_SKEW = timedelta(minutes=5)
 # An agent clock this far off ours (at its last heartbeat) has its events' times corrected before they are
@@ -165,18 +167,19 @@ class Controller:
 
     def _quiet_gaps(self, node: str) -> frozenset[str]:
         """The slots whose missing unit is not reported again at a registration (decision 0133): those of a
-        node in service that came back into service after the gap's last report (people put it back
-        knowing; each agent restart must not drain it again, 0132's lesson). A node that stayed in service
-        since (dry run, a held decision) or that is out of service hears it at every registration."""
-        rec = self.engine.nodes[node]
-        if rec.state not in SCHEDULABLE:
+        node in service that was put back into service after the gap's last report, by an operator or out
+        of repair or revalidation (people put it back knowing; each agent restart must not drain it again,
+        0132's lesson). The scheduler's and the policy's moves are no putting back: a node that stayed in
+        service since (dry run, a held decision, a job placed) or that is out of service hears it at every
+        registration."""
+        if self.engine.nodes[node].state not in SCHEDULABLE:
             return frozenset()
-        last: dict[str, datetime] = {}
-        for kind in (EventKind.GPU_LOST, EventKind.CHECK_FAILED):
-            for row in self.store.events(node=node, kind=kind.value, page=Page(200)):
-                if row.component and (row.attrs or {}).get("rule") in MISSING_RULES:
-                    last[row.component] = max(row.time, last.get(row.component, row.time))
-        return frozenset(slot for slot, t in last.items() if t < rec.since)
+        last = self.store.last_reports(node, (EventKind.GPU_LOST, EventKind.CHECK_FAILED), MISSING_RULES)
+        if not last:
+            return frozenset()
+        back = [t.time for t in self.store.transitions(node, limit=500, since=min(last.values()))
+                if t.to_state in _SERVING and (t.from_state not in _SERVING or t.actor == Actor.OPERATOR)]
+        return frozenset(slot for slot, t in last.items() if any(b > t for b in back))
 
     def _short_revalidations(self, now: datetime) -> list[HealthEvent]:
         """A node in revalidation whose inventory still lacks a unit of its reference is told so after it
@@ -189,9 +192,18 @@ class Controller:
             if rec is None or rec.state is not NodeState.REVALIDATE:
                 continue
             told = self._gaps_told.get(node)
-            if told is None or told < rec.since:
-                self._gaps_told[node] = now
-                out += self.identity.missing(node, now)
+            if told is not None and told >= rec.since:
+                continue
+            # A host restarted by the repair (a reboot, a power cycle: the ladder records its rung) registers
+            # its inventory again when it is back: until then the gap is of before the repair, which may
+            # have brought the unit back (a power cycle for an XID 79; the BMC says done at power on). Its
+            # registration in revalidation reports the gap itself, if it is still there.
+            registered = self.store.inventory_registered(node)
+            restarted = [a.time for a in RepairStore(self.store).history(node, rec.since - _REPAIR_LOOKBACK)
+                         if a.step in REBOOT_STEPS]
+            if restarted and (registered is None or registered < max(restarted)):
+                continue
+            out += self.identity.missing(node, now)
         return out
 
     # ---- evidence ---------------------------------------------------------------------------
@@ -515,9 +527,12 @@ class Controller:
                     plan.extend(self.engine.observe(released, now))
                 if plan:
                     self._persist(plan)
-            lost = self._silent_nodes(now) + self._short_revalidations(now)
+            short = self._short_revalidations(now)
+            lost = self._silent_nodes(now) + short
             if lost:
                 self.ingest(lost)
+            for node in {e.node for e in short}:  # told (after the ingest: a failed write tells again)
+                self._gaps_told[node] = now
             return plan
 
     def sync(self, observed: dict[str, SchedObservation]) -> Plan:
@@ -749,6 +764,8 @@ class Controller:
 
 
 
+_SERVING = frozenset(s.value for s in SCHEDULABLE)
+_REPAIR_LOOKBACK = timedelta(days=1)  # how far before a revalidation a host-restarting rung is looked for
 _EVENT_AHEAD = timedelta(days=1)  # how far ahead of the controller's clock an event's time may be, at least
 
 

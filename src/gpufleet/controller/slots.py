@@ -47,14 +47,11 @@ class Reference:
     gpu_slots: tuple[str, ...]
     nic_slots: tuple[str, ...]
 
-    def moved(self, old: str, new: str) -> Reference:
-        """The reference of a chassis that left node ``old`` for ``new``: its units at the same relative
-        slots (``<old>-gpu2`` -> ``<new>-gpu2``), as the carried units of a move."""
-        def at(s: str) -> str:
-            return new + s[len(old):] if s.startswith(old) else s
-
-        return Reference(replace(self.inventory, node=new), tuple(at(s) for s in self.gpu_slots),
-                         tuple(at(s) for s in self.nic_slots))
+    def moved(self, new: str, slot: Callable[[str], str]) -> Reference:
+        """The reference of a chassis that moved to node ``new``: its units in the slots ``slot`` gives for
+        the ones they sat in (the same relative place, as the carried units of a move; "" for none)."""
+        return Reference(replace(self.inventory, node=new), tuple(slot(s) for s in self.gpu_slots),
+                         tuple(slot(s) for s in self.nic_slots))
 
     def to_json(self) -> dict[str, Any]:
         return {"inventory": self.inventory.to_json(), "gpu_slots": list(self.gpu_slots),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -13,6 +14,8 @@ from sqlalchemy.exc import OperationalError
 from gpufleet.controller.clock import ManualClock
 from gpufleet.controller.service import Controller
 from gpufleet.controller.store.db import make_engine
+from gpufleet.controller.store.models import InventoryRow
+from gpufleet.controller.store.repairs import RepairStore
 from gpufleet.controller.store.repo import Store
 from gpufleet.domain.errors import ExternalError
 from gpufleet.domain.events import EventKind, HealthEvent
@@ -21,6 +24,7 @@ from gpufleet.domain.topology import to_fleet
 from gpufleet.domain.topology_gen import generate_nvl72
 from gpufleet.lifecycle.config import PolicyFile, load_policy
 from gpufleet.lifecycle.engine import OperatorOp, SchedObservation
+from gpufleet.lifecycle.repair import RepairStep
 from gpufleet.lifecycle.states import NodeState
 from tests.integration.store.plans import T0
 from tests.inventories import inventory_of
@@ -237,3 +241,52 @@ def test_a_failed_write_of_an_incomplete_inventory_keeps_the_reference(engine: E
     (lost,) = c.register_inventory(gone)  # the retry: the same gap, no moves
     assert (lost.kind, lost.component) == (EventKind.GPU_LOST, f"{tray}-gpu0")
     assert (c.store.load_inventories(), [r.inventory for r in c.store.load_references()]) == ([gone], [full])
+
+
+def test_a_node_that_stayed_in_service_is_told_again_whatever_the_scheduler_did(engine: Engine, tmp_path: Path) -> None:
+    """Judged informational (a site's choice) the gap leaves the node in service; a job placed on it since
+    (the scheduler's move) is no putting back: each agent start says it again."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[[override]]\nkind = "gpu_lost"\nrule = "gpu_missing"\nseverity = "info"\naction = "none"\n')
+    c, clock, full, gone = _tray_short_of_gpu0(Store(engine), load_policy(policy))
+    c.register_inventory(full)
+    assert [e.kind for e in c.register_inventory(gone)] == [EventKind.GPU_LOST]
+    clock.advance(timedelta(minutes=5))
+    c.sync({TRAY: SchedObservation(has_jobs=True, drained_empty=False)})
+    assert c.engine.nodes[TRAY].state is NodeState.IN_SERVICE
+    clock.advance(timedelta(minutes=5))
+    assert [e.kind for e in c.register_inventory(gone)] == [EventKind.GPU_LOST]
+
+
+def test_a_revalidation_after_a_reboot_rung_waits_for_the_hosts_inventory(engine: Engine) -> None:
+    """The BMC says a power cycle is done at power on, before the host's agent registers: the gap known then
+    is of before the repair, which may have brought the GPU back. The revalidation is not failed on it;
+    the host's registration says what is there."""
+    c, clock, full, gone = _tray_short_of_gpu0(Store(engine))
+    c.register_inventory(full)
+    c.register_inventory(gone)
+    c.sync({TRAY: SchedObservation(has_jobs=False, drained_empty=True)})
+    clock.advance(timedelta(minutes=5))
+    RepairStore(c.store).record("power-cycle-1", TRAY, clock.now(), "gpu_lost", RepairStep.POWER_CYCLE, True,
+                                "power on")
+    clock.advance(timedelta(seconds=30))
+    c.operate(TRAY, OperatorOp.RESUME, "operator:ops-alice", "power cycled")
+    assert c.engine.nodes[TRAY].state is NodeState.REVALIDATE
+    clock.advance(timedelta(seconds=1))
+    c.tick()
+    assert len(c.store.events(node=TRAY, kind="gpu_lost")) == 1 and c.engine.nodes[TRAY].state is NodeState.REVALIDATE
+    clock.advance(timedelta(minutes=2))
+    assert c.register_inventory(full) == []  # the host is back with every GPU
+    c.tick()
+    assert len(c.store.events(node=TRAY, kind="gpu_lost")) == 1 and c.engine.nodes[TRAY].state is NodeState.REVALIDATE
+
+
+def test_a_reference_row_that_cannot_be_read_is_skipped(engine: Engine, caplog: pytest.LogCaptureFixture) -> None:
+    store = Store(engine)
+    inv = NodeInventory("r01-n01", "C1", (GpuUnit(0, serial="G0"),))
+    store.save_inventory(inv, T0)
+    with engine.begin() as conn:  # a reference in another shape (an inventory document alone)
+        conn.execute(InventoryRow.__table__.update().values(reference=inv.to_json()))
+    with caplog.at_level(logging.WARNING, logger="gpufleet.controller.store.repo"):
+        assert store.load_references() == []
+    assert "r01-n01" in caplog.text and "inventories.reference" in caplog.text

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from gpufleet.controller.identity import Identity
 from gpufleet.domain.events import EventKind, HealthEvent
+from gpufleet.domain.fleet import ComponentKind as K
 from gpufleet.domain.inventory import GpuUnit, NicUnit, NodeInventory
-from gpufleet.domain.topology import Topology
+from gpufleet.domain.topology import Component, Topology
 from gpufleet.domain.topology_gen import generate_hgx, generate_nvl72
 from tests.inventories import inventory_of
 
@@ -300,3 +301,23 @@ def test_a_moved_trays_reference_becomes_its_new_nodes_and_is_kept() -> None:
     for who in (ident, restarted):
         (lost,) = who.register(here, T0 + timedelta(hours=2))
         assert (lost.component, lost.attr("serial")) == (f"{b}-gpu1", own.gpus[1].serial)
+
+
+def test_a_moved_chassis_brings_its_reference_whatever_the_slot_ids_look_like() -> None:
+    """The topology format allows any ids: the same relative slot is the k-th child of the kind."""
+    comps = [Component("trayA", K.COMPUTE_TRAY, None, "CH-A"), Component("trayB", K.COMPUTE_TRAY, None, "CH-B")]
+    comps += [Component(f"g{i}@{t}", K.GPU, t, f"G{t[-1]}{i}") for t in ("trayA", "trayB") for i in range(4)]
+    topo = Topology.of(comps)
+    ident = Identity(topo)
+    own = NodeInventory("trayA", "CH-A", tuple(GpuUnit(i, serial=f"GA{i}", pci=f"0000:{0x18 + i:02x}:00.0")
+                                               for i in range(4)))
+    ident.register(own, T0)
+    here = replace(without(own, gpu=1), node="trayB")  # tray A answers at B, its GPU 1 gone
+    events = ident.register(here, T0 + timedelta(hours=1))
+    assert [e.component for e in events if e.kind is EventKind.GPU_LOST] == ["g1@trayB"]
+    # (its GPUs, not named after the tray, move with events of their own: as the correlator's inventory
+    # carries only what is named after the unit)
+    assert [(e.attr("from"), e.component) for e in events if e.kind is EventKind.MOVED] == [
+        ("trayA", "trayB"), ("g0@trayA", "g0@trayB"), ("g2@trayA", "g2@trayB"), ("g3@trayA", "g3@trayB")]
+    assert ident.resolve(HealthEvent("x", "trayB", EventKind.XID, T0, code=13, attrs=(("gpu", "1"),))).component == (
+        "g2@trayB")

@@ -33,6 +33,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session, sessionmaker
 
 from gpufleet.controller.slots import Reference
+from gpufleet.domain.errors import InvalidInput
 from gpufleet.domain.events import HealthEvent
 from gpufleet.domain.inventory import NodeInventory, parse_inventory
 from gpufleet.lifecycle.breaker import BreakerState
@@ -254,7 +255,14 @@ class Store:
         with self.session() as s:
             rows = s.scalars(select(InventoryRow).where(InventoryRow.reference.is_not(None))
                              .order_by(InventoryRow.node))
-            return [Reference.from_json(r.reference, "inventories.reference") for r in rows if r.reference is not None]
+            out: list[Reference] = []
+            for r in rows:
+                try:
+                    out.append(Reference.from_json(r.reference, "inventories.reference"))
+                except InvalidInput as err:  # one unreadable row must not keep the controller from starting
+                    log.warning("%s: stored reference inventory not read (%s); the next complete inventory "
+                                "is its reference", r.node, err)
+            return out
 
     # ---- loading the engine after a (re)start -----------------------------------------------
     def load_nodes(self) -> list[tuple[NodeRecord, str]]:
@@ -330,6 +338,16 @@ class Store:
         with self.engine.connect() as conn:
             return [CheckEvent(i, n, t, {str(k): str(v) for k, v in (a or {}).items()})
                     for i, n, t, a in conn.execute(q)]
+
+    def last_reports(self, node: str, kinds: Collection[str], rules: Collection[str]) -> dict[str, datetime]:
+        """Per component of ``node``, when an event of one of ``kinds`` raised by one of ``rules`` was last
+        stamped there (filtered and grouped in the database: a busy node's other events do not hide it)."""
+        q = (select(EventRow.component, func.max(EventRow.time))
+             .where(EventRow.node == node, EventRow.kind.in_(sorted(kinds)),
+                    EventRow.attrs["rule"].as_string().in_(sorted(rules)), EventRow.component.is_not(None))
+             .group_by(EventRow.component))
+        with self.engine.connect() as conn:
+            return {str(c): t for c, t in conn.execute(q)}
 
     # ---- reads for the API ------------------------------------------------------------------
     def nodes(self, *, state: str | None = None, rack: str | None = None, page: Page = Page(),
