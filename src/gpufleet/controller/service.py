@@ -177,9 +177,9 @@ class Controller:
         last = self.store.last_reports(node, (EventKind.GPU_LOST, EventKind.CHECK_FAILED), MISSING_RULES)
         if not last:
             return frozenset()
-        back = [t.time for t in self.store.transitions(node, limit=500, since=min(last.values()))
-                if t.to_state in _SERVING and (t.from_state not in _SERVING or t.actor == Actor.OPERATOR)]
-        return frozenset(slot for slot, t in last.items() if any(b > t for b in back))
+        back = self.store.last_entry(node, _SERVING, since=min(last.values()), from_outside=True,
+                                     or_actor=Actor.OPERATOR.value)
+        return frozenset(slot for slot, t in last.items() if back is not None and back > t)
 
     def _short_revalidations(self, now: datetime) -> list[HealthEvent]:
         """A node in revalidation whose inventory still lacks a unit of its reference is told so after it
@@ -194,15 +194,19 @@ class Controller:
             told = self._gaps_told.get(node)
             if told is not None and told >= rec.since:
                 continue
-            # A host restarted by the repair (a reboot, a power cycle: the ladder records its rung) registers
-            # its inventory again when it is back: until then the gap is of before the repair, which may
-            # have brought the unit back (a power cycle for an XID 79; the BMC says done at power on). Its
-            # registration in revalidation reports the gap itself, if it is still there.
-            registered = self.store.inventory_registered(node)
-            restarted = [a.time for a in RepairStore(self.store).history(node, rec.since - _REPAIR_LOOKBACK)
-                         if a.step in REBOOT_STEPS]
-            if restarted and (registered is None or registered < max(restarted)):
-                continue
+            # A host restarted in this repair (a reboot, a power cycle: the ladder records its rung) registers
+            # its inventory again when it is back: while the last registration is from before the repair,
+            # the gap is of before it, and the repair may have brought the unit back (a power cycle for an
+            # XID 79; the BMC says done at power on). The host's registration in revalidation then reports
+            # the gap itself, if it is still there. (A rung is recorded when its outcome is seen, which
+            # may be after the host registered: the repair's start is what the registration is compared
+            # with.)
+            repair = self.store.last_entry(node, (NodeState.REPAIR.value,), until=rec.since)
+            if repair is not None:
+                registered = self.store.inventory_registered(node)
+                restarted = any(a.step in REBOOT_STEPS for a in RepairStore(self.store).history(node, repair))
+                if restarted and (registered is None or registered < repair):
+                    continue
             out += self.identity.missing(node, now)
         return out
 
@@ -765,7 +769,6 @@ class Controller:
 
 
 _SERVING = frozenset(s.value for s in SCHEDULABLE)
-_REPAIR_LOOKBACK = timedelta(days=1)  # how far before a revalidation a host-restarting rung is looked for
 _EVENT_AHEAD = timedelta(days=1)  # how far ahead of the controller's clock an event's time may be, at least
 
 

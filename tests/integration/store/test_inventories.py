@@ -258,19 +258,23 @@ def test_a_node_that_stayed_in_service_is_told_again_whatever_the_scheduler_did(
     assert [e.kind for e in c.register_inventory(gone)] == [EventKind.GPU_LOST]
 
 
-def test_a_revalidation_after_a_reboot_rung_waits_for_the_hosts_inventory(engine: Engine) -> None:
+def test_a_revalidation_after_a_reboot_rung_waits_for_the_hosts_inventory(engine: Engine, tmp_path: Path) -> None:
     """The BMC says a power cycle is done at power on, before the host's agent registers: the gap known then
     is of before the repair, which may have brought the GPU back. The revalidation is not failed on it;
     the host's registration says what is there."""
-    c, clock, full, gone = _tray_short_of_gpu0(Store(engine))
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[policy]\nauto_repair = true\n")
+    c, clock, full, gone = _tray_short_of_gpu0(Store(engine), load_policy(policy))
     c.register_inventory(full)
     c.register_inventory(gone)
     c.sync({TRAY: SchedObservation(has_jobs=False, drained_empty=True)})
+    clock.advance(timedelta(seconds=1))
+    c.tick()
+    assert c.engine.nodes[TRAY].state is NodeState.REPAIR
     clock.advance(timedelta(minutes=5))
     RepairStore(c.store).record("power-cycle-1", TRAY, clock.now(), "gpu_lost", RepairStep.POWER_CYCLE, True,
                                 "power on")
-    clock.advance(timedelta(seconds=30))
-    c.operate(TRAY, OperatorOp.RESUME, "operator:ops-alice", "power cycled")
+    c.repair_succeeded(TRAY, "power_cycle", "full", "power-cycle-1")
     assert c.engine.nodes[TRAY].state is NodeState.REVALIDATE
     clock.advance(timedelta(seconds=1))
     c.tick()
@@ -290,3 +294,46 @@ def test_a_reference_row_that_cannot_be_read_is_skipped(engine: Engine, caplog: 
     with caplog.at_level(logging.WARNING, logger="gpufleet.controller.store.repo"):
         assert store.load_references() == []
     assert "r01-n01" in caplog.text and "inventories.reference" in caplog.text
+
+
+def test_a_host_back_from_a_reboot_rung_before_the_rung_is_recorded_still_fails_revalidation(
+    engine: Engine, tmp_path: Path,
+) -> None:
+    """A rung is recorded when its outcome is seen: the rebooted host's agent registers (short of the GPU)
+    before that. Its registration came during the repair, so the gap is not of before it: told again in
+    revalidation, which fails on it."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[policy]\nauto_repair = true\n")
+    c, clock, full, gone = _tray_short_of_gpu0(Store(engine), load_policy(policy))
+    c.register_inventory(full)
+    c.register_inventory(gone)
+    c.sync({TRAY: SchedObservation(has_jobs=False, drained_empty=True)})
+    clock.advance(timedelta(seconds=1))
+    c.tick()
+    assert c.engine.nodes[TRAY].state is NodeState.REPAIR
+    clock.advance(timedelta(minutes=3))
+    c.register_inventory(gone)  # the host is back from the reboot, still without GPU 0
+    clock.advance(timedelta(seconds=20))
+    RepairStore(c.store).record("reboot-1", TRAY, clock.now(), "gpu_lost", RepairStep.REBOOT, True,
+                                "host rebooted (boot id changed)")
+    c.repair_succeeded(TRAY, "reboot", "full", "reboot-1")
+    assert c.engine.nodes[TRAY].state is NodeState.REVALIDATE
+    clock.advance(timedelta(seconds=1))
+    c.tick()
+    assert c.engine.nodes[TRAY].state is NodeState.REPAIR  # the revalidation failed on the gap, told again
+
+
+def test_a_put_back_node_stays_quiet_however_many_jobs_ran_since(engine: Engine, tmp_path: Path) -> None:
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[[override]]\nkind = "gpu_lost"\nrule = "gpu_missing"\nseverity = "degraded"\n'
+                      'action = "drain_and_inspect"\n')
+    c, clock, full, gone = _tray_short_of_gpu0(Store(engine), load_policy(policy))
+    c.register_inventory(full)
+    c.sync({TRAY: SchedObservation(has_jobs=True, drained_empty=False)})
+    c.register_inventory(gone)
+    clock.advance(timedelta(minutes=1))
+    c.operate(TRAY, OperatorOp.RESUME, "operator:ops-alice", "GPU 0 is out until Tuesday's window")
+    for busy in [False, True] * 260:  # 520 of the scheduler's moves since the operator's
+        clock.advance(timedelta(seconds=1))
+        c.sync({TRAY: SchedObservation(has_jobs=busy, drained_empty=False)})
+    assert c.register_inventory(gone) == []

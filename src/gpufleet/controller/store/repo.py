@@ -24,6 +24,7 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    or_,
     select,
     text,
     update,
@@ -348,6 +349,24 @@ class Store:
              .group_by(EventRow.component))
         with self.engine.connect() as conn:
             return {str(c): t for c, t in conn.execute(q)}
+
+    def last_entry(self, node: str, into: Collection[str], *, since: datetime | None = None,
+                   until: datetime | None = None, from_outside: bool = False, or_actor: str = "") -> datetime | None:
+        """When ``node`` last moved into one of the states ``into`` (in ``[since, until]``); with
+        ``from_outside``, only from a state not in ``into``, or by ``or_actor``. One aggregate in the
+        database: a busy node's thousands of scheduler moves are not read."""
+        q = select(func.max(TransitionRow.time)).where(TransitionRow.node == node,
+                                                      TransitionRow.to_state.in_(sorted(into)))
+        if since is not None:
+            q = q.where(TransitionRow.time >= since)
+        if until is not None:
+            q = q.where(TransitionRow.time <= until)
+        if from_outside:
+            outside = TransitionRow.from_state.not_in(sorted(into))
+            q = q.where(or_(outside, TransitionRow.actor == or_actor) if or_actor else outside)
+        with self.engine.connect() as conn:
+            t: datetime | None = conn.execute(q).scalar_one()
+            return t
 
     # ---- reads for the API ------------------------------------------------------------------
     def nodes(self, *, state: str | None = None, rack: str | None = None, page: Page = Page(),
