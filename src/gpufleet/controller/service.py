@@ -32,17 +32,15 @@ from gpufleet.lifecycle.decisions import ComponentFault, DecisionStatus, Planned
 from gpufleet.lifecycle.engine import LifecycleEngine, NodeRecord, OperatorOp, SchedObservation
 from gpufleet.lifecycle.plan import AuditEntry, Plan
 from gpufleet.lifecycle.policy import Policy
-from gpufleet.lifecycle.repair import REBOOT_STEPS
-from gpufleet.lifecycle.states import SCHEDULABLE, Actor, NodeState
+from gpufleet.lifecycle.states import Actor, NodeState
 
-from . import heap
+from . import gaps, heap
 from .admission import Admission
 from .clock import Clock
 from .failurelog import FailureLog
-from .identity import MISSING_RULES, Identity
+from .identity import Identity
 from .store.db import brief
 from .store.namings import NamingStore
-from .store.repairs import RepairStore
 from .store.repo import EventKey, IngestRound, Round, Store
 
 MAX_CLOCK_SKEW = timedelta(minutes=5)
@@ -99,7 +97,7 @@ class Controller:
         self.clock_skew: dict[str, float] = {}  # node -> its agent's clock minus ours at its last heartbeat (s)
         self._skewed: dict[str, timedelta] = {}  # the nodes whose skew is corrected (>= SKEW_CORRECTED_S)
         self._not_silence: set[str] = set()  # held decisions a returning agent does not cancel (_heard_again)
-        self._gaps_told: dict[str, datetime] = {}  # node -> when its missing units were last told (tick)
+        self.gaps_told: dict[str, datetime] = {}  # node -> when its missing units were last told (gaps.py)
         # Nodes a maintenance rollout holds (controller.maintenance keeps it; the time-driven rules skip them).
         self.under_maintenance: set[str] = set()
 
@@ -151,7 +149,7 @@ class Controller:
                 raise NotFound("node", inv.node)
             now = self.clock.now()
             known = self.identity.inventories(), self.identity.references()
-            implied = self.identity.register(inv, now, quiet=self._quiet_gaps(inv.node))
+            implied = self.identity.register(inv, now, quiet=gaps.quiet(self, inv.node))
             try:
                 if implied:
                     self.ingest(implied)
@@ -164,51 +162,6 @@ class Controller:
                     raise
                 raise ExternalError("database", f"recording the inventory of {inv.node}: {err}") from err
             return implied
-
-    def _quiet_gaps(self, node: str) -> frozenset[str]:
-        """The slots whose missing unit is not reported again at a registration (decision 0133): those of a
-        node in service that was put back into service after the gap's last report, by an operator or out
-        of repair or revalidation (people put it back knowing; each agent restart must not drain it again,
-        0132's lesson). The scheduler's and the policy's moves are no putting back: a node that stayed in
-        service since (dry run, a held decision, a job placed) or that is out of service hears it at every
-        registration."""
-        if self.engine.nodes[node].state not in SCHEDULABLE:
-            return frozenset()
-        last = self.store.last_reports(node, (EventKind.GPU_LOST, EventKind.CHECK_FAILED), MISSING_RULES)
-        if not last:
-            return frozenset()
-        back = self.store.last_entry(node, _SERVING, since=min(last.values()), from_outside=True,
-                                     or_actor=Actor.OPERATOR.value)
-        return frozenset(slot for slot, t in last.items() if back is not None and back > t)
-
-    def _short_revalidations(self, now: datetime) -> list[HealthEvent]:
-        """A node in revalidation whose inventory still lacks a unit of its reference is told so after it
-        entered it, so that the revalidation cannot pass on the units it still has: the report its agent's
-        registration made in repair (a reboot rung's host coming back) predates the revalidation, which
-        counts only what comes after it (decision 0133). Once per stay."""
-        out: list[HealthEvent] = []
-        for node in self.identity.short():
-            rec = self.engine.nodes.get(node)
-            if rec is None or rec.state is not NodeState.REVALIDATE:
-                continue
-            told = self._gaps_told.get(node)
-            if told is not None and told >= rec.since:
-                continue
-            # A host restarted in this repair (a reboot, a power cycle: the ladder records its rung) registers
-            # its inventory again when it is back: while the last registration is from before the repair,
-            # the gap is of before it, and the repair may have brought the unit back (a power cycle for an
-            # XID 79; the BMC says done at power on). The host's registration in revalidation then reports
-            # the gap itself, if it is still there. (A rung is recorded when its outcome is seen, which
-            # may be after the host registered: the repair's start is what the registration is compared
-            # with.)
-            repair = self.store.last_entry(node, (NodeState.REPAIR.value,), until=rec.since)
-            if repair is not None:
-                registered = self.store.inventory_registered(node)
-                restarted = any(a.step in REBOOT_STEPS for a in RepairStore(self.store).history(node, repair))
-                if restarted and (registered is None or registered < repair):
-                    continue
-            out += self.identity.missing(node, now)
-        return out
 
     # ---- evidence ---------------------------------------------------------------------------
     def ingest(self, events: Sequence[HealthEvent]) -> IngestResult:
@@ -531,12 +484,12 @@ class Controller:
                     plan.extend(self.engine.observe(released, now))
                 if plan:
                     self._persist(plan)
-            short = self._short_revalidations(now)
+            short = gaps.short_revalidations(self, now)
             lost = self._silent_nodes(now) + short
             if lost:
                 self.ingest(lost)
             for node in {e.node for e in short}:  # told (after the ingest: a failed write tells again)
-                self._gaps_told[node] = now
+                self.gaps_told[node] = now
             return plan
 
     def sync(self, observed: dict[str, SchedObservation]) -> Plan:
@@ -768,7 +721,6 @@ class Controller:
 
 
 
-_SERVING = frozenset(s.value for s in SCHEDULABLE)
 _EVENT_AHEAD = timedelta(days=1)  # how far ahead of the controller's clock an event's time may be, at least
 
 
