@@ -116,6 +116,32 @@ def _tray_short_of_gpu0(store: Store, policy: PolicyFile | None = None,
     return c, clock, full, gone
 
 
+def _in_repair_short_of_gpu0(store: Store, tmp_path: Path) -> tuple[Controller, ManualClock, NodeInventory,
+                                                                    NodeInventory]:
+    """:func:`_tray_short_of_gpu0`, its missing GPU registered, the tray drained and handed to repair."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text("[policy]\nauto_repair = true\n")
+    c, clock, full, gone = _tray_short_of_gpu0(store, load_policy(policy))
+    c.register_inventory(full)
+    c.register_inventory(gone)
+    c.sync({TRAY: SchedObservation(has_jobs=False, drained_empty=True)})
+    clock.advance(timedelta(seconds=1))
+    c.tick()
+    assert c.engine.nodes[TRAY].state is NodeState.REPAIR
+    return c, clock, full, gone
+
+
+def _rung_worked(c: Controller, clock: ManualClock, step: RepairStep, detail: str) -> None:
+    """The ladder's ``step`` on ``TRAY`` is recorded as it is when its outcome is seen (now), the tray goes
+    to revalidation, and a second later the controller's time-driven pass runs."""
+    key = f"{step.value}-1"
+    RepairStore(c.store).record(key, TRAY, clock.now(), "gpu_lost", step, True, detail)
+    c.repair_succeeded(TRAY, step.value, "full", key)
+    assert c.engine.nodes[TRAY].state is NodeState.REVALIDATE
+    clock.advance(timedelta(seconds=1))
+    c.tick()
+
+
 def test_a_restarted_controller_keeps_the_slots_of_an_inventory_missing_a_gpu(engine: Engine, db_url: str) -> None:
     c, clock, full, gone = _tray_short_of_gpu0(Store(engine))
     topo, tray = c.topology, TRAY
@@ -262,22 +288,9 @@ def test_a_revalidation_after_a_reboot_rung_waits_for_the_hosts_inventory(engine
     """The BMC says a power cycle is done at power on, before the host's agent registers: the gap known then
     is of before the repair, which may have brought the GPU back. The revalidation is not failed on it;
     the host's registration says what is there."""
-    policy = tmp_path / "policy.toml"
-    policy.write_text("[policy]\nauto_repair = true\n")
-    c, clock, full, gone = _tray_short_of_gpu0(Store(engine), load_policy(policy))
-    c.register_inventory(full)
-    c.register_inventory(gone)
-    c.sync({TRAY: SchedObservation(has_jobs=False, drained_empty=True)})
-    clock.advance(timedelta(seconds=1))
-    c.tick()
-    assert c.engine.nodes[TRAY].state is NodeState.REPAIR
+    c, clock, full, _ = _in_repair_short_of_gpu0(Store(engine), tmp_path)
     clock.advance(timedelta(minutes=5))
-    RepairStore(c.store).record("power-cycle-1", TRAY, clock.now(), "gpu_lost", RepairStep.POWER_CYCLE, True,
-                                "power on")
-    c.repair_succeeded(TRAY, "power_cycle", "full", "power-cycle-1")
-    assert c.engine.nodes[TRAY].state is NodeState.REVALIDATE
-    clock.advance(timedelta(seconds=1))
-    c.tick()
+    _rung_worked(c, clock, RepairStep.POWER_CYCLE, "power on")
     assert len(c.store.events(node=TRAY, kind="gpu_lost")) == 1 and c.engine.nodes[TRAY].state is NodeState.REVALIDATE
     clock.advance(timedelta(minutes=2))
     assert c.register_inventory(full) == []  # the host is back with every GPU
@@ -302,24 +315,11 @@ def test_a_host_back_from_a_reboot_rung_before_the_rung_is_recorded_still_fails_
     """A rung is recorded when its outcome is seen: the rebooted host's agent registers (short of the GPU)
     before that. Its registration came during the repair, so the gap is not of before it: told again in
     revalidation, which fails on it."""
-    policy = tmp_path / "policy.toml"
-    policy.write_text("[policy]\nauto_repair = true\n")
-    c, clock, full, gone = _tray_short_of_gpu0(Store(engine), load_policy(policy))
-    c.register_inventory(full)
-    c.register_inventory(gone)
-    c.sync({TRAY: SchedObservation(has_jobs=False, drained_empty=True)})
-    clock.advance(timedelta(seconds=1))
-    c.tick()
-    assert c.engine.nodes[TRAY].state is NodeState.REPAIR
+    c, clock, _, gone = _in_repair_short_of_gpu0(Store(engine), tmp_path)
     clock.advance(timedelta(minutes=3))
     c.register_inventory(gone)  # the host is back from the reboot, still without GPU 0
     clock.advance(timedelta(seconds=20))
-    RepairStore(c.store).record("reboot-1", TRAY, clock.now(), "gpu_lost", RepairStep.REBOOT, True,
-                                "host rebooted (boot id changed)")
-    c.repair_succeeded(TRAY, "reboot", "full", "reboot-1")
-    assert c.engine.nodes[TRAY].state is NodeState.REVALIDATE
-    clock.advance(timedelta(seconds=1))
-    c.tick()
+    _rung_worked(c, clock, RepairStep.REBOOT, "host rebooted (boot id changed)")
     assert c.engine.nodes[TRAY].state is NodeState.REPAIR  # the revalidation failed on the gap, told again
 
 
