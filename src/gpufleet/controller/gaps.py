@@ -8,7 +8,8 @@ reports, transitions and repair rungs, which of them the controller ingests:
   start: a reboot rung that did not help says so), except to a node *put back* into service after the
   gap's last report, by an operator or out of repair or revalidation (people put it back knowing: each
   agent restart must not drain it again, 0132's lesson). The scheduler's and the policy's moves (a job
-  placed, suspect) are no putting back.
+  placed, suspect) are no putting back. A gap whose reports retention has deleted is older than the
+  retention period on a node in service: it is quiet too.
 * :func:`short_revalidations`: a node in revalidation still short of a unit is told once more after it
   entered revalidation, which counts only what comes after it: the report the host's registration made
   in repair would otherwise let a validation pass on the units that are left. Not while a host the
@@ -39,11 +40,12 @@ def quiet(c: Controller, node: str) -> frozenset[str]:
     if c.engine.nodes[node].state not in SCHEDULABLE:
         return frozenset()
     last = c.store.last_reports(node, (EventKind.GPU_LOST, EventKind.CHECK_FAILED), MISSING_RULES)
+    forgotten = c.identity.gaps(node) - last.keys()  # its reports deleted by retention: an old gap, lived with
     if not last:
-        return frozenset()
+        return forgotten
     back = c.store.last_entry(node, _SERVING, since=min(last.values()), from_outside=True,
                               or_actor=Actor.OPERATOR.value)
-    return frozenset(slot for slot, t in last.items() if back is not None and back > t)
+    return forgotten | {slot for slot, t in last.items() if back is not None and back > t}
 
 
 def short_revalidations(c: Controller, now: datetime) -> list[HealthEvent]:

@@ -127,6 +127,10 @@ class Identity:
         slots = self._slots_of(node) if node in self._inventories else None
         return [_missing(node, m, now) for m in slots.missing] if slots is not None else []
 
+    def gaps(self, node: str) -> frozenset[str]:
+        """The slots whose unit ``node``'s last registered inventory lacks (of its reference)."""
+        return self._missing.get(node, frozenset())
+
     def short(self) -> list[str]:
         """The nodes whose last inventory lacks a unit of their reference."""
         return [n for n, gaps in self._missing.items() if gaps]

@@ -14,7 +14,7 @@ from sqlalchemy.exc import OperationalError
 from gpufleet.controller.clock import ManualClock
 from gpufleet.controller.service import Controller
 from gpufleet.controller.store.db import make_engine
-from gpufleet.controller.store.models import InventoryRow
+from gpufleet.controller.store.models import EventRow, InventoryRow
 from gpufleet.controller.store.repairs import RepairStore
 from gpufleet.controller.store.repo import Store
 from gpufleet.domain.errors import ExternalError
@@ -337,3 +337,25 @@ def test_a_put_back_node_stays_quiet_however_many_jobs_ran_since(engine: Engine,
         clock.advance(timedelta(seconds=1))
         c.sync({TRAY: SchedObservation(has_jobs=busy, drained_empty=False)})
     assert c.register_inventory(gone) == []
+
+
+def test_a_gap_whose_reports_retention_deleted_is_not_told_again_to_a_node_in_service(
+    engine: Engine, tmp_path: Path,
+) -> None:
+    """Put back knowingly more than a retention period ago: the reports that said when are gone, and the
+    gap, lived with that long, is no news at the next agent start."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[[override]]\nkind = "gpu_lost"\nrule = "gpu_missing"\nseverity = "degraded"\n'
+                      'action = "drain_and_inspect"\n')
+    c, clock, full, gone = _tray_short_of_gpu0(Store(engine), load_policy(policy))
+    c.register_inventory(full)
+    c.sync({TRAY: SchedObservation(has_jobs=True, drained_empty=False)})
+    c.register_inventory(gone)
+    clock.advance(timedelta(minutes=1))
+    c.operate(TRAY, OperatorOp.RESUME, "operator:ops-alice", "GPU 0 is out until the next window")
+    clock.advance(timedelta(days=8))
+    with engine.begin() as conn:  # what retention deletes after its horizon (at least 7 days)
+        conn.execute(EventRow.__table__.delete().where(EventRow.node == TRAY))
+    assert c.register_inventory(gone) == []
+    worse = replace(gone, gpus=gone.gpus[:2])  # a second GPU gone is news, as ever
+    assert [e.component for e in c.register_inventory(worse)] == [f"{TRAY}-gpu3"]
