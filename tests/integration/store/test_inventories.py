@@ -142,6 +142,21 @@ def _rung_worked(c: Controller, clock: ManualClock, step: RepairStep, detail: st
     c.tick()
 
 
+def _put_back_short_of_gpu0(store: Store, tmp_path: Path) -> tuple[Controller, ManualClock, NodeInventory]:
+    """:func:`_tray_short_of_gpu0` at a site that judges a missing GPU degraded: the tray, running a job,
+    turns suspect on the gap, and an operator who knows resumes it a minute later."""
+    policy = tmp_path / "policy.toml"
+    policy.write_text('[[override]]\nkind = "gpu_lost"\nrule = "gpu_missing"\nseverity = "degraded"\n'
+                      'action = "drain_and_inspect"\n')
+    c, clock, full, gone = _tray_short_of_gpu0(store, load_policy(policy))
+    c.register_inventory(full)
+    c.sync({TRAY: SchedObservation(has_jobs=True, drained_empty=False)})
+    c.register_inventory(gone)
+    clock.advance(timedelta(minutes=1))
+    c.operate(TRAY, OperatorOp.RESUME, "operator:ops-alice", "GPU 0 is out until the next window")
+    return c, clock, gone
+
+
 def test_a_restarted_controller_keeps_the_slots_of_an_inventory_missing_a_gpu(engine: Engine, db_url: str) -> None:
     c, clock, full, gone = _tray_short_of_gpu0(Store(engine))
     topo, tray = c.topology, TRAY
@@ -324,15 +339,7 @@ def test_a_host_back_from_a_reboot_rung_before_the_rung_is_recorded_still_fails_
 
 
 def test_a_put_back_node_stays_quiet_however_many_jobs_ran_since(engine: Engine, tmp_path: Path) -> None:
-    policy = tmp_path / "policy.toml"
-    policy.write_text('[[override]]\nkind = "gpu_lost"\nrule = "gpu_missing"\nseverity = "degraded"\n'
-                      'action = "drain_and_inspect"\n')
-    c, clock, full, gone = _tray_short_of_gpu0(Store(engine), load_policy(policy))
-    c.register_inventory(full)
-    c.sync({TRAY: SchedObservation(has_jobs=True, drained_empty=False)})
-    c.register_inventory(gone)
-    clock.advance(timedelta(minutes=1))
-    c.operate(TRAY, OperatorOp.RESUME, "operator:ops-alice", "GPU 0 is out until Tuesday's window")
+    c, clock, gone = _put_back_short_of_gpu0(Store(engine), tmp_path)
     for busy in [False, True] * 260:  # 520 of the scheduler's moves since the operator's
         clock.advance(timedelta(seconds=1))
         c.sync({TRAY: SchedObservation(has_jobs=busy, drained_empty=False)})
@@ -344,15 +351,7 @@ def test_a_gap_whose_reports_retention_deleted_is_not_told_again_to_a_node_in_se
 ) -> None:
     """Put back knowingly more than a retention period ago: the reports that said when are gone, and the
     gap, lived with that long, is no news at the next agent start."""
-    policy = tmp_path / "policy.toml"
-    policy.write_text('[[override]]\nkind = "gpu_lost"\nrule = "gpu_missing"\nseverity = "degraded"\n'
-                      'action = "drain_and_inspect"\n')
-    c, clock, full, gone = _tray_short_of_gpu0(Store(engine), load_policy(policy))
-    c.register_inventory(full)
-    c.sync({TRAY: SchedObservation(has_jobs=True, drained_empty=False)})
-    c.register_inventory(gone)
-    clock.advance(timedelta(minutes=1))
-    c.operate(TRAY, OperatorOp.RESUME, "operator:ops-alice", "GPU 0 is out until the next window")
+    c, clock, gone = _put_back_short_of_gpu0(Store(engine), tmp_path)
     clock.advance(timedelta(days=8))
     with engine.begin() as conn:  # what retention deletes after its horizon (at least 7 days)
         conn.execute(EventRow.__table__.delete().where(EventRow.node == TRAY))
